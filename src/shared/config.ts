@@ -1,0 +1,109 @@
+import { z } from 'zod';
+
+/**
+ * The whole environment of a node, parsed once by one zod schema. A bad value stops start-up with
+ * one line naming the variable (see loadConfig). README.md carries the same table.
+ */
+const bool = (def: boolean) =>
+  z
+    .enum(['true', 'false', '1', '0', 'yes', 'no'])
+    .default(def ? 'true' : 'false')
+    .transform((v) => v === 'true' || v === '1' || v === 'yes');
+const int = (def: number, min: number, max: number) => z.coerce.number().int().min(min).max(max).default(def);
+const optStr = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+
+export const configSchema = z.object({
+  GANTRY_HTTP_HOST: z.string().default('0.0.0.0'),
+  GANTRY_HTTP_PORT: int(8080, 0, 65535),
+  GANTRY_GRPC_HOST: z.string().default('0.0.0.0'),
+  GANTRY_GRPC_PORT: int(50051, 0, 65535),
+  GANTRY_DATA_DIR: z.string().min(1).default('./data'),
+  DATABASE_URL: optStr.pipe(z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL').optional()),
+  GANTRY_DB_POOL_MAX: int(10, 1, 200),
+  REDIS_URL: optStr.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
+  GANTRY_REDIS_PREFIX: z.string().default('gantry:'),
+  GANTRY_STORAGE: optStr.pipe(z.string().regex(/^(local|s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](\/.*)?)$/, 'must be "local" or s3://bucket[/prefix]').optional()),
+  S3_ENDPOINT: optStr,
+  S3_REGION: z.string().default('us-east-1'),
+  S3_ACCESS_KEY_ID: optStr,
+  S3_SECRET_ACCESS_KEY: optStr,
+  GANTRY_PUBLIC_URL: optStr.pipe(z.url({ protocol: /^https?$/ }).optional()),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  GANTRY_MAX_BODY_BYTES: int(1024 * 1024, 1024, 64 * 1024 * 1024),
+  GANTRY_MAX_UPLOAD_BYTES: int(500 * 1024 * 1024, 1, 5 * 1024 * 1024 * 1024),
+  GANTRY_SHUTDOWN_TIMEOUT_MS: int(10_000, 0, 120_000),
+  GANTRY_TASK_TIMEOUT_MAX_S: int(86_400, 1, 30 * 86_400),
+  GANTRY_AGENT_GRACE_S: int(30, 1, 3600),
+  GANTRY_HEARTBEAT_INTERVAL_S: int(10, 1, 300),
+  GANTRY_INPUT_RETENTION_S: int(86_400, 60, 365 * 86_400),
+  GANTRY_OUTPUT_RETENTION_S: int(7 * 86_400, 60, 365 * 86_400),
+  GANTRY_REGISTRATION_ENABLED: bool(true),
+  GANTRY_EMAIL_VERIFICATION_REQUIRED: bool(false),
+  GANTRY_OAUTH_PROVIDERS: optStr,
+  GANTRY_MCP_ENABLED: bool(true),
+  GANTRY_AUTO_TEAM: bool(true),
+  GANTRY_MANUAL_TEAM_CREATION: bool(true),
+  GANTRY_MAX_USERS: int(0, 0, 10_000_000),
+  GANTRY_MAX_TEAMS: int(0, 0, 10_000_000),
+  GANTRY_MAX_OWNED_TEAMS: int(0, 0, 100_000),
+  GANTRY_MAX_AGENTS: int(0, 0, 1_000_000),
+  GANTRY_MAX_CONCURRENT_TASKS: int(0, 0, 1_000_000),
+  GANTRY_JWT_PRIVATE_KEY: optStr,
+  GANTRY_JWT_ISSUER: z.string().default('gantry'),
+  GANTRY_JWT_AUDIENCE: z.string().default('gantry-api'),
+  GANTRY_ACCESS_TOKEN_TTL_S: int(900, 60, 86_400),
+  GANTRY_REFRESH_TOKEN_TTL_S: int(30 * 86_400, 3600, 365 * 86_400),
+  SMTP_URL: optStr,
+  GANTRY_MAIL_FROM: z.string().default('Gantry <gantry@localhost>'),
+  GANTRY_OUTBOUND_ALLOWLIST: optStr,
+  GANTRY_SSE_MAX_STREAMS_PER_TEAM: int(1000, 1, 1_000_000),
+  GANTRY_GRPC_TLS_CERT: optStr,
+  GANTRY_GRPC_TLS_KEY: optStr,
+  GANTRY_NODE_ID: optStr,
+  /** Test/diagnostic routes under /api/v1/_debug (never enable in production). */
+  GANTRY_DEBUG_ROUTES: bool(false),
+});
+
+export type RawConfig = z.infer<typeof configSchema>;
+
+export interface Config extends RawConfig {
+  /** Base URL the node advertises in links (presigned URLs, emails); derived from the port when unset. */
+  publicUrl: string;
+  /** 0 means "unlimited" for every quota. */
+  quotas: { maxUsers: number; maxTeams: number; maxOwnedTeams: number; maxAgents: number; maxConcurrentTasks: number };
+  oauthProviders: Array<{ id: string; display_name: string }>;
+}
+
+export class ConfigError extends Error {}
+
+export function loadConfig(env: Record<string, string | undefined> = process.env, overrides: Partial<RawConfig> = {}): Config {
+  const picked: Record<string, string | undefined> = {};
+  for (const k of Object.keys(configSchema.shape)) picked[k] = env[k];
+  const parsed = configSchema.safeParse(picked);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const name = String(issue?.path[0] ?? 'environment');
+    throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(env[name] ?? '')}: ${issue?.message ?? 'invalid'}`);
+  }
+  const raw = { ...parsed.data, ...overrides };
+  const oauthProviders = (raw.GANTRY_OAUTH_PROVIDERS ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((id) => ({ id, display_name: id.charAt(0).toUpperCase() + id.slice(1) }));
+  return {
+    ...raw,
+    publicUrl: (raw.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${raw.GANTRY_HTTP_PORT}`).replace(/\/+$/, ''),
+    quotas: {
+      maxUsers: raw.GANTRY_MAX_USERS,
+      maxTeams: raw.GANTRY_MAX_TEAMS,
+      maxOwnedTeams: raw.GANTRY_MAX_OWNED_TEAMS,
+      maxAgents: raw.GANTRY_MAX_AGENTS,
+      maxConcurrentTasks: raw.GANTRY_MAX_CONCURRENT_TASKS,
+    },
+    oauthProviders,
+  };
+}
