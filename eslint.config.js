@@ -1,0 +1,60 @@
+// ESLint flat config: typescript-eslint (type-aware: no floating promises), and the architecture's
+// import zones (eslint-plugin-import-x no-restricted-paths) plus no import cycles.
+import tseslint from 'typescript-eslint';
+import importX from 'eslint-plugin-import-x';
+import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
+
+const zones = [
+  // actors talk to ports only: never edge, cluster, persistence or the I/O libraries
+  { target: './src/actors', from: './src/edge', message: 'actors must not import the edge (use ports)' },
+  { target: './src/actors', from: './src/cluster', message: 'actors must not import the cluster layer (use ports)' },
+  { target: './src/actors', from: './src/persistence', message: 'actors must not import persistence (use ports)' },
+  // the actor runtime imports nothing of ours but shared utilities
+  { target: './src/actors/runtime', from: './src/actors', except: ['./runtime', './ports.ts'], message: 'the runtime must not know actor kinds' },
+  // shared utilities depend on nothing of ours
+  { target: './src/shared', from: './src', except: ['./shared'], message: 'src/shared must stay dependency-free' },
+  // the cluster layer knows envelopes, not actor internals or the edge
+  { target: './src/cluster', from: './src/edge', message: 'cluster must not import the edge' },
+  // pure domain logic has no I/O layers
+  { target: './src/domain', from: './src/edge', message: 'domain must not import the edge' },
+  { target: './src/domain', from: './src/persistence', message: 'domain must not import persistence' },
+  // the agent program runs on GPU boxes: it never imports server internals
+  { target: './src/agent', from: './src/persistence', message: 'the agent program must not import server persistence' },
+  { target: './src/agent', from: './src/edge', message: 'the agent program must not import the server edge' },
+  { target: './src/agent', from: './src/actors', message: 'the agent program must not import server actors' },
+];
+
+const ioLibs = ['uWebSockets.js', '@grpc/grpc-js', '@mikro-orm/*', 'redis', 'mikro-orm-pglite', '@electric-sql/pglite'];
+
+export default tseslint.config(
+  { ignores: ['node_modules/**', 'data/**', 'dist/**', 'proto/gen/**', 'src/gen/**', '.tmp/**'] },
+  ...tseslint.configs.recommended,
+  {
+    files: ['**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    plugins: { 'import-x': importX },
+    settings: { 'import-x/resolver-next': [createTypeScriptImportResolver({ project: './tsconfig.json' })] },
+    rules: {
+      '@typescript-eslint/no-floating-promises': ['error', { allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['test', 'describe', 'it', 'suite'] }] }],
+      '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: false }],
+      '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
+      '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
+      'import-x/no-restricted-paths': ['error', { zones }],
+      'no-restricted-imports': 'off',
+    },
+  },
+  {
+    files: ['src/actors/**/*.ts'],
+    ignores: ['src/actors/runtime/**'],
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ group: ioLibs, message: 'actors talk to ports, not I/O libraries' }] }] },
+  },
+  {
+    files: ['src/**/*.ts'],
+    rules: { 'import-x/no-cycle': ['error', { maxDepth: 10, ignoreExternal: true }] },
+  },
+  {
+    files: ['**/*.mjs', '**/*.js'],
+    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
+  },
+);
