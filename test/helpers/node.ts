@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { loadConfig, type RawConfig } from '../../src/shared/config.js';
 import { createLogger } from '../../src/shared/logger.js';
 import { startNode, type GantryNode } from '../../src/main.js';
+import type { Clock } from '../../src/shared/clock.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 
 export interface TestNode {
@@ -73,7 +74,7 @@ export class HttpClient {
  * Starts a Gantry node in-process on a free port against a fresh PostgreSQL database and a
  * temporary data directory. Everything it started is removed by stop().
  */
-export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 'node'): Promise<TestNode> {
+export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 'node', opts: { clock?: Clock } = {}): Promise<TestNode> {
   const db = await createTestDatabase(label);
   const dataDir = mkdtempSync(join(tmpdir(), 'gantry-test-'));
   const config = loadConfig(
@@ -92,7 +93,7 @@ export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 
     },
   );
   const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
-  const node = await startNode(config, { logger });
+  const node = await startNode(config, { logger, ...(opts.clock ? { clock: opts.clock } : {}) });
   const origin = `http://127.0.0.1:${node.httpPort}`;
   return {
     node,

@@ -1,0 +1,47 @@
+import type { LocalActorSystem } from './runtime/system.js';
+import type { AgentStorePort, AgentTransportPort, EventBusPort, QuotaPort, TaskStorePort } from './ports.js';
+import { TaskActor, TASK, parseTaskMsg } from './task/task.actor.js';
+import { TeamSchedulerActor, SCHEDULER, parseSchedulerMsg } from './scheduler/scheduler.actor.js';
+import { AgentActor, AGENT, parseAgentMsg } from './agent/agent.actor.js';
+
+export { TASK, SCHEDULER, AGENT };
+
+export interface ActorDeps {
+  tasks: TaskStorePort;
+  agents: AgentStorePort;
+  transport: AgentTransportPort;
+  events: EventBusPort;
+  quotas: QuotaPort;
+  timeoutMaxS: number;
+  agentGraceMs: number;
+  progressIntervalMs: number;
+  askTimeoutMs: number;
+}
+
+/** Registers every actor kind with its protocol parser. */
+export function registerActors(sys: LocalActorSystem, d: ActorDeps): void {
+  sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS }, progressIntervalMs: d.progressIntervalMs }), {
+    parse: parseTaskMsg,
+    idleMs: 60_000,
+  });
+  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, askTimeoutMs: d.askTimeoutMs }), {
+    parse: parseSchedulerMsg,
+    idleMs: 10 * 60_000,
+  });
+  sys.register(AGENT, (id, ctx) => new AgentActor(id, ctx, { transport: d.transport, store: d.agents, tasks: d.tasks, graceMs: d.agentGraceMs }), {
+    parse: parseAgentMsg,
+    idleMs: 24 * 3600_000,
+  });
+}
+
+/** Recovery on start: every non-terminal task is picked up again. */
+export async function recoverTasks(sys: LocalActorSystem, tasks: TaskStorePort, graceMs: number): Promise<number> {
+  const open = await tasks.nonTerminal();
+  const teams = new Set<string>();
+  for (const t of open) {
+    teams.add(t.teamId);
+    if (t.status === 'provisioning' || t.status === 'queued' || t.status === 'running') sys.tell({ kind: TASK, id: t.id }, { type: 'recover', graceMs });
+  }
+  for (const team of teams) sys.tell({ kind: SCHEDULER, id: team }, { type: 'kick' });
+  return open.length;
+}

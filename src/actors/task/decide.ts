@@ -1,0 +1,159 @@
+import type { ServerToAgent, TaskRecord, TaskStatus, TransitionRequest } from '../ports.js';
+import { isTerminal } from '../ports.js';
+import type { TaskMsg } from './protocol.js';
+
+/** Side effects the shell runs after a successful transition (or right away when there is none). */
+export type TaskEffect =
+  | { type: 'dispatch'; agentId: string; epoch: number; provision: boolean }
+  | { type: 'tell_agent'; agentId: string; msg: ServerToAgent }
+  | { type: 'scheduler'; msg: { type: 'slot_freed'; taskId: string; agentId: string | null } | { type: 'task_requeued'; taskId: string } | { type: 'task_removed'; taskId: string } }
+  | { type: 'set_timer'; name: string; ms: number; msg: TaskMsg }
+  | { type: 'cancel_timer'; name: string }
+  | { type: 'progress'; epoch: number }
+  | { type: 'stop' };
+
+export interface Decision {
+  transition?: TransitionRequest;
+  effects: TaskEffect[];
+  /** Reply to an ask (after the transition, when there is one). */
+  reply?: unknown;
+  /** Rejects an ask with an application error (e.g. cancel of a terminal task). */
+  conflict?: { code: string; message: string };
+  /** A message for an old epoch/attempt or a state that does not accept it. */
+  stale?: string;
+}
+
+export interface DecideConfig {
+  timeoutMaxS: number;
+}
+
+const OPEN_AGENT: readonly TaskStatus[] = ['provisioning', 'queued', 'running'];
+const statusEvent = (t: TaskRecord, status: TaskStatus, now: number) => ({ type: 'status' as const, data: { task_id: t.id, status, timestamp: new Date(now).toISOString() } });
+
+export const timeoutMs = (t: TaskRecord, cfg: DecideConfig): number => (t.timeoutS > 0 ? Math.min(t.timeoutS, cfg.timeoutMaxS) : cfg.timeoutMaxS) * 1000;
+
+function failure(t: TaskRecord, now: number, error: string, from: readonly TaskStatus[], epoch: number, extra: TaskEffect[] = []): Decision {
+  return {
+    transition: {
+      taskId: t.id,
+      from,
+      epoch,
+      to: 'failed',
+      patch: { error, finishedAt: now },
+      events: [{ type: 'failed', data: { task_id: t.id, status: 'failed', error } }],
+      createRetry: true,
+    },
+    effects: [...extra, { type: 'cancel_timer', name: 'timeout' }, { type: 'cancel_timer', name: 'grace' }, { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } }, { type: 'stop' }],
+  };
+}
+
+/**
+ * The task state machine as a pure function: (state, message, now) -> what to write and do.
+ * The fencing token is lease_epoch: it grows on every assignment, and every agent-originated
+ * message carries the epoch it was given; anything else is stale and never applied.
+ */
+export function decide(t: TaskRecord, m: TaskMsg, now: number, cfg: DecideConfig): Decision {
+  const epochOk = (e: number): boolean => e === t.leaseEpoch;
+  switch (m.type) {
+    case 'get':
+      return { effects: [], reply: t };
+    case 'assign': {
+      if (t.status !== 'pending' && t.status !== 'waiting') return { effects: [], reply: { ok: false, status: t.status } };
+      const epoch = t.leaseEpoch + 1;
+      const to: TaskStatus = m.provision ? 'provisioning' : 'queued';
+      return {
+        transition: { taskId: t.id, from: ['pending', 'waiting'], epoch: t.leaseEpoch, to, patch: { agentId: m.agentId, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, to, now)] },
+        effects: [{ type: 'dispatch', agentId: m.agentId, epoch, provision: m.provision }],
+        reply: { ok: true, epoch },
+      };
+    }
+    case 'mark_waiting':
+      if (t.status !== 'pending') return { effects: [] };
+      return { transition: { taskId: t.id, from: ['pending'], to: 'waiting', patch: {}, events: [statusEvent(t, 'waiting', now)] }, effects: [] };
+    case 'provisioned':
+      if (t.status !== 'provisioning' || !epochOk(m.epoch)) return { effects: [], stale: `provisioned for epoch ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+      return { transition: { taskId: t.id, from: ['provisioning'], epoch: m.epoch, to: 'queued', patch: {}, events: [statusEvent(t, 'queued', now)] }, effects: [] };
+    case 'ack': {
+      if (t.status === 'running' && epochOk(m.epoch)) return { effects: [] }; // duplicate ACK: idempotent
+      if (t.status !== 'queued' || !epochOk(m.epoch) || m.attempt !== t.attempt) return { effects: [], stale: `ack ${m.attempt}/${m.epoch} in ${t.status}/${t.attempt}/${t.leaseEpoch}` };
+      const running = { ...t, status: 'running' as const, startedAt: now };
+      return {
+        transition: { taskId: t.id, from: ['queued'], epoch: m.epoch, to: 'running', patch: { startedAt: now }, events: [statusEvent(t, 'running', now)] },
+        effects: [{ type: 'set_timer', name: 'timeout', ms: timeoutMs(running, cfg), msg: { type: 'timeout', epoch: m.epoch } }, { type: 'cancel_timer', name: 'grace' }],
+      };
+    }
+    case 'progress':
+      if (t.status !== 'running' || !epochOk(m.epoch)) return { effects: [], stale: `progress for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+      return { effects: [{ type: 'progress', epoch: m.epoch }] };
+    case 'flush_progress':
+      return { effects: t.status === 'running' ? [{ type: 'progress', epoch: t.leaseEpoch }] : [] };
+    case 'finish':
+      if (t.status === 'completed' && epochOk(m.epoch)) return { effects: [] }; // duplicate
+      if (t.status !== 'running' || !epochOk(m.epoch)) return { effects: [], stale: `finish for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+      return {
+        transition: {
+          taskId: t.id,
+          from: ['running'],
+          epoch: m.epoch,
+          to: 'completed',
+          patch: { output: m.output, finishedAt: now, progress: null },
+          events: [{ type: 'completed', data: { task_id: t.id, status: 'completed', completed_at: new Date(now).toISOString(), output: m.output } }],
+        },
+        effects: [{ type: 'cancel_timer', name: 'timeout' }, { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } }, { type: 'stop' }],
+      };
+    case 'fail':
+      if (t.status === 'failed' && epochOk(m.epoch)) return { effects: [] };
+      if (!OPEN_AGENT.includes(t.status) || !epochOk(m.epoch)) return { effects: [], stale: `fail for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+      return failure(t, now, m.error, OPEN_AGENT, m.epoch);
+    case 'timeout': {
+      if (t.status !== 'running' || !epochOk(m.epoch)) return { effects: [] };
+      const s = timeoutMs(t, cfg) / 1000;
+      const cancel: TaskEffect[] = t.agentId ? [{ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : [];
+      return failure(t, now, `task timed out after ${s} s`, ['running'], m.epoch, cancel);
+    }
+    case 'agent_lost':
+    case 'grace_expired': {
+      const epoch = m.epoch ?? t.leaseEpoch;
+      if (m.type === 'agent_lost' && m.agentId !== t.agentId) return { effects: [], stale: `agent_lost from ${m.agentId}, task is on ${t.agentId}` };
+      if (!epochOk(epoch)) return { effects: [], stale: `agent loss for epoch ${epoch}, task at ${t.leaseEpoch}` };
+      if (t.status === 'queued' || t.status === 'provisioning') {
+        // lost before ACK: back to waiting, no retry consumed
+        return {
+          transition: { taskId: t.id, from: ['queued', 'provisioning'], epoch, to: 'waiting', patch: { agentId: null, queuedAt: null }, events: [statusEvent(t, 'waiting', now)] },
+          effects: [
+            { type: 'cancel_timer', name: 'grace' },
+            { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } },
+            { type: 'scheduler', msg: { type: 'task_requeued', taskId: t.id } },
+          ],
+        };
+      }
+      if (t.status === 'running') return failure(t, now, 'agent disconnected', ['running'], epoch);
+      return { effects: [] };
+    }
+    case 'reattach':
+      if (!OPEN_AGENT.includes(t.status) || !epochOk(m.epoch) || m.agentId !== t.agentId) return { effects: [], stale: `reattach ${m.agentId}/${m.epoch} in ${t.status}/${t.agentId}/${t.leaseEpoch}` };
+      return { effects: [{ type: 'cancel_timer', name: 'grace' }] };
+    case 'recover': {
+      const effects: TaskEffect[] = [];
+      if (OPEN_AGENT.includes(t.status)) effects.push({ type: 'set_timer', name: 'grace', ms: m.graceMs, msg: { type: 'grace_expired', epoch: t.leaseEpoch } });
+      if (t.status === 'running' && t.startedAt !== null)
+        effects.push({ type: 'set_timer', name: 'timeout', ms: Math.max(0, t.startedAt + timeoutMs(t, cfg) - now), msg: { type: 'timeout', epoch: t.leaseEpoch } });
+      if (isTerminal(t.status)) effects.push({ type: 'stop' });
+      return { effects };
+    }
+    case 'cancel': {
+      if (isTerminal(t.status)) return { effects: [], conflict: { code: 'task_terminal', message: `task is already ${t.status}` } };
+      const effects: TaskEffect[] = [{ type: 'cancel_timer', name: 'timeout' }, { type: 'cancel_timer', name: 'grace' }];
+      if (t.agentId && OPEN_AGENT.includes(t.status)) {
+        effects.push({ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } });
+        effects.push({ type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } });
+      } else effects.push({ type: 'scheduler', msg: { type: 'task_removed', taskId: t.id } });
+      effects.push({ type: 'stop' });
+      return {
+        transition: { taskId: t.id, from: ['pending', 'waiting', 'provisioning', 'queued', 'running'], to: 'cancelled', patch: { finishedAt: now }, events: [{ type: 'cancelled', data: { task_id: t.id, status: 'cancelled' } }] },
+        effects,
+        reply: { ok: true },
+      };
+    }
+  }
+}

@@ -1,0 +1,161 @@
+import { z } from 'zod';
+import type { ActorSystemPort } from '../../actors/ports.js';
+import { TASK, SCHEDULER } from '../../actors/index.js';
+import type { TaskQueries } from '../../persistence/task-queries.js';
+import { taskView } from '../../persistence/task-queries.js';
+import type { EventBusPort } from '../../actors/ports.js';
+import { collectFileKeys, resolveRunParameters, type StagedFile } from '../../domain/workflows/parameters.js';
+import type { WorkflowDefinition } from '../../domain/workflows/schema.js';
+import { conflict, fromZodIssues, gone, invalidParameter, notFound } from '../../shared/errors.js';
+import { isUuid, uuidv7 } from '../../shared/ids.js';
+import { paged, parsePage } from '../../shared/pagination.js';
+import { Reply, type Ctx, type RouteDef } from '../http.js';
+import type { RouteAuth, TeamPrincipal } from '../principal.js';
+
+export const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
+
+/** What the run endpoint needs from the workflow catalog. */
+export interface WorkflowResolver {
+  resolveForRun(teamId: string, ref: { id: string } | { slug: string; version?: number }): Promise<{ workflow: WorkflowDefinition; workflowId: string; workflowSlug: string; version: number; snapshotId: string | null }>;
+}
+
+/** Staged input files (the files issue implements it). */
+export interface FileLookup {
+  lookup(teamId: string, fileKeys: string[]): Promise<Map<string, StagedFile>>;
+}
+
+/** Turns a completed task's output into download URLs (object store). */
+export interface OutputLinks {
+  links(teamId: string, taskId: string, output: Record<string, unknown>): Promise<{ download_url: string | null; download_urls: Record<string, string> | null; expires_at: string | null }>;
+}
+
+export interface TaskRouteDeps {
+  actors: ActorSystemPort;
+  tasks: TaskQueries;
+  workflows: WorkflowResolver;
+  files: FileLookup;
+  outputs: OutputLinks;
+  events: EventBusPort;
+  outputRetentionS: number;
+  now: () => number;
+}
+
+const runBody = z
+  .object({
+    parameters: z.record(z.string(), z.unknown()).optional(),
+    dispatch_target: z.enum(['agent', 'comfy_cloud']).optional(),
+  })
+  .strict();
+
+const TASK_STATUS = ['pending', 'waiting', 'provisioning', 'queued', 'running', 'completed', 'failed', 'cancelled'] as const;
+
+export const principalOf = (c: Ctx): TeamPrincipal => c.principal as TeamPrincipal;
+
+export const uuidParam = (c: Ctx, name: string): string => {
+  const v = c.params[name] ?? '';
+  if (!isUuid(v)) throw invalidParameter(`${name}: must be a UUID`);
+  return v.toLowerCase();
+};
+
+/** slug or slug@version */
+export function parseSlugRef(raw: string): { slug: string; version?: number } {
+  const at = raw.lastIndexOf('@');
+  if (at < 0) return { slug: raw };
+  const slug = raw.slice(0, at);
+  const v = raw.slice(at + 1);
+  if (!/^[1-9]\d{0,8}$/.test(v)) throw invalidParameter(`workflowSlug: version after @ must be a positive integer (got ${JSON.stringify(v)})`);
+  return { slug, version: Number(v) };
+}
+
+export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
+  const run = async (c: Ctx, ref: { id: string } | { slug: string; version?: number }) => {
+    const p = principalOf(c);
+    const parsed = runBody.safeParse(c.body ?? {});
+    if (!parsed.success) throw fromZodIssues(parsed.error.issues);
+    const w = await d.workflows.resolveForRun(p.teamId, ref);
+    const def = w.workflow;
+    const input = parsed.data.parameters ?? {};
+    const keys = collectFileKeys(def.parameters, input);
+    const files = keys.length ? await d.files.lookup(p.teamId, keys) : new Map<string, StagedFile>();
+    const resolved = resolveRunParameters({ toolType: def.tool_type, workflowJson: def.workflow_json, parameters: def.parameters, input, files, teamId: p.teamId, now: d.now() });
+    const taskId = uuidv7();
+    const dispatchTarget = parsed.data.dispatch_target ?? def.default_dispatch_target;
+    const events = await d.tasks.insert({
+      id: taskId,
+      teamId: p.teamId,
+      workflowId: w.workflowId,
+      workflowSlug: w.workflowSlug,
+      workflowVersion: w.version,
+      snapshotId: w.snapshotId,
+      dispatchTarget,
+      toolType: def.tool_type,
+      parameters: resolved.values,
+      resolvedWorkflow: resolved.workflow,
+      inputFiles: resolved.fileInputs.map((f) => ({ ...f, fileName: files.get(f.fileKey)?.fileName ?? '' })),
+      maxRetries: def.max_retries,
+      timeoutS: def.task_timeout,
+      requiredLabels: def.required_labels,
+      minVramGb: def.min_vram_gb,
+      requiredModels: def.required_models,
+      preferredGpu: def.preferred_gpu ?? null,
+      createdByUserId: p.userId ?? null,
+      createdByCredentialId: p.credentialId ?? null,
+    });
+    // committed: now the scheduler may pick it up
+    d.events.publish(events);
+    d.actors.tell({ kind: SCHEDULER, id: p.teamId }, { type: 'task_submitted', taskId });
+    return new Reply(202, { task_id: taskId });
+  };
+
+  const loadTask = async (c: Ctx) => {
+    const id = uuidParam(c, 'taskId');
+    const row = await d.tasks.get(principalOf(c).teamId, id);
+    if (!row) throw notFound('task', 'task_not_found');
+    return row;
+  };
+
+  return [
+    { method: 'POST', path: '/r/workflows/{workflowId}/run', auth: RUNTIME, handler: async (c) => run(c, { id: uuidParam(c, 'workflowId') }) },
+    { method: 'POST', path: '/r/workflows/slug/{workflowSlug}/run', auth: RUNTIME, handler: async (c) => run(c, parseSlugRef(c.params.workflowSlug ?? '')) },
+    {
+      method: 'GET',
+      path: '/r/tasks',
+      auth: RUNTIME,
+      handler: async (c) => {
+        const pg = parsePage(c.query);
+        const status = c.query.get('task_status') ?? undefined;
+        if (status !== undefined && !(TASK_STATUS as readonly string[]).includes(status)) throw invalidParameter(`task_status: must be one of ${TASK_STATUS.join(', ')}`);
+        const workflowId = c.query.get('workflow_id') ?? undefined;
+        if (workflowId !== undefined && !isUuid(workflowId)) throw invalidParameter('workflow_id: must be a UUID');
+        const r = await d.tasks.list(principalOf(c).teamId, { status, workflowId }, pg.perPage, pg.offset);
+        return paged('task_list', r.rows.map(taskView), pg, r.total);
+      },
+    },
+    { method: 'GET', path: '/r/tasks/{taskId}', auth: RUNTIME, handler: async (c) => taskView(await loadTask(c)) },
+    {
+      method: 'GET',
+      path: '/r/tasks/{taskId}/result',
+      auth: RUNTIME,
+      handler: async (c) => {
+        const row = await loadTask(c);
+        if (row.task_status !== 'completed') throw conflict('task_not_completed', `task is ${row.task_status}; the result exists once it is completed`);
+        const finished = row.finished_at ? new Date(row.finished_at).getTime() : d.now();
+        const expiresAt = finished + d.outputRetentionS * 1000;
+        if (d.now() >= expiresAt) throw gone('output_expired', `task outputs are kept for ${Math.round(d.outputRetentionS / 86400)} days; they expired at ${new Date(expiresAt).toISOString()}`);
+        const output = (row.output ?? {}) as Record<string, unknown>;
+        const links = await d.outputs.links(row.team_id, row.id, output);
+        return { task_id: row.id, task_status: row.task_status, download_url: links.download_url, download_urls: links.download_urls, output, expires_at: links.expires_at ?? new Date(expiresAt).toISOString() };
+      },
+    },
+    {
+      method: 'POST',
+      path: '/r/tasks/{taskId}/cancel',
+      auth: RUNTIME,
+      handler: async (c) => {
+        const row = await loadTask(c);
+        await d.actors.ask({ kind: TASK, id: row.id }, { type: 'cancel' }, { deadlineMs: d.now() + 15_000 });
+        return { is_success: true };
+      },
+    },
+  ];
+}

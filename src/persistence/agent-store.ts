@@ -1,0 +1,173 @@
+import type { Database } from './db.js';
+import { q, json, iso, ts } from './sql.js';
+import { uuidv7 } from '../shared/ids.js';
+import type { AgentInfo, AgentStorePort } from '../actors/ports.js';
+
+export type AgentStatus = 'online' | 'busy' | 'draining' | 'offline';
+
+export interface AgentRow {
+  id: string;
+  teamId: string;
+  machineId: string;
+  displayName: string;
+  agentStatus: AgentStatus;
+  labels: string[];
+  gpuType: string | null;
+  gpuCount: number;
+  vramTotalGb: number;
+  gpus: Array<{ name: string; vram_gb: number }>;
+  models: string[];
+  customNodes: string[];
+  slots: number;
+  systemStats: Record<string, unknown> | null;
+  currentTaskId: string | null;
+  lastSeenAt: number | null;
+  agentVersion: string | null;
+  credentialId: string | null;
+  nodeId: string | null;
+  createdAt: number;
+}
+
+export const rowToAgent = (r: Record<string, any>): AgentRow => ({
+  id: r.id,
+  teamId: r.team_id,
+  machineId: r.machine_id,
+  displayName: r.display_name,
+  agentStatus: r.agent_status,
+  labels: r.labels ?? [],
+  gpuType: r.gpu_type ?? null,
+  gpuCount: Number(r.gpu_count ?? 0),
+  vramTotalGb: Number(r.vram_total_gb ?? 0),
+  gpus: r.gpus ?? [],
+  models: r.models ?? [],
+  customNodes: r.custom_nodes ?? [],
+  slots: Number(r.slots ?? 1),
+  systemStats: r.system_stats ?? null,
+  currentTaskId: r.current_task_id ?? null,
+  lastSeenAt: ts(r.last_seen_at),
+  agentVersion: r.agent_version ?? null,
+  credentialId: r.credential_id ?? null,
+  nodeId: r.node_id ?? null,
+  createdAt: ts(r.created_at) ?? 0,
+});
+
+export const agentInfoOf = (a: AgentRow, needsSync = false): AgentInfo => ({
+  agentId: a.id,
+  teamId: a.teamId,
+  labels: a.labels,
+  gpuType: a.gpuType,
+  gpuCount: a.gpuCount,
+  vramTotalGb: a.vramTotalGb,
+  models: a.models,
+  slots: a.slots,
+  draining: a.agentStatus === 'draining',
+  needsSync,
+});
+
+export interface AgentRegistration {
+  teamId: string;
+  machineId: string;
+  displayName: string;
+  labels: string[];
+  gpus: Array<{ name: string; vram_gb: number }>;
+  models: string[];
+  customNodes: string[];
+  slots: number;
+  agentVersion: string;
+  credentialId: string | null;
+  nodeId: string;
+}
+
+/** Agent records: one per (team, machine_id); the live view is the agent actor's. */
+export class PgAgentStore implements AgentStorePort {
+  constructor(private readonly db: Database) {}
+
+  async online(teamId: string): Promise<AgentInfo[]> {
+    const rows = await q(this.db)(`select * from agents where team_id = ? and agent_status in ('online','busy','draining')`, [teamId]);
+    return rows.map((r) => agentInfoOf(rowToAgent(r)));
+  }
+
+  async setStatus(agentId: string, status: AgentStatus, currentTaskId?: string | null): Promise<void> {
+    if (currentTaskId === undefined) await q(this.db)('update agents set agent_status = ?, last_seen_at = now(), updated_at = now() where id = ?', [status, agentId]);
+    else await q(this.db)('update agents set agent_status = ?, current_task_id = ?, last_seen_at = now(), updated_at = now() where id = ?', [status, currentTaskId, agentId]);
+  }
+
+  /** Registers or updates the agent for (team, machine_id); the same machine keeps its id. */
+  async register(r: AgentRegistration): Promise<AgentRow> {
+    const vram = r.gpus.reduce((s, g) => s + (g.vram_gb || 0), 0);
+    const gpuType = r.gpus[0]?.name ?? null;
+    const rows = await q(this.db)(
+      `insert into agents (id, team_id, machine_id, display_name, agent_status, labels, gpu_type, gpu_count, vram_total_gb, gpus, models, custom_nodes, slots, agent_version, credential_id, node_id, last_seen_at)
+       values (?, ?, ?, ?, 'offline', ?::jsonb, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, now())
+       on conflict (team_id, machine_id) do update set display_name = excluded.display_name, labels = excluded.labels, gpu_type = excluded.gpu_type,
+         gpu_count = excluded.gpu_count, vram_total_gb = excluded.vram_total_gb, gpus = excluded.gpus, models = excluded.models,
+         custom_nodes = excluded.custom_nodes, slots = excluded.slots, agent_version = excluded.agent_version, credential_id = excluded.credential_id,
+         node_id = excluded.node_id, last_seen_at = now(), updated_at = now()
+       returning *`,
+      [uuidv7(), r.teamId, r.machineId, r.displayName, json(r.labels), gpuType, r.gpus.length, vram, json(r.gpus), json(r.models), json(r.customNodes), r.slots, r.agentVersion, r.credentialId, r.nodeId],
+    );
+    return rowToAgent(rows[0] as Record<string, any>);
+  }
+
+  async updateInventory(agentId: string, models: string[], customNodes: string[]): Promise<void> {
+    await q(this.db)('update agents set models = ?::jsonb, custom_nodes = ?::jsonb, updated_at = now() where id = ?', [json(models), json(customNodes), agentId]);
+  }
+
+  async heartbeat(agentId: string, stats: Record<string, unknown>): Promise<void> {
+    await q(this.db)('update agents set system_stats = ?::jsonb, last_seen_at = now() where id = ?', [json(stats), agentId]);
+  }
+
+  async get(teamId: string, agentId: string): Promise<AgentRow | null> {
+    const rows = await q(this.db)('select * from agents where team_id = ? and id = ?', [teamId, agentId]);
+    return rows[0] ? rowToAgent(rows[0]) : null;
+  }
+
+  async byId(agentId: string): Promise<AgentRow | null> {
+    const rows = await q(this.db)('select * from agents where id = ?', [agentId]);
+    return rows[0] ? rowToAgent(rows[0]) : null;
+  }
+
+  async list(teamId: string, limit: number, offset: number): Promise<{ rows: AgentRow[]; total: number }> {
+    const qq = q(this.db);
+    const rows = await qq('select * from agents where team_id = ? order by created_at limit ? offset ?', [teamId, limit, offset]);
+    const c = await qq<{ n: number }>('select count(*)::int as n from agents where team_id = ?', [teamId]);
+    return { rows: rows.map(rowToAgent), total: Number(c[0]?.n ?? 0) };
+  }
+
+  async count(teamId: string): Promise<number> {
+    const c = await q(this.db)<{ n: number }>('select count(*)::int as n from agents where team_id = ?', [teamId]);
+    return Number(c[0]?.n ?? 0);
+  }
+
+  async delete(teamId: string, agentId: string): Promise<boolean> {
+    const rows = await q(this.db)('delete from agents where team_id = ? and id = ? returning id', [teamId, agentId]);
+    return rows.length > 0;
+  }
+
+  /** On start: agents this node held (or all, single node) have no live stream any more. */
+  async markAllOffline(nodeId: string | null): Promise<void> {
+    if (nodeId === null) await q(this.db)(`update agents set agent_status = 'offline' where agent_status <> 'offline'`);
+    else await q(this.db)(`update agents set agent_status = 'offline' where node_id = ? and agent_status <> 'offline'`, [nodeId]);
+  }
+}
+
+export const agentJson = (a: AgentRow, reduced: boolean): Record<string, unknown> => {
+  const stats = a.systemStats ?? {};
+  const gpus = Array.isArray((stats as any).gpus) ? ((stats as any).gpus as Array<Record<string, number>>) : [];
+  const util = gpus.length ? gpus.reduce((s, g) => s + (Number(g.utilization_percent) || 0), 0) / gpus.length : 0;
+  return {
+    id: a.id,
+    display_name: a.displayName,
+    agent_status: a.agentStatus,
+    labels: a.labels,
+    gpu_type: a.gpuType,
+    gpu_count: a.gpuCount,
+    vram_total_gb: a.vramTotalGb,
+    current_task_id: a.currentTaskId,
+    system_stats: reduced ? { gpu_count: a.gpuCount, vram_total_gb: a.vramTotalGb, gpu_utilization_percent: Math.round(util * 10) / 10 } : stats,
+    last_seen_at: iso(a.lastSeenAt),
+    agent_version: a.agentVersion,
+    machine_id: reduced ? undefined : a.machineId,
+    created_at: iso(a.createdAt),
+  };
+};

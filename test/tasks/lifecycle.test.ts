@@ -1,0 +1,209 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { startTestNode, type TestNode } from '../helpers/node.js';
+import { FakeAgent } from '../helpers/fake-agent.js';
+import { submitTask, waitForStatus, newTeam } from '../helpers/tasks.js';
+import { FakeClock } from '../../src/shared/clock.js';
+
+let t: TestNode;
+let clock: FakeClock;
+let sql: pg.Client;
+before(async () => {
+  clock = new FakeClock(Date.now());
+  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 5, GANTRY_TASK_TIMEOUT_MAX_S: 3600 }, 'life', { clock });
+  sql = new pg.Client({ connectionString: t.db.url });
+  await sql.connect();
+});
+after(async () => {
+  await sql.end();
+  await t.stop();
+});
+
+const events = async (taskId: string) => (await sql.query('select event_type, payload from task_events where task_id = $1 order by id', [taskId])).rows as Array<{ event_type: string; payload: any }>;
+const row = async (taskId: string) => (await sql.query('select * from tasks where id = $1', [taskId])).rows[0];
+/** Lets queued actor turns run (they await PostgreSQL) without advancing the fake clock. */
+const settle = async (taskId: string) => t.node.actors.ask({ kind: 'task', id: taskId }, { type: 'get' });
+
+test('happy path: pending -> queued -> running -> progress -> completed, every transition has its event row', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team);
+  const a = await agent.assignment(id);
+  assert.equal(a.epoch, 1);
+  assert.equal(a.attempt, 1);
+  await waitForStatus(t.node, id, 'queued');
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  agent.progress(a, { progress: 0.5, step_current: 10, step_total: 20, current_node: '3 KSampler' });
+  await settle(id);
+  agent.finish(a);
+  await waitForStatus(t.node, id, 'completed');
+  const ev = await events(id);
+  assert.deepEqual(
+    ev.map((e) => (e.event_type === 'status' ? e.payload.status : e.event_type)),
+    ['pending', 'queued', 'running', 'progress', 'completed'],
+  );
+  assert.equal(ev[3]!.payload.step_current, 10);
+  assert.deepEqual(ev[4]!.payload.output, { storage_key: `outputs/${id}/output.png`, image_count: 1 });
+  assert.equal((await row(id)).agent_id, agent.agentId);
+});
+
+test('no eligible agent -> waiting; an agent that connects later gets it', async () => {
+  const team = newTeam();
+  const id = await submitTask(t.node, team, { requiredLabels: ['a100'] });
+  await waitForStatus(t.node, id, 'waiting');
+  const wrong = await new FakeAgent(t.node, { teamId: team, labels: ['t4'] }).connect();
+  const right = await new FakeAgent(t.node, { teamId: team, labels: ['a100', 'fast'] }).connect();
+  const a = await right.assignment(id);
+  await waitForStatus(t.node, id, 'queued');
+  assert.equal(wrong.inbox.length, 0);
+  assert.equal(a.taskId, id);
+});
+
+test('timeout counts from ACK, not from submission', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team, { timeoutS: 10 });
+  const a = await agent.assignment(id);
+  clock.advance(60_000); // a minute in the queue: no timeout before ACK
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'queued');
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  clock.advance(9_000);
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'running');
+  clock.advance(1_500);
+  await waitForStatus(t.node, id, 'failed');
+  const r = await row(id);
+  assert.match(r.task_error, /timed out after 10 s/);
+  // the agent was told to interrupt
+  await agent.next((m) => m.type === 'cancel' && m.taskId === id);
+});
+
+test('retry: a new task (attempt+1) linked both ways, created in the failing transaction, up to max_retries', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team, { maxRetries: 1 });
+  const a1 = await agent.assignment(id);
+  agent.ack(a1);
+  await waitForStatus(t.node, id, 'running');
+  agent.fail(a1, 'CUDA out of memory');
+  await waitForStatus(t.node, id, 'failed');
+  const first = await row(id);
+  assert.ok(first.retry_task_id);
+  const ev = await events(id);
+  const failed = ev.find((e) => e.event_type === 'failed')!;
+  assert.equal(failed.payload.retry_task_id, first.retry_task_id);
+  assert.equal(failed.payload.error, 'CUDA out of memory');
+  const retry = await row(first.retry_task_id);
+  assert.equal(retry.parent_task_id, id);
+  assert.equal(retry.attempt, 2);
+  const a2 = await agent.assignment(first.retry_task_id);
+  assert.equal(a2.attempt, 2);
+  agent.ack(a2);
+  await waitForStatus(t.node, a2.taskId, 'running');
+  agent.fail(a2, 'again');
+  await waitForStatus(t.node, a2.taskId, 'failed');
+  assert.equal((await row(a2.taskId)).retry_task_id, null, 'max_retries=1 allows one retry only');
+});
+
+test('agent lost before ACK -> back to waiting (no retry); after ACK -> failed and retried', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team, { maxRetries: 1 });
+  await agent.assignment(id);
+  await waitForStatus(t.node, id, 'queued');
+  agent.disconnect();
+  clock.advance(5_500); // grace period
+  await waitForStatus(t.node, id, 'waiting');
+  const r = await row(id);
+  assert.equal(r.attempt, 1);
+  assert.equal(r.retry_task_id, null);
+  assert.equal(r.agent_id, null);
+  // reconnect (same machine): gets it again with a new epoch
+  const again = await new FakeAgent(t.node, { teamId: team, machineId: agent.machineId }).connect();
+  const a = await again.assignment(id);
+  assert.equal(a.epoch, 2);
+  again.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  again.disconnect();
+  clock.advance(5_500);
+  await waitForStatus(t.node, id, 'failed');
+  const f = await row(id);
+  assert.equal(f.task_error, 'agent disconnected');
+  assert.ok(f.retry_task_id);
+});
+
+test('a reconnect within the grace period re-attaches the running task', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team);
+  const a = await agent.assignment(id);
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  agent.disconnect();
+  clock.advance(2_000);
+  const back = await new FakeAgent(t.node, { teamId: team, machineId: agent.machineId }).connect([{ taskId: id, attempt: a.attempt, epoch: a.epoch }]);
+  clock.advance(10_000);
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'running');
+  back.finish(a);
+  await waitForStatus(t.node, id, 'completed');
+});
+
+test('stale writers are rejected: old epoch ACK/finish never applied, duplicates idempotent', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team);
+  const a = await agent.assignment(id);
+  agent.ack({ ...a, epoch: a.epoch + 5 });
+  agent.ack({ ...a, attempt: 2 });
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'queued');
+  agent.ack(a);
+  agent.ack(a); // duplicate
+  await waitForStatus(t.node, id, 'running');
+  agent.finish({ ...a, epoch: 0 }, { storage_key: 'evil' });
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'running');
+  agent.finish(a);
+  agent.fail(a, 'late failure after completion');
+  await waitForStatus(t.node, id, 'completed');
+  await settle(id);
+  const r = await row(id);
+  assert.equal(r.task_status, 'completed');
+  assert.equal(r.task_error, null);
+  assert.equal((await events(id)).filter((e) => e.event_type === 'completed').length, 1);
+});
+
+test('cancel works from every non-terminal state and tells a running agent to interrupt', async () => {
+  const team = newTeam();
+  // pending/waiting
+  const w = await submitTask(t.node, team, { requiredLabels: ['nobody'] });
+  await waitForStatus(t.node, w, 'waiting');
+  await t.node.actors.ask({ kind: 'task', id: w }, { type: 'cancel' });
+  assert.equal((await row(w)).task_status, 'cancelled');
+  // queued and running
+  const agent = await new FakeAgent(t.node, { teamId: team, slots: 2 }).connect();
+  const q = await submitTask(t.node, team);
+  await agent.assignment(q);
+  await waitForStatus(t.node, q, 'queued');
+  await t.node.actors.ask({ kind: 'task', id: q }, { type: 'cancel' });
+  await agent.next((m) => m.type === 'cancel' && m.taskId === q);
+  const r = await submitTask(t.node, team);
+  const ar = await agent.assignment(r);
+  agent.ack(ar);
+  await waitForStatus(t.node, r, 'running');
+  await t.node.actors.ask({ kind: 'task', id: r }, { type: 'cancel' });
+  await agent.next((m) => m.type === 'cancel' && m.taskId === r);
+  assert.equal((await row(r)).task_status, 'cancelled');
+  // terminal: a second cancel is a conflict and nothing changes
+  await assert.rejects(t.node.actors.ask({ kind: 'task', id: r }, { type: 'cancel' }), (e: any) => e.kind === 'conflict' && e.code === 'task_terminal');
+  // the agent's late completion of a cancelled task is ignored
+  agent.finish(ar);
+  await settle(r);
+  assert.equal((await row(r)).task_status, 'cancelled');
+  assert.deepEqual((await events(r)).map((e) => e.event_type).slice(-1), ['cancelled']);
+});
