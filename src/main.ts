@@ -6,8 +6,23 @@ import { Database } from './persistence/db.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
 import { systemRoutes } from './edge/routes/system.js';
 import { debugRoutes } from './edge/routes/debug.js';
-import type { Authenticator } from './edge/principal.js';
-import { unauthorized } from './shared/errors.js';
+import { identityRoutes, identityDebugRoutes } from './edge/routes/identity.js';
+import { teamRoutes } from './edge/routes/teams.js';
+import { createIdentity, type Identity } from './identity/index.js';
+import { workflowRoutes } from './edge/routes/workflows.js';
+import { WorkflowStore } from './persistence/workflow-store.js';
+import { systemClock, type Clock } from './shared/clock.js';
+import { LocalActorSystem } from './actors/runtime/system.js';
+import { registerActors, recoverTasks } from './actors/index.js';
+import { PgTaskStore } from './persistence/task-store.js';
+import { PgAgentStore } from './persistence/agent-store.js';
+import { TaskQueries } from './persistence/task-queries.js';
+import { LocalEventBus } from './cluster/event-bus.js';
+import { AgentSessions } from './edge/agents/sessions.js';
+import { taskRoutes } from './edge/routes/tasks.js';
+import { actorMetrics } from './edge/metrics.js';
+import { createObjectStore, LocalObjectStore, type ObjectStore } from './storage/index.js';
+import { storageRoutes } from './edge/routes/storage.js';
 
 export interface GantryNode {
   config: Config;
@@ -17,6 +32,16 @@ export interface GantryNode {
   baseUrl: string;
   installationId: string;
   migrationsApplied: string[];
+  /** Users, teams, credentials; `identity.verifyAgentCredential(ak)` serves the agent stream. */
+  identity: Identity;
+  actors: LocalActorSystem;
+  sessions: AgentSessions;
+  events: LocalEventBus;
+  agentStore: PgAgentStore;
+  taskStore: PgTaskStore;
+  objectStore: ObjectStore;
+  /** Origin clients and agents use (GANTRY_PUBLIC_URL, or this node's loopback address). */
+  publicUrl: string;
   /** Every registered HTTP route (the auth-matrix test walks them all). */
   routes(): ReadonlyArray<RouteDef>;
   /** Graceful stop: stop accepting, finish in-flight work (bounded), close the database. */
@@ -25,15 +50,8 @@ export interface GantryNode {
 
 export interface StartOptions {
   logger?: Logger;
+  clock?: Clock;
 }
-
-/** Until the identity module is wired, only public routes are reachable. */
-const publicOnly: Authenticator = {
-  authenticate: async (_req, auth) => {
-    if (auth.kinds === 'public') return null;
-    throw unauthorized('credential_missing', 'authentication required');
-  },
-};
 
 /** The composition root: the only place that knows every layer. */
 export async function startNode(config: Config, opts: StartOptions = {}): Promise<GantryNode> {
@@ -46,13 +64,49 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const installationId = await db.installationId();
   logger.info({ installation_id: installationId, embedded: db.embedded, migrations_applied: migrationsApplied.length }, 'database ready');
 
+  // --- actors: one task actor per open task, one scheduler per team, one agent actor per stream
+  const clock = opts.clock ?? systemClock;
+  const actors = new LocalActorSystem(clock, logger.child({ component: 'actors' }), actorMetrics);
+  const events = new LocalEventBus();
+  const taskStore = new PgTaskStore(db);
+  const agentStore = new PgAgentStore(db);
+  const taskQueries = new TaskQueries(db);
+  const workflowStore = new WorkflowStore(db);
+  const sessions = new AgentSessions(actors);
+  const objectStore: ObjectStore = createObjectStore({
+    storage: config.GANTRY_STORAGE,
+    dataDir,
+    publicBaseUrl: config.publicUrl,
+    secret: await db.secret('storage-url-signing'),
+    s3: { endpoint: config.S3_ENDPOINT, region: config.S3_REGION, accessKeyId: config.S3_ACCESS_KEY_ID, secretAccessKey: config.S3_SECRET_ACCESS_KEY },
+    clock,
+  });
+  registerActors(actors, {
+    tasks: taskStore,
+    agents: agentStore,
+    transport: sessions,
+    events,
+    quotas: { maxConcurrentTasks: () => config.quotas.maxConcurrentTasks },
+    timeoutMaxS: config.GANTRY_TASK_TIMEOUT_MAX_S,
+    agentGraceMs: config.GANTRY_AGENT_GRACE_S * 1000,
+    progressIntervalMs: 500,
+    askTimeoutMs: 15_000,
+  });
+  // single node: no agent stream survived the restart
+  await agentStore.markAllOffline(null);
+  const recovered = await recoverTasks(actors, taskStore, config.GANTRY_AGENT_GRACE_S * 1000);
+  if (recovered) logger.info({ open_tasks: recovered }, 'recovering open tasks');
+
+  const identity = createIdentity({ config, db, logger, dataDir });
+  identity.start();
+
   const edge = new HttpEdge({
     host: config.GANTRY_HTTP_HOST,
     port: config.GANTRY_HTTP_PORT,
     basePath: '/api/v1',
     maxBodyBytes: config.GANTRY_MAX_BODY_BYTES,
     logger,
-    authenticator: publicOnly,
+    authenticator: identity.authenticator,
   });
   edge.addAll(
     systemRoutes({
@@ -63,9 +117,27 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       },
     }),
   );
-  if (config.GANTRY_DEBUG_ROUTES) edge.addAll(debugRoutes());
+  edge.addAll(workflowRoutes({ workflows: workflowStore }));
+  edge.addAll(
+    taskRoutes({
+      actors,
+      tasks: taskQueries,
+      workflows: workflowStore,
+      files: { lookup: async () => new Map() },
+      outputs: { links: async () => ({ download_url: null, download_urls: null, expires_at: null }) },
+      events,
+      outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
+      now: () => clock.now(),
+    }),
+  );
+  edge.addAll(identityRoutes(identity.service));
+  edge.addAll(teamRoutes(identity.service));
+  if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
+  if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
   const http = await edge.listen();
   const baseUrl = `http://127.0.0.1:${http.port}/api/v1`;
+  const publicUrl = config.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${http.port}`;
+  if (objectStore instanceof LocalObjectStore) objectStore.setPublicBaseUrl(publicUrl);
   logger.info({ http_port: http.port, base_url: baseUrl }, 'listening');
 
   let closing: Promise<void> | null = null;
@@ -77,11 +149,21 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     baseUrl,
     installationId,
     migrationsApplied,
+    identity,
+    actors,
+    sessions,
+    events,
+    agentStore,
+    taskStore,
+    objectStore,
+    publicUrl,
     routes: () => http.routes(),
     close() {
       closing ??= (async () => {
         logger.info('shutting down');
         await http.shutdown(config.GANTRY_SHUTDOWN_TIMEOUT_MS);
+        await actors.shutdown();
+        await identity.stop();
         await db.close();
         logger.info('stopped');
       })();

@@ -6,6 +6,7 @@ import { AppError, badRequest, notFound, isAppError } from '../shared/errors.js'
 import { uuidv7 } from '../shared/ids.js';
 import { Router, type Method } from './router.js';
 import { toHttpError, statusLine } from './error-map.js';
+import { createBodyChannel } from '../storage/local-http.js';
 import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
 
 export interface Ctx {
@@ -231,27 +232,51 @@ export class StreamResponse {
     });
   }
 
-  /** The request body as a Node stream with backpressure (pauses the socket while the consumer is busy). */
-  bodyStream(maxBytes: number): Readable {
+  private bodyIter: AsyncIterable<Buffer> | null = null;
+
+  /**
+   * @internal Attaches the body reader synchronously (uWS drops chunks that arrive before onData
+   * is registered); the socket is paused while the consumer is behind.
+   */
+  _prepareBody(maxBytes: number): void {
+    const raw = this.raw;
+    const ch = createBodyChannel({ pause: () => raw.pause(), resume: () => raw.resume() });
     let received = 0;
-    const res = this.raw;
-    const stream = new Readable({
-      read() {
-        res.resume();
-      },
-    });
-    res.onData((ab, isLast) => {
-      const chunk = Buffer.from(new Uint8Array(ab.slice(0)));
-      received += chunk.length;
+    raw.onData((ab, isLast) => {
+      received += ab.byteLength;
       if (received > maxBytes) {
-        stream.destroy(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${maxBytes} bytes`));
+        ch.fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${maxBytes} bytes`));
         return;
       }
-      if (!stream.push(chunk)) res.pause();
-      if (isLast) stream.push(null);
+      ch.push(ab, isLast);
     });
-    this.onAbort(() => stream.destroy(new Error('client aborted')));
-    return stream;
+    this.onAbort(() => ch.fail(new Error('client aborted')));
+    this.bodyIter = ch.iterable;
+  }
+
+  /** The request body (stream routes), consumed once; empty when the request has none. */
+  body(): AsyncIterable<Buffer> | null {
+    return this.bodyIter;
+  }
+
+  /** HEAD responses and other body-less replies with a declared length. */
+  endWithoutBody(contentLength?: number): void {
+    if (this.aborted || this.ended) return;
+    this.ended = true;
+    this.raw.cork(() => {
+      this.raw.endWithoutBody(contentLength);
+    });
+    this.finish();
+  }
+
+  /** Ends and closes the connection (e.g. an error sent before the request body was read). */
+  endAndClose(chunk: string | Uint8Array): void {
+    if (this.aborted || this.ended) return;
+    this.ended = true;
+    this.raw.cork(() => {
+      this.raw.end(chunk, true);
+    });
+    this.finish();
   }
 
   private finish(): void {
@@ -419,6 +444,8 @@ export class HttpEdge {
     ctx.params = m.params;
 
     if (def.stream) {
+      const hasBody = method !== 'GET' && method !== 'HEAD' && (Number(headers['content-length'] ?? '0') > 0 || headers['transfer-encoding'] !== undefined);
+      if (hasBody) sr._prepareBody(def.maxBodyBytes ?? this.o.maxBodyBytes);
       this.streams.add(sr);
       sr.onAbort(() => this.streams.delete(sr));
       const run = async (): Promise<void> => {

@@ -56,6 +56,10 @@ export const configSchema = z.object({
   GANTRY_JWT_AUDIENCE: z.string().default('gantry-api'),
   GANTRY_ACCESS_TOKEN_TTL_S: int(900, 60, 86_400),
   GANTRY_REFRESH_TOKEN_TTL_S: int(30 * 86_400, 3600, 365 * 86_400),
+  /** Requests per minute per client IP on each of login, register, password forgot and pairing start/confirm. */
+  GANTRY_AUTH_RATE_LIMIT_PER_MIN: int(30, 1, 1_000_000),
+  /** Minimum seconds between two polls of one device pairing (faster polls get 429 slow_down). */
+  GANTRY_PAIRING_POLL_INTERVAL_S: int(5, 0, 60),
   SMTP_URL: optStr,
   GANTRY_MAIL_FROM: z.string().default('Gantry <gantry@localhost>'),
   GANTRY_OUTBOUND_ALLOWLIST: optStr,

@@ -100,7 +100,9 @@ export class FakeAgent {
   fail(a: { taskId: string; attempt: number; epoch: number }, error = 'tool error'): void {
     this.say({ type: 'failed', taskId: a.taskId, attempt: a.attempt, epoch: a.epoch, error });
   }
-  disconnect(): void {
+  /** Closes the stream; resolves once the agent actor has processed it (its grace timer is armed). */
+  async disconnect(): Promise<void> {
     this.node.sessions.close(this.agentId, this.sessionId);
+    await this.node.actors.ask({ kind: 'agent', id: this.agentId }, { type: 'get' });
   }
 }

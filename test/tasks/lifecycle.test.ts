@@ -115,7 +115,7 @@ test('agent lost before ACK -> back to waiting (no retry); after ACK -> failed a
   const id = await submitTask(t.node, team, { maxRetries: 1 });
   await agent.assignment(id);
   await waitForStatus(t.node, id, 'queued');
-  agent.disconnect();
+  await agent.disconnect();
   clock.advance(5_500); // grace period
   await waitForStatus(t.node, id, 'waiting');
   const r = await row(id);
@@ -128,7 +128,7 @@ test('agent lost before ACK -> back to waiting (no retry); after ACK -> failed a
   assert.equal(a.epoch, 2);
   again.ack(a);
   await waitForStatus(t.node, id, 'running');
-  again.disconnect();
+  await again.disconnect();
   clock.advance(5_500);
   await waitForStatus(t.node, id, 'failed');
   const f = await row(id);
@@ -143,7 +143,7 @@ test('a reconnect within the grace period re-attaches the running task', async (
   const a = await agent.assignment(id);
   agent.ack(a);
   await waitForStatus(t.node, id, 'running');
-  agent.disconnect();
+  await agent.disconnect();
   clock.advance(2_000);
   const back = await new FakeAgent(t.node, { teamId: team, machineId: agent.machineId }).connect([{ taskId: id, attempt: a.attempt, epoch: a.epoch }]);
   clock.advance(10_000);

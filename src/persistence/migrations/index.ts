@@ -1,4 +1,6 @@
 import { Migration20261122000000_foundation } from './Migration20261122000000_foundation.js';
+import { Migration20261122000100_identity } from './Migration20261122000100_identity.js';
+import { Migration20261122000200_workflows_tasks } from './Migration20261122000200_workflows_tasks.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -6,4 +8,6 @@ import { Migration20261122000000_foundation } from './Migration20261122000000_fo
  */
 export const migrationsList = [
   { name: 'Migration20261122000000_foundation', class: Migration20261122000000_foundation },
+  { name: 'Migration20261122000100_identity', class: Migration20261122000100_identity },
+  { name: 'Migration20261122000200_workflows_tasks', class: Migration20261122000200_workflows_tasks },
 ];

@@ -1,0 +1,327 @@
+/**
+ * The agent end of AgentService: one stream at a time, reconnected with exponential backoff and
+ * jitter; an outbound queue with explicit flow control (see wire.ts):
+ *  - transitions (ack, provisioned, result, failure, status) are never dropped: they stay queued
+ *    while the window is full or the stream is down, and a transition written but not yet credited
+ *    by the server when the stream breaks is sent again after the next hello (the server side is
+ *    idempotent on (task, attempt, epoch));
+ *  - progress is coalesced per task and heartbeats/inventory per kind (latest wins).
+ */
+import { readFileSync } from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from '../shared/logger.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, clampWindow, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from './wire.js';
+import type { Hello } from '../gen/gantry/agent/v1/Hello.js';
+import type { Welcome__Output } from '../gen/gantry/agent/v1/Welcome.js';
+import type { PresignOutputsRequest } from '../gen/gantry/agent/v1/PresignOutputsRequest.js';
+import type { PresignOutputsResponse__Output } from '../gen/gantry/agent/v1/PresignOutputsResponse.js';
+import type { PresignInputsRequest } from '../gen/gantry/agent/v1/PresignInputsRequest.js';
+import type { PresignInputsResponse__Output } from '../gen/gantry/agent/v1/PresignInputsResponse.js';
+
+export type OutKind = 'transition' | 'progress' | 'heartbeat' | 'inventory';
+
+interface OutItem {
+  msg: AgentMessage;
+  kind: OutKind;
+  /** Coalescing key (progress: per task; heartbeat/inventory: per kind). */
+  key: string | null;
+  /** Task this transition is about (result/failure keep the task "held" until confirmed). */
+  taskRef: TaskRef | null;
+  terminal: boolean;
+  /** Message number in the current session once written. */
+  seq: number;
+}
+
+export interface TaskRef {
+  task_id: string;
+  attempt: number;
+  epoch: number;
+}
+
+export interface AgentClientOptions {
+  /** host:port */
+  server: string;
+  credential: string;
+  tls?: boolean;
+  /** PEM CA bundle for a private CA (with tls). */
+  caFile?: string | undefined;
+  /** Our receive window (server->agent). */
+  window?: number;
+  /** Built on every (re)connect: current inventory and the tasks still held. */
+  hello(): Hello;
+  /** assign, cancel, drain (after welcome). */
+  onMessage(m: ServerMessage__Output): void;
+  onWelcome?(w: Welcome__Output): void;
+  /** The server refused us for good (revoked credential, agent deleted, replaced): do not reconnect. */
+  onFatal(code: string, message: string): void;
+  /** Heartbeat payload (called every heartbeat interval while connected). */
+  heartbeat?(): AgentMessage['heartbeat'];
+  logger: Logger;
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+}
+
+/** Exponential backoff with jitter: attempt 0 -> ~initial, doubling up to max; uniformly 50-100%. */
+export function backoffDelay(attempt: number, initialMs: number, maxMs: number, rnd: () => number = Math.random): number {
+  const exp = Math.min(maxMs, initialMs * 2 ** Math.min(attempt, 30));
+  return Math.round(exp * (0.5 + rnd() * 0.5));
+}
+
+export class AgentClient {
+  private readonly client: AgentServiceClient;
+  private readonly md: grpc.Metadata;
+  private readonly window: number;
+  private call: grpc.ClientDuplexStream<AgentMessage, ServerMessage__Output> | null = null;
+  private gate: CreditGate | null = null;
+  private credit: CreditReturner | null = null;
+  private queue: OutItem[] = [];
+  /** Written in this session, not yet credited (transitions only are kept). */
+  private unconfirmed: OutItem[] = [];
+  private written = 0;
+  private attempt = 0;
+  private reconnectTimer: NodeJS.Timeout | null = null;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private closing = false;
+  private fatal = false;
+  private connectedWaiters: Array<() => void> = [];
+  private flushWaiters: Array<() => void> = [];
+  sessionId: string | null = null;
+  agentId: string | null = null;
+  heartbeatIntervalS = 10;
+  /** Number of completed (re)connections. */
+  connects = 0;
+
+  constructor(private readonly o: AgentClientOptions) {
+    const proto = loadAgentProto();
+    const creds = o.tls ? grpc.credentials.createSsl(o.caFile ? readFileSync(o.caFile) : null) : grpc.credentials.createInsecure();
+    this.client = new proto.gantry.agent.v1.AgentService(o.server, creds, {
+      'grpc.keepalive_time_ms': 20_000,
+      'grpc.keepalive_timeout_ms': 10_000,
+      'grpc.keepalive_permit_without_calls': 1,
+      'grpc.initial_reconnect_backoff_ms': 500,
+      'grpc.max_reconnect_backoff_ms': 10_000,
+    });
+    this.md = new grpc.Metadata();
+    this.md.set('authorization', `Bearer ${o.credential}`);
+    this.window = clampWindow(o.window, DEFAULT_WINDOW);
+  }
+
+  get connected(): boolean {
+    return this.sessionId !== null;
+  }
+
+  start(): void {
+    this.connect();
+  }
+
+  /** Resolves once a session is up (or rejects after timeoutMs). */
+  whenConnected(timeoutMs = 30_000): Promise<void> {
+    if (this.connected) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('not connected to the server')), timeoutMs);
+      this.connectedWaiters.push(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+
+  /** Queues a message (see the class comment for what is coalesced). */
+  send(msg: AgentMessage, kind: OutKind, taskRef: TaskRef | null = null): void {
+    const terminal = msg.result !== undefined || msg.failure !== undefined;
+    const key = kind === 'progress' ? `p:${taskRef?.task_id ?? ''}` : kind === 'heartbeat' || kind === 'inventory' ? kind : null;
+    if (key !== null) {
+      const i = this.queue.findIndex((q) => q.key === key);
+      if (i >= 0) {
+        (this.queue[i] as OutItem).msg = msg; // latest wins, in place
+        return;
+      }
+    }
+    this.queue.push({ msg, kind, key, taskRef, terminal, seq: 0 });
+    this.pump();
+  }
+
+  /** Tasks whose result/failure has not been confirmed by the server yet (still "held" for hello). */
+  pendingTerminal(): TaskRef[] {
+    return [...this.unconfirmed, ...this.queue].filter((q) => q.terminal && q.taskRef).map((q) => q.taskRef as TaskRef);
+  }
+
+  /** Drops queued progress for a task (after its result is queued, progress is meaningless). */
+  dropProgress(taskId: string): void {
+    this.queue = this.queue.filter((q) => q.key !== `p:${taskId}`);
+  }
+
+  /** Resolves true once every queued transition has been confirmed by the server (false on timeout). */
+  flushed(timeoutMs: number): Promise<boolean> {
+    if (this.isFlushed()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const t = setTimeout(() => {
+        this.flushWaiters = this.flushWaiters.filter((w) => w !== done);
+        resolve(false);
+      }, timeoutMs);
+      const done = (): void => {
+        clearTimeout(t);
+        resolve(true);
+      };
+      this.flushWaiters.push(done);
+    });
+  }
+
+  private isFlushed(): boolean {
+    return this.unconfirmed.length === 0 && !this.queue.some((q) => q.kind === 'transition');
+  }
+
+  async presignOutputs(req: Omit<PresignOutputsRequest, 'session_id'>): Promise<PresignOutputsResponse__Output> {
+    return this.unary((sid, cb) => this.client.PresignOutputs({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+  }
+
+  async presignInputs(req: Omit<PresignInputsRequest, 'session_id'>): Promise<PresignInputsResponse__Output> {
+    return this.unary((sid, cb) => this.client.PresignInputs({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+  }
+
+  /** Unary call with the current session id; retried across a reconnect (UNAVAILABLE) a few times. */
+  private async unary<T>(fn: (sessionId: string, cb: (err: grpc.ServiceError | null, res?: T) => void) => void): Promise<T> {
+    let lastErr: unknown = null;
+    for (let i = 0; i < 5; i++) {
+      await this.whenConnected(60_000);
+      try {
+        return await new Promise<T>((resolve, reject) => fn(this.sessionId as string, (err, res) => (err ? reject(err) : resolve(res as T))));
+      } catch (e) {
+        lastErr = e;
+        const code = (e as grpc.ServiceError).code;
+        if (code !== grpc.status.UNAVAILABLE && code !== grpc.status.DEADLINE_EXCEEDED) throw e;
+        if ((e as grpc.ServiceError).details?.includes('object store')) throw e;
+        await new Promise((r) => setTimeout(r, backoffDelay(i, 250, 5_000)));
+      }
+    }
+    throw lastErr;
+  }
+
+  /** Ends the stream cleanly (half-close) and stops reconnecting. */
+  async close(): Promise<void> {
+    this.closing = true;
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    const call = this.call;
+    if (call) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 2_000);
+        call.once('status', () => {
+          clearTimeout(t);
+          resolve();
+        });
+        call.end();
+      });
+    }
+    this.teardown();
+    this.client.close();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  private connect(): void {
+    if (this.closing || this.fatal) return;
+    const call = this.client.Connect(this.md);
+    this.call = call;
+    let ended = false;
+    let serverError: { code: string; message: string; fatal: boolean } | null = null;
+    call.on('data', (m: ServerMessage__Output) => {
+      if (this.call !== call) return; // an abandoned stream
+      switch (m.msg) {
+        case 'welcome':
+          this.onWelcome(m.welcome as Welcome__Output);
+          return;
+        case 'credit':
+          this.gate?.grant(m.credit?.grant ?? 0);
+          this.confirm();
+          this.pump();
+          return;
+        case 'error':
+          serverError = { code: m.error?.code ?? '', message: m.error?.message ?? '', fatal: Boolean(m.error?.fatal) };
+          return;
+        default:
+          try {
+            this.o.onMessage(m);
+          } finally {
+            this.credit?.processed();
+          }
+      }
+    });
+    call.on('error', () => undefined); // the 'status' handler decides
+    call.on('status', (st: grpc.StatusObject) => {
+      if (ended) return;
+      ended = true;
+      const wasCurrent = this.call === call;
+      if (wasCurrent) this.teardown();
+      if (this.closing || !wasCurrent) return;
+      const se = serverError as { code: string; message: string; fatal: boolean } | null;
+      if (st.code === grpc.status.UNAUTHENTICATED || se?.fatal) {
+        this.fatal = true;
+        this.o.onFatal(se?.code || grpc.status[st.code] || 'unauthenticated', se?.message || st.details);
+        return;
+      }
+      const delay = backoffDelay(this.attempt++, this.o.backoffInitialMs ?? 500, this.o.backoffMaxMs ?? 30_000);
+      this.o.logger.warn({ code: grpc.status[st.code], details: st.details, server_error: se?.code, retry_in_ms: delay }, 'agent stream ended; reconnecting');
+      this.reconnectTimer = setTimeout(() => this.connect(), delay);
+    });
+    call.write({ hello: { ...this.o.hello(), window: this.window } });
+  }
+
+  private onWelcome(w: Welcome__Output): void {
+    this.sessionId = w.session_id;
+    this.agentId = w.agent_id;
+    this.heartbeatIntervalS = Math.max(1, w.heartbeat_interval_s || 10);
+    this.gate = new CreditGate(clampWindow(w.window));
+    this.credit = new CreditReturner(this.window, (grant) => this.call?.write({ credit: { grant } }));
+    this.written = 0;
+    this.attempt = 0;
+    this.connects++;
+    this.o.logger.info({ agent_id: w.agent_id, session_id: w.session_id, heartbeat_interval_s: this.heartbeatIntervalS }, 'connected to the server');
+    this.o.onWelcome?.(w);
+    const hb = this.o.heartbeat;
+    if (hb) {
+      const beat = (): void => {
+        const m = hb();
+        if (m) this.send({ heartbeat: m }, 'heartbeat');
+      };
+      beat();
+      this.heartbeatTimer = setInterval(beat, this.heartbeatIntervalS * 1000);
+    }
+    for (const w2 of this.connectedWaiters.splice(0)) w2();
+    this.pump();
+  }
+
+  /** Writes queued messages while the window allows. */
+  private pump(): void {
+    const call = this.call;
+    if (!call || !this.gate || !this.sessionId) return;
+    while (this.queue.length > 0 && this.gate.take()) {
+      const item = this.queue.shift() as OutItem;
+      item.seq = ++this.written;
+      if (item.kind === 'transition') this.unconfirmed.push(item);
+      call.write(item.msg);
+    }
+  }
+
+  /** Drops transitions the server has processed (credited). */
+  private confirm(): void {
+    if (!this.gate) return;
+    const done = this.gate.grantedTotal;
+    if (this.unconfirmed.length) this.unconfirmed = this.unconfirmed.filter((u) => u.seq > done);
+    if (this.isFlushed()) for (const w of this.flushWaiters.splice(0)) w();
+  }
+
+  private teardown(): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = null;
+    this.credit?.close();
+    this.credit = null;
+    this.gate = null;
+    this.call = null;
+    this.sessionId = null;
+    // transitions not credited go first again, in their original order; the rest keeps its order
+    if (this.unconfirmed.length) {
+      this.queue = [...this.unconfirmed.map((u) => ({ ...u, seq: 0 })), ...this.queue];
+      this.unconfirmed = [];
+    }
+  }
+}

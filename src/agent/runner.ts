@@ -1,0 +1,303 @@
+/**
+ * The agent's task loop: assign -> (provisioned) -> ACK -> download inputs -> executor (progress) ->
+ * upload outputs -> result; executor errors -> failure with the executor's message; cancel aborts
+ * the executor (nothing is reported: the server already ended the task). Every message about a
+ * task echoes the (attempt, epoch) its assignment carried: the epoch is the fencing token.
+ */
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from '../shared/logger.js';
+import type { AgentClient, TaskRef } from './client.js';
+import { ExecutorError, isExecutorError, type ExecOutput, type Executor, type InputFile, type ProgressTick } from './executors/index.js';
+import { downloadTo, uploadFile } from './transfer.js';
+import type { ServerMessage__Output } from './wire.js';
+import type { Assign__Output } from '../gen/gantry/agent/v1/Assign.js';
+import type { OutputFile } from '../gen/gantry/agent/v1/OutputFile.js';
+
+export interface RunnerOptions {
+  slots: number;
+  /** Per-task work directories are created (and removed) under it. */
+  workDir: string;
+  /** Tool types the executor can run; null = any (simulate). */
+  toolTypes: ReadonlySet<string> | null;
+  executorName: string;
+  logger: Logger;
+}
+
+interface Running {
+  ref: TaskRef;
+  toolType: string;
+  abort: AbortController;
+  cancelled: boolean;
+  shuttingDown: boolean;
+  done: Promise<void>;
+}
+
+const safeName = (s: string, fallback: string): string => {
+  const b = path.basename(s).replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\.+/, '');
+  return b.slice(0, 150) || fallback;
+};
+
+export class AgentRunner {
+  private tasks = new Map<string, Running>();
+  private client: AgentClient | null = null;
+  private idleWaiters: Array<() => void> = [];
+  draining = false;
+  /** Counters (bench, logs). */
+  completed = 0;
+  failed = 0;
+
+  constructor(
+    private readonly executor: Executor,
+    private readonly o: RunnerOptions,
+  ) {}
+
+  attach(client: AgentClient): void {
+    this.client = client;
+  }
+
+  runningCount(): number {
+    return this.tasks.size;
+  }
+
+  /** What the agent still holds (running, or finished but not confirmed by the server): hello.running. */
+  held(): TaskRef[] {
+    const out = new Map<string, TaskRef>();
+    for (const t of this.tasks.values()) out.set(t.ref.task_id, t.ref);
+    for (const r of this.client?.pendingTerminal() ?? []) out.set(r.task_id, r);
+    return [...out.values()];
+  }
+
+  onMessage(m: ServerMessage__Output): void {
+    switch (m.msg) {
+      case 'assign':
+        this.onAssign(m.assign as Assign__Output);
+        return;
+      case 'cancel': {
+        const c = m.cancel;
+        const t = c ? this.tasks.get(c.task_id) : undefined;
+        if (!t || !c || t.ref.epoch !== c.epoch || t.ref.attempt !== c.attempt) return;
+        this.o.logger.info({ task_id: c.task_id }, 'task cancelled by the server');
+        t.cancelled = true;
+        t.abort.abort();
+        return;
+      }
+      case 'drain':
+        this.o.logger.info('drain requested by the server: finishing running tasks, taking no new ones');
+        this.setDraining();
+        return;
+      default:
+        return;
+    }
+  }
+
+  setDraining(): void {
+    if (this.draining) return;
+    this.draining = true;
+    this.client?.send({ status: { draining: true } }, 'transition');
+  }
+
+  /** Resolves true when no task runs any more, false after timeoutMs. */
+  idle(timeoutMs: number): Promise<boolean> {
+    if (this.tasks.size === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const t = setTimeout(() => {
+        this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
+        resolve(false);
+      }, timeoutMs);
+      const done = (): void => {
+        clearTimeout(t);
+        resolve(true);
+      };
+      this.idleWaiters.push(done);
+    });
+  }
+
+  /** Graceful stop: drain, let running tasks finish within timeoutMs, then abort them ('agent shutting down'). */
+  async shutdown(timeoutMs: number): Promise<void> {
+    this.setDraining();
+    if (await this.idle(timeoutMs)) return;
+    this.o.logger.warn({ running: this.tasks.size }, 'drain timeout: aborting running tasks');
+    for (const t of this.tasks.values()) {
+      t.shuttingDown = true;
+      t.abort.abort();
+    }
+    await this.idle(30_000);
+  }
+
+  private onAssign(a: Assign__Output): void {
+    const ref: TaskRef = { task_id: a.task_id, attempt: a.attempt, epoch: a.epoch };
+    const have = this.tasks.get(a.task_id);
+    if (have) {
+      // a re-delivered assignment of what we already run: ACK again (idempotent); a different epoch is ignored
+      if (have.ref.epoch === a.epoch && have.ref.attempt === a.attempt) this.client?.send({ ack: ref }, 'transition', ref);
+      return;
+    }
+    if (this.draining) {
+      // not ACKed: the server hands it to another agent when this stream ends
+      this.o.logger.info({ task_id: a.task_id }, 'draining: assignment not accepted');
+      return;
+    }
+    if (this.tasks.size >= this.o.slots) {
+      this.o.logger.warn({ task_id: a.task_id, slots: this.o.slots }, 'assignment beyond our slots: not accepted');
+      return;
+    }
+    const t: Running = { ref, toolType: a.tool_type, abort: new AbortController(), cancelled: false, shuttingDown: false, done: Promise.resolve() };
+    this.tasks.set(a.task_id, t);
+    t.done = this.run(a, t).finally(() => {
+      this.tasks.delete(a.task_id);
+      if (this.tasks.size === 0) for (const w of this.idleWaiters.splice(0)) w();
+    });
+  }
+
+  private progress(ref: TaskRef, p: ProgressTick): void {
+    this.client?.send(
+      {
+        progress: {
+          ...ref,
+          progress: p.progress,
+          step_current: p.step_current,
+          step_total: p.step_total,
+          current_node: p.current_node,
+          stage: p.stage ?? '',
+          message: p.message ?? '',
+        },
+      },
+      'progress',
+      ref,
+    );
+  }
+
+  private async run(a: Assign__Output, t: Running): Promise<void> {
+    const c = this.client as AgentClient;
+    const ref = t.ref;
+    const log = this.o.logger.child({ task_id: ref.task_id, attempt: ref.attempt, epoch: ref.epoch });
+    if (a.provision) c.send({ provisioned: ref }, 'transition', ref); // model/custom node sync: a later issue
+    c.send({ ack: ref }, 'transition', ref);
+    log.info({ tool_type: a.tool_type }, 'task accepted');
+    let dir: string | null = null;
+    try {
+      if (this.o.toolTypes && !this.o.toolTypes.has(a.tool_type))
+        throw new ExecutorError('bad_input', `this agent runs the ${this.o.executorName} executor and cannot run ${a.tool_type} tasks (give such workflows a label only matching agents have)`);
+      await mkdir(this.o.workDir, { recursive: true });
+      dir = await mkdtemp(path.join(this.o.workDir, `${safeName(ref.task_id, 'task')}-`));
+      const workDir = path.join(dir, 'work');
+      await mkdir(workDir);
+      let workflow: unknown;
+      let parameters: Record<string, unknown>;
+      try {
+        workflow = JSON.parse(a.workflow_json || 'null');
+        parameters = JSON.parse(a.parameters_json || '{}') as Record<string, unknown>;
+      } catch {
+        throw new ExecutorError('bad_input', 'the assignment carried invalid JSON');
+      }
+      const isNerf = a.tool_type === 'nerfstudio';
+      const inputFiles = await this.fetchInputs(a, dir, t.abort.signal, (p) => isNerf && this.progress(ref, p));
+      const res = await this.executor.run({
+        taskId: ref.task_id,
+        attempt: ref.attempt,
+        toolType: a.tool_type === 'nerfstudio' ? 'nerfstudio' : 'comfyui',
+        workflow,
+        parameters,
+        inputFiles,
+        workDir,
+        signal: t.abort.signal,
+        onProgress: (p) => this.progress(ref, p),
+        log: (msg, extra) => log.debug(extra ?? {}, msg),
+      });
+      if (isNerf) this.progress(ref, { progress: 0.99, step_current: 0, step_total: 0, current_node: 'upload', stage: 'upload', message: `uploading ${res.outputs.length} file(s)` });
+      const outputs = await this.upload(ref, res.outputs, t.abort.signal);
+      c.dropProgress(ref.task_id);
+      c.send(
+        {
+          result: {
+            ...ref,
+            storage_key: outputs[0]?.storage_key ?? '',
+            storage_keys: outputs.map((o) => o.storage_key as string),
+            image_count: outputs.filter((o) => (o.content_type ?? '').startsWith('image/')).length,
+            outputs,
+          },
+        },
+        'transition',
+        ref,
+      );
+      this.completed++;
+      log.info({ outputs: outputs.length }, 'task completed');
+    } catch (e) {
+      c.dropProgress(ref.task_id);
+      if (t.cancelled) {
+        log.info('task stopped after cancel');
+        return;
+      }
+      const error = t.shuttingDown ? 'agent shutting down' : isExecutorError(e) ? e.message : e instanceof Error ? e.message : String(e);
+      const code = t.shuttingDown ? 'shutting_down' : isExecutorError(e) ? e.code : 'tool_error';
+      c.send({ failure: { ...ref, error, code } }, 'transition', ref);
+      this.failed++;
+      log.warn({ error, code }, 'task failed');
+    } finally {
+      if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+
+  private async fetchInputs(a: Assign__Output, dir: string, signal: AbortSignal, onProgress: (p: ProgressTick) => void): Promise<InputFile[]> {
+    const wanted = a.input_files ?? [];
+    if (wanted.length === 0) return [];
+    const c = this.client as AgentClient;
+    onProgress({ progress: 0, step_current: 0, step_total: wanted.length, current_node: 'download', stage: 'download', message: `downloading ${wanted.length} input file(s)` });
+    const res = await c.presignInputs({ task_id: a.task_id, attempt: a.attempt, epoch: a.epoch });
+    const urls = new Map(res.files.map((f) => [`${f.key}\u0000${f.file_key}`, f.download_url]));
+    const inDir = path.join(dir, 'inputs');
+    await mkdir(inDir);
+    const out: InputFile[] = [];
+    let i = 0;
+    for (const f of wanted) {
+      const url = urls.get(`${f.key}\u0000${f.file_key}`);
+      if (!url) throw new ExecutorError('bad_input', `no download URL for input ${f.key}`);
+      const localPath = path.join(inDir, `${i++}-${safeName(f.file_name || f.file_key, 'input')}`);
+      try {
+        await downloadTo(url, localPath, signal);
+      } catch (e) {
+        if (signal.aborted) throw e;
+        throw new ExecutorError('bad_input', `input ${f.key}: ${(e as Error).message}`);
+      }
+      out.push({
+        key: f.key,
+        fileKey: f.file_key,
+        fileName: f.file_name || path.basename(f.file_key),
+        localPath,
+        ...(f.node_id ? { nodeId: f.node_id } : {}),
+        ...(f.field ? { field: f.field } : {}),
+        ...(f.target_path ? { targetPath: f.target_path } : {}),
+      });
+      onProgress({ progress: 0, step_current: i, step_total: wanted.length, current_node: 'download', stage: 'download', message: `downloaded ${f.key}` });
+    }
+    return out;
+  }
+
+  private async upload(ref: TaskRef, files: ExecOutput[], signal: AbortSignal): Promise<OutputFile[]> {
+    if (files.length === 0) return [];
+    const c = this.client as AgentClient;
+    const used = new Set<string>();
+    const named = files.map((f, i) => {
+      let name = safeName(f.name, `output-${i}`);
+      if (used.has(name)) name = `${i}-${name}`;
+      used.add(name);
+      return { ...f, name };
+    });
+    const res = await c.presignOutputs({ ...ref, files: named.map((f) => ({ name: f.name, size: f.size, content_type: f.contentType })) });
+    const byName = new Map(res.uploads.map((u) => [u.name, u]));
+    const out: OutputFile[] = [];
+    for (const f of named) {
+      const u = byName.get(f.name);
+      if (!u) throw new ExecutorError('tool_error', `the server returned no upload URL for ${f.name}`);
+      try {
+        await uploadFile(u.upload_url, u.upload_headers, f.localPath, f.contentType, signal);
+      } catch (e) {
+        if (signal.aborted) throw e;
+        throw new ExecutorError('tool_error', `uploading ${f.name}: ${(e as Error).message}`);
+      }
+      out.push({ name: f.name, storage_key: u.storage_key, content_type: f.contentType, size: f.size });
+    }
+    return out;
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * The agent wire protocol shared by both ends: the proto loader (same options as the generated
+ * types in src/gen) and the flow-control primitives. The server (src/edge/agents) imports this
+ * module; nothing here knows server internals.
+ */
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import type { ProtoGrpcType } from '../gen/agent.js';
+
+export type { AgentMessage, AgentMessage__Output } from '../gen/gantry/agent/v1/AgentMessage.js';
+export type { ServerMessage, ServerMessage__Output } from '../gen/gantry/agent/v1/ServerMessage.js';
+export type { AgentServiceClient, AgentServiceHandlers } from '../gen/gantry/agent/v1/AgentService.js';
+
+export const PROTO_PATH = fileURLToPath(new URL('../../proto/agent/v1/agent.proto', import.meta.url));
+
+/** Must match the flags of `npm run gen:proto` (keepCase, longs as Number, defaults, oneofs). */
+export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
+
+/** Wire protocol version, sent as agent_version's companion in logs and in Welcome.server_version. */
+export const PROTOCOL_VERSION = 'gantry.agent.v1';
+
+/** Default window: messages a sender may have in flight before it waits for credit. */
+export const DEFAULT_WINDOW = 256;
+
+let cached: ProtoGrpcType | null = null;
+export function loadAgentProto(): ProtoGrpcType {
+  if (cached) return cached;
+  const def = protoLoader.loadSync(PROTO_PATH, LOADER_OPTIONS);
+  cached = grpc.loadPackageDefinition(def) as unknown as ProtoGrpcType;
+  return cached;
+}
+
+/**
+ * Receive side of the window: counts the messages this side has processed and returns them to the
+ * peer as Credit, batched per I/O turn (setImmediate) or as soon as a quarter window is owed.
+ */
+export class CreditReturner {
+  private owed = 0;
+  private scheduled = false;
+  private closed = false;
+
+  constructor(
+    private readonly window: number,
+    private readonly sendCredit: (grant: number) => void,
+  ) {}
+
+  processed(n = 1): void {
+    if (this.closed) return;
+    this.owed += n;
+    if (this.owed >= Math.max(1, Math.floor(this.window / 4))) this.flush();
+    else if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => {
+        this.scheduled = false;
+        this.flush();
+      });
+    }
+  }
+
+  flush(): void {
+    if (this.closed || this.owed === 0) return;
+    const n = this.owed;
+    this.owed = 0;
+    this.sendCredit(n);
+  }
+
+  close(): void {
+    this.closed = true;
+  }
+}
+
+/**
+ * Send side of the window: `available` units; every non-credit message takes one, Credit from the
+ * peer returns them (never above the window). `grantedTotal` counts every unit the peer returned,
+ * i.e. how many of our messages it has processed in this session (used to confirm transitions).
+ */
+export class CreditGate {
+  available: number;
+  grantedTotal = 0;
+
+  constructor(readonly window: number) {
+    this.available = window;
+  }
+
+  take(): boolean {
+    if (this.available <= 0) return false;
+    this.available--;
+    return true;
+  }
+
+  grant(n: number): void {
+    if (!Number.isFinite(n) || n <= 0) return;
+    this.grantedTotal += n;
+    this.available = Math.min(this.window, this.available + n);
+  }
+}
+
+/** Clamps a peer-announced window to something sane. */
+export const clampWindow = (w: number | undefined, def = DEFAULT_WINDOW): number => (w && Number.isFinite(w) && w > 0 ? Math.min(Math.max(Math.floor(w), 4), 4096) : def);

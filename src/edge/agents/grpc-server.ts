@@ -1,0 +1,680 @@
+/**
+ * The agent gRPC server: one bidi stream per agent process (AgentService.Connect) plus unary
+ * presign calls. It authenticates the ak- from call metadata, registers the agent record per
+ * (team, machine_id), opens an AgentSessions session (the integration point with the agent actor)
+ * and forwards what the agent says, faithfully (the actors fence stale attempts/epochs).
+ *
+ * Flow control: see src/agent/wire.ts and docs/agents.md. Server->agent messages wait for credit
+ * (the agent's window); agent->server messages are processed one at a time, in order, and returned
+ * as credit once processed. An agent that exceeds our window is cut off (RESOURCE_EXHAUSTED).
+ */
+import { readFileSync } from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import type { AgentInfo, ServerToAgent, TaskRecord, TaskStorePort } from '../../actors/ports.js';
+import type { AgentRegistration, AgentRow } from '../../persistence/agent-store.js';
+import { agentInfoOf } from '../../persistence/agent-store.js';
+import type { ObjectStore } from '../../storage/port.js';
+import { AppError, invalidParameter, unavailable, isAppError } from '../../shared/errors.js';
+import type { Logger } from '../../shared/logger.js';
+import { grpcStatusOf } from '../error-map.js';
+import type { AgentSessions } from './sessions.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../agent/wire.js';
+import type { Hello__Output } from '../../gen/gantry/agent/v1/Hello.js';
+import type { Heartbeat__Output } from '../../gen/gantry/agent/v1/Heartbeat.js';
+import type { TaskResult__Output } from '../../gen/gantry/agent/v1/TaskResult.js';
+import type { PresignOutputsRequest__Output } from '../../gen/gantry/agent/v1/PresignOutputsRequest.js';
+import type { PresignOutputsResponse } from '../../gen/gantry/agent/v1/PresignOutputsResponse.js';
+import type { PresignInputsRequest__Output } from '../../gen/gantry/agent/v1/PresignInputsRequest.js';
+import type { PresignInputsResponse } from '../../gen/gantry/agent/v1/PresignInputsResponse.js';
+
+/** What the server needs from the agent records (PgAgentStore implements it). */
+export interface AgentRecords {
+  register(r: AgentRegistration): Promise<AgentRow>;
+  heartbeat(agentId: string, stats: Record<string, unknown>): Promise<void>;
+  updateInventory(agentId: string, models: string[], customNodes: string[]): Promise<void>;
+  count(teamId: string): Promise<number>;
+  list(teamId: string, limit: number, offset: number): Promise<{ rows: AgentRow[]; total: number }>;
+}
+
+/** The verified ak- (identity.verifyAgentCredential); throws unauthorized AppErrors. */
+export type VerifyAgentCredential = (value: string) => Promise<{ credentialId: string; teamId: string }>;
+
+export interface AgentGrpcServerOptions {
+  host: string;
+  /** 0 = any free port (see boundPort). */
+  port: number;
+  /** PEM file paths; both set = TLS, neither = plaintext. */
+  tlsCertFile?: string | undefined;
+  tlsKeyFile?: string | undefined;
+  heartbeatIntervalS: number;
+  /** 0 = unlimited agents per team. */
+  maxAgentsPerTeam: number;
+  nodeId: string;
+  logger: Logger;
+  sessions: AgentSessions;
+  agents: AgentRecords;
+  tasks: Pick<TaskStorePort, 'load' | 'assignment'>;
+  verifyCredential: VerifyAgentCredential;
+  /** Absent until the object store is wired: the presign RPCs fail with UNAVAILABLE. */
+  objectStore?: ObjectStore | undefined;
+  /** Maps a staged input's file_key to its object key (default: the file_key is the object key). */
+  inputObjectKey?: (teamId: string, fileKey: string) => string;
+  /** Agent->server window (default 256). */
+  window?: number;
+  /** How long a new stream may take to send hello. Default 10 s. */
+  helloTimeoutMs?: number;
+  /** Lifetime of presigned URLs. Default 3600 s. */
+  presignExpiresS?: number;
+  serverVersion?: string;
+  now?: () => number;
+}
+
+type Call = grpc.ServerDuplexStream<AgentMessage__Output, ServerMessage>;
+
+interface EndReason {
+  status: grpc.status;
+  code: string;
+  message: string;
+  fatal: boolean;
+}
+
+interface Conn {
+  seq: number;
+  call: Call;
+  credentialId: string;
+  teamId: string;
+  peer: string;
+  agentId: string | null;
+  sessionId: string | null;
+  machineId: string | null;
+  info: AgentInfo | null;
+  /** server -> agent units */
+  gate: CreditGate | null;
+  queue: ServerMessage[];
+  /** agent -> server units we owe back */
+  credit: CreditReturner;
+  /** received but not yet processed (non-credit) messages */
+  inflight: number;
+  chain: Promise<void>;
+  openedAt: number;
+  lastSeenAt: number;
+  lastVerifiedAt: number;
+  closed: boolean;
+  /** Set before sessions.revoke so the end callback knows why. */
+  pendingEnd: EndReason | null;
+}
+
+const STAGES = new Set(['download', 'process_data', 'train', 'export', 'upload']);
+const MACHINE_ID_RE = /^[A-Za-z0-9._:@-]{1,200}$/;
+const OUTPUT_NAME_RE = /^[A-Za-z0-9._-]{1,200}$/;
+const MAX_QUEUED_TO_AGENT = 10_000;
+const MAX_OUTPUT_FILES = 100;
+const MAX_OUTPUT_BYTES = 5 * 1024 ** 3;
+
+const bearer = (md: grpc.Metadata): string | null => {
+  const v = md.get('authorization')[0];
+  if (typeof v !== 'string') return null;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(v);
+  return m?.[1] ?? null;
+};
+
+const str = (v: unknown, max: number): string => (typeof v === 'string' ? v.slice(0, max) : '');
+const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+const int = (v: unknown): number => Math.max(0, Math.floor(num(v)));
+
+export class AgentGrpcServer {
+  private server: grpc.Server | null = null;
+  private port = 0;
+  private conns = new Set<Conn>();
+  private bySession = new Map<string, Conn>();
+  private seq = 0;
+  private sweepTimer: NodeJS.Timeout | null = null;
+  private readonly window: number;
+  private readonly now: () => number;
+  private readonly log: Logger;
+  private stopping = false;
+
+  constructor(private readonly o: AgentGrpcServerOptions) {
+    this.window = clampWindow(o.window, DEFAULT_WINDOW);
+    this.now = o.now ?? Date.now;
+    this.log = o.logger.child({ component: 'agent-grpc' });
+  }
+
+  /** The bound port (after start). */
+  get boundPort(): number {
+    return this.port;
+  }
+
+  /** Live streams on this node. */
+  connectionCount(): number {
+    return this.conns.size;
+  }
+
+  async start(): Promise<number> {
+    const proto = loadAgentProto();
+    const server = new grpc.Server({
+      'grpc.keepalive_permit_without_calls': 1,
+      'grpc.http2.min_ping_interval_without_data_ms': 5_000,
+      'grpc.keepalive_time_ms': 60_000,
+      'grpc.keepalive_timeout_ms': 20_000,
+      'grpc.max_receive_message_length': 16 * 1024 * 1024,
+    });
+    server.addService(proto.gantry.agent.v1.AgentService.service, {
+      Connect: (call: Call) => this.onConnect(call),
+      PresignOutputs: (call: grpc.ServerUnaryCall<PresignOutputsRequest__Output, PresignOutputsResponse>, cb: grpc.sendUnaryData<PresignOutputsResponse>) =>
+        this.unary(call.metadata, cb, (ident) => this.presignOutputs(ident, call.request)),
+      PresignInputs: (call: grpc.ServerUnaryCall<PresignInputsRequest__Output, PresignInputsResponse>, cb: grpc.sendUnaryData<PresignInputsResponse>) =>
+        this.unary(call.metadata, cb, (ident) => this.presignInputs(ident, call.request)),
+    });
+    let creds: grpc.ServerCredentials;
+    if (this.o.tlsCertFile && this.o.tlsKeyFile) {
+      creds = grpc.ServerCredentials.createSsl(null, [{ cert_chain: readFileSync(this.o.tlsCertFile), private_key: readFileSync(this.o.tlsKeyFile) }], false);
+    } else if (this.o.tlsCertFile || this.o.tlsKeyFile) {
+      throw new Error('GANTRY_GRPC_TLS_CERT and GANTRY_GRPC_TLS_KEY must be set together');
+    } else creds = grpc.ServerCredentials.createInsecure();
+    const host = this.o.host.includes(':') && !this.o.host.startsWith('[') ? `[${this.o.host}]` : this.o.host;
+    this.port = await new Promise<number>((resolve, reject) => server.bindAsync(`${host}:${this.o.port}`, creds, (err, port) => (err ? reject(err) : resolve(port))));
+    this.server = server;
+    const every = Math.max(250, Math.min(5_000, (this.o.heartbeatIntervalS * 1000) / 2));
+    this.sweepTimer = setInterval(() => this.sweep(), every);
+    this.sweepTimer.unref();
+    this.log.info({ grpc_port: this.port, tls: Boolean(this.o.tlsCertFile), window: this.window }, 'agent gRPC server listening');
+    return this.port;
+  }
+
+  /** Graceful stop: tells every agent (non-fatal, they reconnect elsewhere or later), then shuts down. */
+  async stop(timeoutMs = 5_000): Promise<void> {
+    if (!this.server) return;
+    this.stopping = true;
+    if (this.sweepTimer) clearInterval(this.sweepTimer);
+    for (const c of [...this.conns]) this.endConn(c, { status: grpc.status.UNAVAILABLE, code: 'server_shutting_down', message: 'the server is shutting down; reconnect', fatal: false });
+    const server = this.server;
+    this.server = null;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(() => {
+        server.forceShutdown();
+        resolve();
+      }, timeoutMs);
+      t.unref();
+      server.tryShutdown(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+
+  /** DELETE /agents/{id}: ends the agent's stream (fatal for it) and releases its tasks now. */
+  kickAgent(agentId: string, code = 'agent_deleted', message = 'this agent was deleted by a team admin'): void {
+    for (const c of this.conns) if (c.agentId === agentId) c.pendingEnd = { status: grpc.status.NOT_FOUND, code, message, fatal: true };
+    this.o.sessions.revoke(agentId);
+    // a stream still in hello (no session yet) ends too
+    for (const c of [...this.conns]) if (c.agentId === agentId) this.endConn(c, { status: grpc.status.NOT_FOUND, code, message, fatal: true });
+  }
+
+  /** Hook for identity.onCredentialsRevoked: streams authenticated with these credentials end now. */
+  credentialsRevoked(ids: readonly string[]): void {
+    const set = new Set(ids);
+    for (const c of [...this.conns]) if (set.has(c.credentialId)) this.revokeConn(c);
+  }
+
+  private revokeConn(c: Conn): void {
+    const reason: EndReason = { status: grpc.status.UNAUTHENTICATED, code: 'credential_revoked', message: 'this agent credential has been revoked', fatal: true };
+    if (c.agentId && c.sessionId) {
+      c.pendingEnd = reason;
+      this.o.sessions.revoke(c.agentId);
+    }
+    this.endConn(c, reason);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // stream
+
+  private onConnect(call: Call): void {
+    const token = bearer(call.metadata);
+    const peer = call.getPeer();
+    const fail = (e: unknown): void => {
+      const st = isAppError(e) ? grpcStatusOf[e.kind] : grpc.status.INTERNAL;
+      const msg = isAppError(e) ? e.message : 'internal error';
+      if (!isAppError(e)) this.log.error({ err: e, peer }, 'agent stream setup failed');
+      call.emit('error', { code: st, details: msg });
+    };
+    if (this.stopping) return fail(unavailable('server_shutting_down', 'the server is shutting down'));
+    if (!token) return fail(new AppError('unauthorized', 'credential_missing', 'authorization: Bearer ak-... is required'));
+    this.o.verifyCredential(token).then((ident) => {
+      if (call.cancelled || this.stopping) {
+        if (!call.cancelled) fail(unavailable('server_shutting_down', 'the server is shutting down'));
+        return;
+      }
+      const now = this.now();
+      const conn: Conn = {
+        seq: ++this.seq,
+        call,
+        credentialId: ident.credentialId,
+        teamId: ident.teamId,
+        peer,
+        agentId: null,
+        sessionId: null,
+        machineId: null,
+        info: null,
+        gate: null,
+        queue: [],
+        credit: new CreditReturner(this.window, (grant) => this.write(conn, { credit: { grant } })),
+        inflight: 0,
+        chain: Promise.resolve(),
+        openedAt: now,
+        lastSeenAt: now,
+        lastVerifiedAt: now,
+        closed: false,
+        pendingEnd: null,
+      };
+      this.conns.add(conn);
+      call.on('data', (m: AgentMessage__Output) => this.onData(conn, m));
+      call.on('end', () => this.endConn(conn, null));
+      call.on('cancelled', () => this.dropConn(conn));
+      call.on('error', () => this.dropConn(conn));
+      call.on('close', () => this.dropConn(conn));
+    }, fail);
+  }
+
+  private onData(c: Conn, m: AgentMessage__Output): void {
+    if (c.closed) return;
+    c.lastSeenAt = this.now();
+    if (m.msg === 'credit') {
+      c.gate?.grant(int(m.credit?.grant));
+      this.flushQueue(c);
+      return;
+    }
+    if (m.msg !== 'hello') {
+      c.inflight++;
+      if (c.inflight > this.window) {
+        this.endConn(c, { status: grpc.status.RESOURCE_EXHAUSTED, code: 'window_exceeded', message: `more than ${this.window} messages in flight without credit`, fatal: false });
+        return;
+      }
+    }
+    c.chain = c.chain
+      .then(() => (c.closed ? undefined : this.handle(c, m)))
+      .catch((e: unknown) => {
+        if (isAppError(e)) this.endConn(c, { status: grpcStatusOf[e.kind], code: e.code, message: e.message, fatal: e.kind === 'unauthorized' });
+        else {
+          this.log.error({ err: e, agent_id: c.agentId }, 'agent message handling failed');
+          this.endConn(c, { status: grpc.status.INTERNAL, code: 'internal_error', message: 'internal error', fatal: false });
+        }
+      })
+      .finally(() => {
+        if (m.msg !== 'hello') {
+          c.inflight--;
+          c.credit.processed();
+        }
+      });
+  }
+
+  private async handle(c: Conn, m: AgentMessage__Output): Promise<void> {
+    if (m.msg === 'hello') {
+      if (c.agentId) throw invalidParameter('hello: already received on this stream');
+      return this.onHello(c, m.hello ?? ({} as Hello__Output));
+    }
+    if (!c.agentId || !c.sessionId) throw invalidParameter('the first message on the stream must be hello');
+    const agentId = c.agentId;
+    const sessionId = c.sessionId;
+    const ref = (x: { task_id?: string; attempt?: number; epoch?: number } | null | undefined) => ({ taskId: str(x?.task_id, 100), attempt: Math.max(1, int(x?.attempt)), epoch: int(x?.epoch) });
+    switch (m.msg) {
+      case 'heartbeat':
+        await this.onHeartbeat(c, m.heartbeat ?? ({} as Heartbeat__Output));
+        return;
+      case 'ack':
+        this.o.sessions.fromAgent(agentId, sessionId, { type: 'ack', ...ref(m.ack) });
+        return;
+      case 'provisioned':
+        this.o.sessions.fromAgent(agentId, sessionId, { type: 'provisioned', ...ref(m.provisioned) });
+        return;
+      case 'progress': {
+        const p = m.progress;
+        const stage = str(p?.stage, 40);
+        const message = str(p?.message, 2000);
+        this.o.sessions.fromAgent(agentId, sessionId, {
+          type: 'progress',
+          ...ref(p),
+          progress: {
+            progress: Math.max(0, Math.min(1, num(p?.progress))),
+            step_current: int(p?.step_current),
+            step_total: int(p?.step_total),
+            current_node: str(p?.current_node, 500),
+            ...(STAGES.has(stage) ? { stage } : {}),
+            ...(message ? { message } : {}),
+          },
+        });
+        return;
+      }
+      case 'result': {
+        const r = m.result ?? ({} as TaskResult__Output);
+        const t = ref(r);
+        const out = this.outputOf(c.teamId, t.taskId, r);
+        if (typeof out === 'string') this.o.sessions.fromAgent(agentId, sessionId, { type: 'failed', ...t, error: out });
+        else this.o.sessions.fromAgent(agentId, sessionId, { type: 'finished', ...t, output: out });
+        return;
+      }
+      case 'failure': {
+        const f = m.failure;
+        this.o.sessions.fromAgent(agentId, sessionId, { type: 'failed', ...ref(f), error: str(f?.error, 4000) || 'the agent reported a failure without a message' });
+        return;
+      }
+      case 'inventory': {
+        const inv = m.inventory;
+        const models = (inv?.models ?? []).map((x) => str(x.path, 1000)).filter(Boolean).slice(0, 100_000);
+        const nodes = (inv?.custom_nodes ?? []).map((x) => str(x, 200)).filter(Boolean).slice(0, 10_000);
+        await this.o.agents.updateInventory(agentId, models, nodes);
+        if (c.info) {
+          c.info = { ...c.info, models };
+          this.o.sessions.update(agentId, sessionId, c.info);
+        }
+        return;
+      }
+      case 'status': {
+        if (c.info) {
+          c.info = { ...c.info, draining: Boolean(m.status?.draining) };
+          this.o.sessions.update(agentId, sessionId, c.info);
+        }
+        return;
+      }
+      default:
+        // unknown/empty oneof (a newer agent): ignored, still credited
+        return;
+    }
+  }
+
+  private async onHello(c: Conn, h: Hello__Output): Promise<void> {
+    const machineId = str(h.machine_id, 300);
+    if (!MACHINE_ID_RE.test(machineId)) throw invalidParameter('hello.machine_id: 1-200 characters of A-Z a-z 0-9 . _ : @ -');
+    const labels = [...new Set((h.labels ?? []).map((l) => str(l, 100).trim()).filter(Boolean))].slice(0, 64);
+    const gpus = (h.gpus ?? []).slice(0, 64).map((g) => ({ name: str(g.name, 200) || 'GPU', vram_gb: Math.max(0, num(g.vram_gb)) }));
+    const models = (h.models ?? []).map((x) => str(x.path, 1000)).filter(Boolean).slice(0, 100_000);
+    const customNodes = (h.custom_nodes ?? []).map((x) => str(x, 200)).filter(Boolean).slice(0, 10_000);
+    const slots = Math.min(256, Math.max(1, int(h.slots) || 1));
+    const max = this.o.maxAgentsPerTeam;
+    if (max > 0 && (await this.o.agents.count(c.teamId)) >= max) {
+      const existing = await this.o.agents.list(c.teamId, Math.max(max, 1) + 1000, 0);
+      if (!existing.rows.some((r) => r.machineId === machineId))
+        throw new AppError('rate_limited', 'agent_quota_exceeded', `this team already has ${existing.total} agent(s), the maximum is ${max} (GANTRY_MAX_AGENTS); delete an agent or raise the quota`);
+    }
+    const row = await this.o.agents.register({
+      teamId: c.teamId,
+      machineId,
+      displayName: str(h.display_name, 255).trim() || machineId,
+      labels,
+      gpus,
+      models,
+      customNodes,
+      slots,
+      agentVersion: str(h.agent_version, 100) || 'unknown',
+      credentialId: c.credentialId,
+      nodeId: this.o.nodeId,
+    });
+    if (c.closed) return;
+    const info: AgentInfo = { ...agentInfoOf(row), draining: Boolean(h.draining), needsSync: false };
+    c.agentId = row.id;
+    c.machineId = machineId;
+    c.info = info;
+    c.gate = new CreditGate(clampWindow(h.window));
+    const running = (h.running ?? [])
+      .filter((r) => typeof r.task_id === 'string' && r.task_id !== '' && int(r.attempt) >= 1)
+      .map((r) => ({ taskId: str(r.task_id, 100), attempt: int(r.attempt), epoch: int(r.epoch) }));
+    const sessionId = this.o.sessions.open(
+      row.id,
+      info,
+      (msg) => this.deliver(c, msg),
+      (reason) => this.endConn(c, c.pendingEnd ?? this.reasonOf(reason)),
+      running,
+    );
+    c.sessionId = sessionId;
+    this.bySession.set(sessionId, c);
+    // welcome is outside the window
+    this.write(c, {
+      welcome: { agent_id: row.id, session_id: sessionId, heartbeat_interval_s: this.o.heartbeatIntervalS, window: this.window, team_id: c.teamId, server_version: this.o.serverVersion ?? PROTOCOL_VERSION },
+    });
+    this.log.info({ agent_id: row.id, machine_id: machineId, session_id: sessionId, peer: c.peer, running: running.length, slots }, 'agent connected');
+  }
+
+  private reasonOf(reason: string): EndReason {
+    if (reason.startsWith('replaced'))
+      return { status: grpc.status.ALREADY_EXISTS, code: 'session_replaced', message: 'another connection with the same machine_id took over this agent', fatal: true };
+    return { status: grpc.status.PERMISSION_DENIED, code: 'session_revoked', message: reason, fatal: true };
+  }
+
+  private async onHeartbeat(c: Conn, hb: Heartbeat__Output): Promise<void> {
+    const agentId = c.agentId as string;
+    const now = this.now();
+    // revocation/expiry take effect on the next heartbeat even without the revoke hook (other nodes)
+    if (now - c.lastVerifiedAt >= this.o.heartbeatIntervalS * 1000 - 50) {
+      c.lastVerifiedAt = now;
+      const token = bearer(c.call.metadata) ?? '';
+      try {
+        await this.o.verifyCredential(token);
+      } catch (e) {
+        if (isAppError(e) && e.kind === 'unauthorized') {
+          this.revokeConn(c);
+          return;
+        }
+        throw e;
+      }
+    }
+    const stats = {
+      cpu_percent: Math.round(num(hb.cpu_percent) * 10) / 10,
+      ram_used_bytes: int(hb.ram_used_bytes),
+      ram_total_bytes: int(hb.ram_total_bytes),
+      gpus: (hb.gpus ?? []).slice(0, 64).map((g) => ({
+        index: int(g.index),
+        name: str(g.name, 200),
+        utilization_percent: Math.max(0, Math.min(100, num(g.utilization_percent))),
+        vram_used_gb: Math.max(0, num(g.vram_used_gb)),
+        vram_total_gb: Math.max(0, num(g.vram_total_gb)),
+        temperature_c: num(g.temperature_c),
+      })),
+      running_tasks: int(hb.running_tasks),
+      reported_at: new Date(now).toISOString(),
+    };
+    await this.o.agents.heartbeat(agentId, stats);
+  }
+
+  /** The task output the actors store, or an error string when the agent reported keys it may not use. */
+  private outputOf(teamId: string, taskId: string, r: TaskResult__Output): Record<string, unknown> | string {
+    const prefix = `teams/${teamId}/outputs/${taskId}/`;
+    const outputs = (r.outputs ?? []).slice(0, MAX_OUTPUT_FILES).map((o) => ({ name: str(o.name, 200), storage_key: str(o.storage_key, 1024), content_type: str(o.content_type, 255), size: int(o.size) }));
+    const keys = [...new Set([str(r.storage_key, 1024), ...(r.storage_keys ?? []).map((k) => str(k, 1024)), ...outputs.map((o) => o.storage_key)].filter(Boolean))];
+    if (keys.some((k) => !k.startsWith(prefix))) return `the agent reported outputs outside this task's storage prefix (${prefix})`;
+    let extra: Record<string, unknown> = {};
+    if (r.extra_json) {
+      try {
+        const v = JSON.parse(r.extra_json) as unknown;
+        if (v && typeof v === 'object' && !Array.isArray(v)) extra = v as Record<string, unknown>;
+      } catch {
+        /* ignored: extras are optional */
+      }
+    }
+    const primary = str(r.storage_key, 1024) || outputs[0]?.storage_key || '';
+    const storageKeys = (r.storage_keys ?? []).length ? (r.storage_keys ?? []).map((k) => str(k, 1024)) : outputs.map((o) => o.storage_key);
+    return {
+      ...extra,
+      ...(primary ? { storage_key: primary } : {}),
+      storage_keys: storageKeys,
+      image_count: int(r.image_count),
+      outputs,
+    };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // server -> agent
+
+  private deliver(c: Conn, msg: ServerToAgent): boolean {
+    if (c.closed || !c.gate) return false;
+    let out: ServerMessage;
+    switch (msg.type) {
+      case 'assign': {
+        const a = msg.assignment;
+        out = {
+          assign: {
+            task_id: msg.taskId,
+            attempt: msg.attempt,
+            epoch: msg.epoch,
+            tool_type: a.toolType,
+            workflow_json: JSON.stringify(a.workflow ?? null),
+            parameters_json: JSON.stringify(a.parameters ?? {}),
+            input_files: a.inputFiles.map((f) => ({ key: f.key, file_key: f.fileKey, file_name: f.fileName, node_id: f.nodeId ?? '', field: f.field ?? '', target_path: f.targetPath ?? '' })),
+            timeout_s: a.timeoutS,
+            provision: msg.provision,
+          },
+        };
+        break;
+      }
+      case 'cancel':
+        out = { cancel: { task_id: msg.taskId, attempt: msg.attempt, epoch: msg.epoch } };
+        break;
+      case 'drain':
+        out = { drain: {} };
+        break;
+    }
+    if (c.queue.length === 0 && c.gate.take()) return this.write(c, out);
+    if (c.queue.length >= MAX_QUEUED_TO_AGENT) {
+      this.endConn(c, { status: grpc.status.RESOURCE_EXHAUSTED, code: 'agent_not_reading', message: 'the agent stopped returning credit', fatal: false });
+      return false;
+    }
+    c.queue.push(out);
+    return true;
+  }
+
+  private flushQueue(c: Conn): void {
+    while (!c.closed && c.gate && c.queue.length > 0 && c.gate.take()) this.write(c, c.queue.shift() as ServerMessage);
+  }
+
+  private write(c: Conn, m: ServerMessage): boolean {
+    if (c.closed) return false;
+    try {
+      // bounded by the window: the grpc-js write buffer never holds more than `window` messages
+      c.call.write(m);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // lifecycle
+
+  /** Ends the stream (reason null = the agent half-closed: a clean OK end). */
+  private endConn(c: Conn, reason: EndReason | null): void {
+    if (c.closed) return;
+    if (reason) {
+      this.write(c, { error: { code: reason.code, message: reason.message, fatal: reason.fatal } });
+      this.log.info({ agent_id: c.agentId, session_id: c.sessionId, code: reason.code }, 'agent stream ended by the server');
+    }
+    this.dropConn(c);
+    try {
+      if (reason && reason.status !== grpc.status.OK) c.call.emit('error', { code: reason.status, details: reason.message });
+      else c.call.end();
+    } catch {
+      /* the call is already gone */
+    }
+  }
+
+  /** Forgets the stream; its session is closed (the agent actor starts the grace period). */
+  private dropConn(c: Conn): void {
+    if (!c.closed) {
+      c.closed = true;
+      c.credit.close();
+      c.queue.length = 0;
+    }
+    if (!this.conns.delete(c)) return;
+    if (c.sessionId) this.bySession.delete(c.sessionId);
+    if (c.agentId && c.sessionId) {
+      this.o.sessions.close(c.agentId, c.sessionId);
+      this.log.info({ agent_id: c.agentId, session_id: c.sessionId }, 'agent disconnected');
+    }
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    const dead = this.o.heartbeatIntervalS * 3 * 1000;
+    const helloTimeout = this.o.helloTimeoutMs ?? 10_000;
+    for (const c of [...this.conns]) {
+      if (!c.agentId && now - c.openedAt > helloTimeout)
+        this.endConn(c, { status: grpc.status.DEADLINE_EXCEEDED, code: 'hello_timeout', message: `no hello within ${helloTimeout} ms`, fatal: false });
+      else if (c.agentId && now - c.lastSeenAt > dead)
+        this.endConn(c, { status: grpc.status.UNAVAILABLE, code: 'heartbeat_missed', message: `no message for ${Math.round((now - c.lastSeenAt) / 1000)} s (3 heartbeat intervals)`, fatal: false });
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // unary
+
+  private unary<T>(md: grpc.Metadata, cb: grpc.sendUnaryData<T>, fn: (ident: { credentialId: string; teamId: string }) => Promise<T>): void {
+    const token = bearer(md);
+    const run = async (): Promise<T> => {
+      if (!token) throw new AppError('unauthorized', 'credential_missing', 'authorization: Bearer ak-... is required');
+      return fn(await this.o.verifyCredential(token));
+    };
+    run().then(
+      (r) => cb(null, r),
+      (e: unknown) => {
+        if (!isAppError(e)) this.log.error({ err: e }, 'agent unary call failed');
+        cb({ code: isAppError(e) ? grpcStatusOf[e.kind] : grpc.status.INTERNAL, details: isAppError(e) ? e.message : 'internal error' });
+      },
+    );
+  }
+
+  /** The task, if this session's agent holds it at this attempt and epoch. */
+  private async heldTask(ident: { teamId: string }, req: { session_id?: string; task_id?: string; attempt?: number; epoch?: number }): Promise<{ conn: Conn; task: TaskRecord }> {
+    const conn = this.bySession.get(str(req.session_id, 100));
+    if (!conn || conn.closed || conn.teamId !== ident.teamId || !conn.agentId) throw unavailable('session_not_connected', 'no live agent stream with this session_id on this node; reconnect and retry');
+    const task = await this.o.tasks.load(str(req.task_id, 100));
+    const ok =
+      task !== null &&
+      task.teamId === ident.teamId &&
+      task.agentId === conn.agentId &&
+      task.attempt === int(req.attempt) &&
+      task.leaseEpoch === int(req.epoch) &&
+      (task.status === 'queued' || task.status === 'provisioning' || task.status === 'running');
+    if (!ok || !task) throw new AppError('precondition_failed', 'task_not_held', 'this agent does not hold that task at this attempt and epoch');
+    return { conn, task };
+  }
+
+  private store(): ObjectStore {
+    if (!this.o.objectStore) throw unavailable('object_store_unavailable', 'the object store is not configured on this node');
+    return this.o.objectStore;
+  }
+
+  private async presignOutputs(ident: { credentialId: string; teamId: string }, req: PresignOutputsRequest__Output): Promise<PresignOutputsResponse> {
+    const store = this.store();
+    const { task } = await this.heldTask(ident, req);
+    const files = req.files ?? [];
+    if (files.length === 0 || files.length > MAX_OUTPUT_FILES) throw invalidParameter(`files: 1-${MAX_OUTPUT_FILES} entries`);
+    const seen = new Set<string>();
+    const uploads = [];
+    for (const f of files) {
+      const name = str(f.name, 300);
+      if (!OUTPUT_NAME_RE.test(name) || name === '.' || name === '..') throw invalidParameter(`files.name: ${JSON.stringify(name)} must be 1-200 characters of A-Z a-z 0-9 . _ -`);
+      if (seen.has(name)) throw invalidParameter(`files.name: ${name} appears twice`);
+      seen.add(name);
+      const size = int(f.size);
+      if (size > MAX_OUTPUT_BYTES) throw invalidParameter(`files.size: ${name} is larger than 5 GB`);
+      const key = `teams/${task.teamId}/outputs/${task.id}/${task.attempt}/${name}`;
+      const contentType = str(f.content_type, 255) || 'application/octet-stream';
+      const p = await store.presignPut(key, { contentLength: size, contentType, expiresInS: this.o.presignExpiresS ?? 3600 });
+      uploads.push({ name, storage_key: key, upload_url: p.url, upload_headers: p.headers, expires_at_ms: p.expiresAt });
+    }
+    return { uploads };
+  }
+
+  private async presignInputs(ident: { credentialId: string; teamId: string }, req: PresignInputsRequest__Output): Promise<PresignInputsResponse> {
+    const { task } = await this.heldTask(ident, req);
+    const a = await this.o.tasks.assignment(task.id);
+    const inputs = a?.inputFiles ?? [];
+    if (inputs.length === 0) return { files: [] };
+    const store = this.store();
+    const keyOf = this.o.inputObjectKey ?? ((_team: string, fileKey: string) => fileKey);
+    const files = [];
+    for (const f of inputs) {
+      const url = await store.presignGet(keyOf(task.teamId, f.fileKey), { expiresInS: this.o.presignExpiresS ?? 3600 });
+      files.push({ key: f.key, file_key: f.fileKey, file_name: f.fileName, download_url: url });
+    }
+    return { files };
+  }
+}

@@ -1,0 +1,78 @@
+// Original file: proto/agent/v1/agent.proto
+
+import type * as grpc from '@grpc/grpc-js'
+import type { MethodDefinition } from '@grpc/proto-loader'
+import type { AgentMessage as _gantry_agent_v1_AgentMessage, AgentMessage__Output as _gantry_agent_v1_AgentMessage__Output } from '../../../gantry/agent/v1/AgentMessage.js';
+import type { PresignInputsRequest as _gantry_agent_v1_PresignInputsRequest, PresignInputsRequest__Output as _gantry_agent_v1_PresignInputsRequest__Output } from '../../../gantry/agent/v1/PresignInputsRequest.js';
+import type { PresignInputsResponse as _gantry_agent_v1_PresignInputsResponse, PresignInputsResponse__Output as _gantry_agent_v1_PresignInputsResponse__Output } from '../../../gantry/agent/v1/PresignInputsResponse.js';
+import type { PresignOutputsRequest as _gantry_agent_v1_PresignOutputsRequest, PresignOutputsRequest__Output as _gantry_agent_v1_PresignOutputsRequest__Output } from '../../../gantry/agent/v1/PresignOutputsRequest.js';
+import type { PresignOutputsResponse as _gantry_agent_v1_PresignOutputsResponse, PresignOutputsResponse__Output as _gantry_agent_v1_PresignOutputsResponse__Output } from '../../../gantry/agent/v1/PresignOutputsResponse.js';
+import type { ServerMessage as _gantry_agent_v1_ServerMessage, ServerMessage__Output as _gantry_agent_v1_ServerMessage__Output } from '../../../gantry/agent/v1/ServerMessage.js';
+
+export interface AgentServiceClient extends grpc.Client {
+  /**
+   * The agent's one long-lived stream. The first message must be hello; the server answers welcome.
+   */
+  Connect(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage__Output>;
+  Connect(options?: grpc.CallOptions): grpc.ClientDuplexStream<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage__Output>;
+  /**
+   * The agent's one long-lived stream. The first message must be hello; the server answers welcome.
+   */
+  connect(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage__Output>;
+  connect(options?: grpc.CallOptions): grpc.ClientDuplexStream<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage__Output>;
+  
+  /**
+   * Presigned GET URLs for a task's input files (only for the agent holding the task at that epoch).
+   */
+  PresignInputs(argument: _gantry_agent_v1_PresignInputsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  PresignInputs(argument: _gantry_agent_v1_PresignInputsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  PresignInputs(argument: _gantry_agent_v1_PresignInputsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  PresignInputs(argument: _gantry_agent_v1_PresignInputsRequest, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  /**
+   * Presigned GET URLs for a task's input files (only for the agent holding the task at that epoch).
+   */
+  presignInputs(argument: _gantry_agent_v1_PresignInputsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  presignInputs(argument: _gantry_agent_v1_PresignInputsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  presignInputs(argument: _gantry_agent_v1_PresignInputsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  presignInputs(argument: _gantry_agent_v1_PresignInputsRequest, callback: grpc.requestCallback<_gantry_agent_v1_PresignInputsResponse__Output>): grpc.ClientUnaryCall;
+  
+  /**
+   * Presigned PUT URLs for a task's outputs (only for the agent holding the task at that epoch).
+   */
+  PresignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  PresignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  PresignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  PresignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  /**
+   * Presigned PUT URLs for a task's outputs (only for the agent holding the task at that epoch).
+   */
+  presignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  presignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  presignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  presignOutputs(argument: _gantry_agent_v1_PresignOutputsRequest, callback: grpc.requestCallback<_gantry_agent_v1_PresignOutputsResponse__Output>): grpc.ClientUnaryCall;
+  
+}
+
+export interface AgentServiceHandlers extends grpc.UntypedServiceImplementation {
+  /**
+   * The agent's one long-lived stream. The first message must be hello; the server answers welcome.
+   */
+  Connect: grpc.handleBidiStreamingCall<_gantry_agent_v1_AgentMessage__Output, _gantry_agent_v1_ServerMessage>;
+  
+  /**
+   * Presigned GET URLs for a task's input files (only for the agent holding the task at that epoch).
+   */
+  PresignInputs: grpc.handleUnaryCall<_gantry_agent_v1_PresignInputsRequest__Output, _gantry_agent_v1_PresignInputsResponse>;
+  
+  /**
+   * Presigned PUT URLs for a task's outputs (only for the agent holding the task at that epoch).
+   */
+  PresignOutputs: grpc.handleUnaryCall<_gantry_agent_v1_PresignOutputsRequest__Output, _gantry_agent_v1_PresignOutputsResponse>;
+  
+}
+
+export interface AgentServiceDefinition extends grpc.ServiceDefinition {
+  Connect: MethodDefinition<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage, _gantry_agent_v1_AgentMessage__Output, _gantry_agent_v1_ServerMessage__Output>
+  PresignInputs: MethodDefinition<_gantry_agent_v1_PresignInputsRequest, _gantry_agent_v1_PresignInputsResponse, _gantry_agent_v1_PresignInputsRequest__Output, _gantry_agent_v1_PresignInputsResponse__Output>
+  PresignOutputs: MethodDefinition<_gantry_agent_v1_PresignOutputsRequest, _gantry_agent_v1_PresignOutputsResponse, _gantry_agent_v1_PresignOutputsRequest__Output, _gantry_agent_v1_PresignOutputsResponse__Output>
+}

@@ -1,0 +1,64 @@
+// Original file: proto/agent/v1/agent.proto
+
+import type { InputFile as _gantry_agent_v1_InputFile, InputFile__Output as _gantry_agent_v1_InputFile__Output } from '../../../gantry/agent/v1/InputFile.js';
+import type { Long } from '@grpc/proto-loader';
+
+export interface Assign {
+  'task_id'?: (string);
+  'attempt'?: (number);
+  /**
+   * Fencing token: echo it in every message about this task.
+   */
+  'epoch'?: (number | string | Long);
+  /**
+   * comfyui or nerfstudio
+   */
+  'tool_type'?: (string);
+  /**
+   * The resolved workflow (ComfyUI API graph or nerfstudio spec) as JSON.
+   */
+  'workflow_json'?: (string);
+  /**
+   * Resolved parameter values as a JSON object.
+   */
+  'parameters_json'?: (string);
+  'input_files'?: (_gantry_agent_v1_InputFile)[];
+  /**
+   * Seconds after ACK (0 = the server's maximum).
+   */
+  'timeout_s'?: (number);
+  /**
+   * Prepare first (model/custom node sync), then send provisioned, then ack.
+   */
+  'provision'?: (boolean);
+}
+
+export interface Assign__Output {
+  'task_id': (string);
+  'attempt': (number);
+  /**
+   * Fencing token: echo it in every message about this task.
+   */
+  'epoch': (number);
+  /**
+   * comfyui or nerfstudio
+   */
+  'tool_type': (string);
+  /**
+   * The resolved workflow (ComfyUI API graph or nerfstudio spec) as JSON.
+   */
+  'workflow_json': (string);
+  /**
+   * Resolved parameter values as a JSON object.
+   */
+  'parameters_json': (string);
+  'input_files': (_gantry_agent_v1_InputFile__Output)[];
+  /**
+   * Seconds after ACK (0 = the server's maximum).
+   */
+  'timeout_s': (number);
+  /**
+   * Prepare first (model/custom node sync), then send provisioned, then ack.
+   */
+  'provision': (boolean);
+}

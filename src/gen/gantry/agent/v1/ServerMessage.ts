@@ -1,0 +1,28 @@
+// Original file: proto/agent/v1/agent.proto
+
+import type { Welcome as _gantry_agent_v1_Welcome, Welcome__Output as _gantry_agent_v1_Welcome__Output } from '../../../gantry/agent/v1/Welcome.js';
+import type { Assign as _gantry_agent_v1_Assign, Assign__Output as _gantry_agent_v1_Assign__Output } from '../../../gantry/agent/v1/Assign.js';
+import type { Cancel as _gantry_agent_v1_Cancel, Cancel__Output as _gantry_agent_v1_Cancel__Output } from '../../../gantry/agent/v1/Cancel.js';
+import type { Drain as _gantry_agent_v1_Drain, Drain__Output as _gantry_agent_v1_Drain__Output } from '../../../gantry/agent/v1/Drain.js';
+import type { Credit as _gantry_agent_v1_Credit, Credit__Output as _gantry_agent_v1_Credit__Output } from '../../../gantry/agent/v1/Credit.js';
+import type { ServerError as _gantry_agent_v1_ServerError, ServerError__Output as _gantry_agent_v1_ServerError__Output } from '../../../gantry/agent/v1/ServerError.js';
+
+export interface ServerMessage {
+  'welcome'?: (_gantry_agent_v1_Welcome | null);
+  'assign'?: (_gantry_agent_v1_Assign | null);
+  'cancel'?: (_gantry_agent_v1_Cancel | null);
+  'drain'?: (_gantry_agent_v1_Drain | null);
+  'credit'?: (_gantry_agent_v1_Credit | null);
+  'error'?: (_gantry_agent_v1_ServerError | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error";
+}
+
+export interface ServerMessage__Output {
+  'welcome'?: (_gantry_agent_v1_Welcome__Output | null);
+  'assign'?: (_gantry_agent_v1_Assign__Output | null);
+  'cancel'?: (_gantry_agent_v1_Cancel__Output | null);
+  'drain'?: (_gantry_agent_v1_Drain__Output | null);
+  'credit'?: (_gantry_agent_v1_Credit__Output | null);
+  'error'?: (_gantry_agent_v1_ServerError__Output | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error";
+}

@@ -1,0 +1,92 @@
+import type { Config } from '../shared/config.js';
+import type { Logger } from '../shared/logger.js';
+import type { Database } from '../persistence/db.js';
+import { GantryAuthenticator, LastUsedTracker, type AgentIdentity } from './authenticator.js';
+import { IdentityStore } from './store.js';
+import { JwtService, loadSigningKey } from './tokens.js';
+import { Mailer } from './mailer.js';
+import { RateLimiter, perMinute, type BucketSpec } from './rate-limit.js';
+import { IdentityService } from './service.js';
+
+export { GantryAuthenticator, LastUsedTracker, type AgentIdentity, type AuthLookup } from './authenticator.js';
+export { IdentityService } from './service.js';
+export { IdentityStore } from './store.js';
+export { JwtService } from './tokens.js';
+export { RateLimiter, perMinute } from './rate-limit.js';
+export { maskEmail, parseCredential, generateCredential } from './credentials.js';
+
+export interface IdentityOptions {
+  config: Config;
+  db: Database;
+  logger: Logger;
+  /** Resolved data directory (the generated JWT key lives there). */
+  dataDir: string;
+  /** Override of the rate-limit buckets (routes: login, register, forgot, pair_start, pair_confirm, refresh). */
+  limits?: Record<string, BucketSpec>;
+  /** last_used_at flush period. */
+  lastUsedFlushMs?: number;
+}
+
+export interface Identity {
+  authenticator: GantryAuthenticator;
+  service: IdentityService;
+  store: IdentityStore;
+  jwt: JwtService;
+  mailer: Mailer;
+  lastUsed: LastUsedTracker;
+  /** For the agent gRPC stream: verifies an ak- value (checksum, then lookup by hash); throws 401 AppErrors. */
+  verifyAgentCredential(value: string): Promise<AgentIdentity>;
+  /** Called with the ids of credentials revoked through the API (device revoke, DELETE /credentials). */
+  onCredentialsRevoked(cb: (ids: string[]) => void): void;
+  start(): void;
+  /** Flushes last_used_at and stops the outbox sender; call before closing the database. */
+  stop(): Promise<void>;
+}
+
+/** Builds the identity module (composition root calls this once per node). */
+export function createIdentity(o: IdentityOptions): Identity {
+  const c = o.config;
+  const store = new IdentityStore(o.db);
+  const key = loadSigningKey(c.GANTRY_JWT_PRIVATE_KEY, o.dataDir, o.logger);
+  const jwt = new JwtService(key, { issuer: c.GANTRY_JWT_ISSUER, audience: c.GANTRY_JWT_AUDIENCE, ttlS: c.GANTRY_ACCESS_TOKEN_TTL_S });
+  const lastUsed = new LastUsedTracker(store, o.logger, o.lastUsedFlushMs ?? 30_000);
+  const authenticator = new GantryAuthenticator(store, jwt, lastUsed);
+  const mailer = new Mailer(store, { smtpUrl: c.SMTP_URL, from: c.GANTRY_MAIL_FROM, logger: o.logger });
+  const n = c.GANTRY_AUTH_RATE_LIMIT_PER_MIN;
+  const limiter = new RateLimiter(
+    o.limits ?? {
+      login: perMinute(n),
+      register: perMinute(n),
+      forgot: perMinute(n),
+      pair_start: perMinute(n),
+      pair_confirm: perMinute(n),
+      refresh: perMinute(Math.max(n, 60)),
+    },
+  );
+  const service = new IdentityService({ config: c, store, jwt, mailer, limiter, lastUsed, logger: o.logger, pollIntervalS: c.GANTRY_PAIRING_POLL_INTERVAL_S });
+  let sweepTimer: NodeJS.Timeout | null = null;
+  return {
+    authenticator,
+    service,
+    store,
+    jwt,
+    mailer,
+    lastUsed,
+    verifyAgentCredential: (v) => authenticator.verifyAgentCredential(v),
+    onCredentialsRevoked: (cb) => service.onCredentialsRevoked(cb),
+    start() {
+      lastUsed.start();
+      mailer.start();
+      sweepTimer = setInterval(() => {
+        store.sweep(new Date()).catch((e: unknown) => o.logger.warn({ err: e }, 'identity sweep failed'));
+      }, 3_600_000);
+      sweepTimer.unref();
+    },
+    async stop() {
+      if (sweepTimer) clearInterval(sweepTimer);
+      sweepTimer = null;
+      await mailer.stop();
+      await lastUsed.stop();
+    },
+  };
+}

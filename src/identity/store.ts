@@ -1,0 +1,506 @@
+import type { Database, Em } from '../persistence/db.js';
+import { Credential, RefreshToken } from '../persistence/entities/identity.js';
+import type { TeamRole } from '../edge/principal.js';
+import type { PageRequest } from '../shared/pagination.js';
+import type { CredentialKind } from './credentials.js';
+
+/** A query function bound to a unit of work or a transaction; `?` placeholders (knex style). */
+export type Q = <T = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<T[]>;
+
+/** Timestamp columns (`*_at`) come back as strings from the driver: make them Dates. */
+const isTimeColumn = (k: string): boolean => k.endsWith('_at');
+
+function withDates<T>(rows: unknown): T[] {
+  if (!Array.isArray(rows)) return [];
+  for (const r of rows as Array<Record<string, unknown>>)
+    for (const k of Object.keys(r)) {
+      const v = r[k];
+      if (typeof v === 'string' && isTimeColumn(k)) r[k] = new Date(v);
+    }
+  return rows as T[];
+}
+
+const queryOn =
+  (em: Em): Q =>
+  async <T>(sql: string, params: unknown[] = []) =>
+    withDates<T>(await em.execute(sql, params as never[], 'all'));
+
+export interface UserRow {
+  id: string;
+  email_address: string;
+  email_normalized: string;
+  password_hash: string;
+  first_name: string;
+  last_name: string;
+  display_name: string;
+  email_verified_at: Date | null;
+  /** Bumped when every session of the user must end (password reset); access tokens carry it as `sv`. */
+  session_version: number;
+  created_at: Date;
+}
+
+export interface TeamRow {
+  id: string;
+  display_name: string;
+  owner_id: string;
+  is_personal: boolean;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface CredentialAuthRow {
+  id: string;
+  credential_type: CredentialKind;
+  team_id: string;
+  user_id: string | null;
+  display_name: string;
+  linked_to: string | null;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  team_deleted: boolean;
+  /** For device credentials: the user's current role in the credential's team (null: not a member). */
+  member_role: TeamRole | null;
+}
+
+export interface UserAuthRow {
+  id: string;
+  session_version: number;
+  /** Role in the requested team (null: not a member, or no team asked). */
+  member_role: TeamRole | null;
+}
+
+export interface PairingRow {
+  id: string;
+  user_code: string;
+  poll_secret_hash: string;
+  device_name: string;
+  pairing_status: 'pending' | 'confirmed' | 'delivered';
+  user_id: string | null;
+  team_id: string | null;
+  expires_at: Date;
+  last_polled_at: Date | null;
+}
+
+export interface RefreshRow {
+  id: string;
+  session_version: number;
+  family_id: string;
+  user_id: string;
+  expires_at: Date;
+  rotated_at: Date | null;
+  revoked_at: Date | null;
+}
+
+export interface OutboxRow {
+  id: string;
+  email_kind: string;
+  to_address: string;
+  subject: string;
+  body_text: string;
+  attempts: number;
+}
+
+/**
+ * All identity SQL. Every team-scoped statement takes the team id in its WHERE clause, so a
+ * resource of another team is simply not found (the service turns that into a 404).
+ */
+export class IdentityStore {
+  constructor(readonly db: Database) {}
+
+  q: Q = (sql, params) => queryOn(this.db.em())(sql, params);
+
+  /** One PostgreSQL transaction (commit on return, rollback on throw). */
+  tx<T>(fn: (q: Q, em: Em) => Promise<T>): Promise<T> {
+    return this.db.em().transactional(async (tem) => fn(queryOn(tem as unknown as Em), tem as unknown as Em));
+  }
+
+  /** Serialises quota checks of one kind across nodes (inside a transaction). */
+  async lock(q: Q, name: string): Promise<void> {
+    await q(`select pg_advisory_xact_lock(hashtext(?))`, [`gantry:${name}`]);
+  }
+
+  // ---- users -------------------------------------------------------------------------------
+
+  async countUsers(q: Q = this.q): Promise<number> {
+    const r = await q<{ n: number }>(`select count(*)::int as n from users`);
+    return r[0]?.n ?? 0;
+  }
+
+  async insertUser(q: Q, u: { id: string; email: string; emailNorm: string; passwordHash: string; firstName: string; lastName: string; displayName: string; now: Date }): Promise<boolean> {
+    const r = await q(
+      `insert into users (id, email_address, email_normalized, password_hash, first_name, last_name, display_name, created_at, updated_at)
+       values (?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict (email_normalized) do nothing returning id`,
+      [u.id, u.email, u.emailNorm, u.passwordHash, u.firstName, u.lastName, u.displayName, u.now, u.now],
+    );
+    return r.length === 1;
+  }
+
+  async userByEmail(emailNorm: string): Promise<UserRow | null> {
+    return (await this.q<UserRow>(`select * from users where email_normalized = ?`, [emailNorm]))[0] ?? null;
+  }
+
+  async userById(id: string): Promise<UserRow | null> {
+    return (await this.q<UserRow>(`select * from users where id = ?`, [id]))[0] ?? null;
+  }
+
+  /** The user (and, when teamId is given, their role in that live team) in one round trip. */
+  async userAuth(userId: string, teamId: string | null): Promise<UserAuthRow | null> {
+    const r = await this.q<UserAuthRow>(
+      `select u.id, u.session_version,
+              (select m.member_role from team_members m join teams t on t.id = m.team_id and t.deleted_at is null
+                where m.user_id = u.id and m.team_id = ?::uuid) as member_role
+         from users u where u.id = ?`,
+      [teamId, userId],
+    );
+    return r[0] ?? null;
+  }
+
+  async setPassword(userId: string, passwordHash: string, now: Date): Promise<void> {
+    await this.tx(async (q) => {
+      await q(`update users set password_hash = ?, session_version = session_version + 1, updated_at = ? where id = ?`, [passwordHash, now, userId]);
+      await q(`update refresh_tokens set revoked_at = ? where user_id = ? and revoked_at is null`, [now, userId]);
+    });
+  }
+
+  async markEmailVerified(userId: string, now: Date): Promise<void> {
+    await this.q(`update users set email_verified_at = coalesce(email_verified_at, ?), updated_at = ? where id = ?`, [now, now, userId]);
+  }
+
+  // ---- teams and members ---------------------------------------------------------------------
+
+  async insertTeam(q: Q, t: { id: string; displayName: string; ownerId: string; isPersonal: boolean; now: Date }): Promise<void> {
+    await q(`insert into teams (id, display_name, owner_id, is_personal, created_at, updated_at) values (?, ?, ?, ?, ?, ?)`, [t.id, t.displayName, t.ownerId, t.isPersonal, t.now, t.now]);
+    await q(`insert into team_members (team_id, user_id, member_role, created_at) values (?, ?, 'owner', ?)`, [t.id, t.ownerId, t.now]);
+  }
+
+  async countTeams(q: Q = this.q): Promise<number> {
+    return (await q<{ n: number }>(`select count(*)::int as n from teams where deleted_at is null`))[0]?.n ?? 0;
+  }
+
+  async countOwnedTeams(userId: string, q: Q = this.q): Promise<number> {
+    return (await q<{ n: number }>(`select count(*)::int as n from teams where owner_id = ? and deleted_at is null`, [userId]))[0]?.n ?? 0;
+  }
+
+  async teamsOfUser(userId: string, page?: PageRequest): Promise<{ rows: Array<TeamRow & { member_role: TeamRole }>; total: number }> {
+    const base = `from teams t join team_members m on m.team_id = t.id where m.user_id = ? and t.deleted_at is null`;
+    const limit = page ? ` limit ${page.perPage} offset ${page.offset}` : '';
+    const rows = await this.q<TeamRow & { member_role: TeamRole }>(`select t.*, m.member_role ${base} order by t.created_at, t.id${limit}`, [userId]);
+    const total = page ? ((await this.q<{ n: number }>(`select count(*)::int as n ${base}`, [userId]))[0]?.n ?? 0) : rows.length;
+    return { rows, total };
+  }
+
+  async team(teamId: string): Promise<(TeamRow & { member_count: number }) | null> {
+    const r = await this.q<TeamRow & { member_count: number }>(
+      `select t.*, (select count(*)::int from team_members m where m.team_id = t.id) as member_count from teams t where t.id = ? and t.deleted_at is null`,
+      [teamId],
+    );
+    return r[0] ?? null;
+  }
+
+  async updateTeam(teamId: string, displayName: string, now: Date): Promise<boolean> {
+    return (await this.q(`update teams set display_name = ?, updated_at = ? where id = ? and deleted_at is null returning id`, [displayName, now, teamId])).length === 1;
+  }
+
+  /**
+   * Soft delete: the team row stays (other modules keep their rows), members, invitations and
+   * credentials go. Returns the ids of the credentials revoked, or null when the team was not found.
+   */
+  async deleteTeam(teamId: string, now: Date): Promise<string[] | null> {
+    return this.tx(async (q) => {
+      const r = await q(`update teams set deleted_at = ?, updated_at = ? where id = ? and deleted_at is null returning id`, [now, now, teamId]);
+      if (r.length === 0) return null;
+      await q(`delete from team_members where team_id = ?`, [teamId]);
+      await q(`update invitations set invitation_status = 'revoked' where team_id = ? and invitation_status = 'pending'`, [teamId]);
+      const revoked = await q<{ id: string }>(`update credentials set revoked_at = ? where team_id = ? and revoked_at is null returning id`, [now, teamId]);
+      return revoked.map((x) => x.id);
+    });
+  }
+
+  async memberRole(teamId: string, userId: string, q: Q = this.q): Promise<TeamRole | null> {
+    const r = await q<{ member_role: TeamRole }>(
+      `select m.member_role from team_members m join teams t on t.id = m.team_id and t.deleted_at is null where m.team_id = ? and m.user_id = ?`,
+      [teamId, userId],
+    );
+    return r[0]?.member_role ?? null;
+  }
+
+  async members(teamId: string, page: PageRequest): Promise<{ rows: Array<{ user_id: string; display_name: string; email_address: string; member_role: TeamRole; created_at: Date }>; total: number }> {
+    const rows = await this.q<{ user_id: string; display_name: string; email_address: string; member_role: TeamRole; created_at: Date }>(
+      `select m.user_id, u.display_name, u.email_address, m.member_role, m.created_at
+         from team_members m join users u on u.id = m.user_id
+        where m.team_id = ? order by m.created_at, m.user_id limit ${page.perPage} offset ${page.offset}`,
+      [teamId],
+    );
+    const total = (await this.q<{ n: number }>(`select count(*)::int as n from team_members where team_id = ?`, [teamId]))[0]?.n ?? 0;
+    return { rows, total };
+  }
+
+  async addMember(q: Q, teamId: string, userId: string, role: TeamRole, now: Date): Promise<boolean> {
+    const r = await q(`insert into team_members (team_id, user_id, member_role, created_at) values (?, ?, ?, ?) on conflict do nothing returning user_id`, [teamId, userId, role, now]);
+    return r.length === 1;
+  }
+
+  /** Changes a non-owner's role; false when the user is not a (non-owner) member of this team. */
+  async setMemberRole(teamId: string, userId: string, role: 'admin' | 'member'): Promise<boolean> {
+    return (await this.q(`update team_members set member_role = ? where team_id = ? and user_id = ? and member_role <> 'owner' returning user_id`, [role, teamId, userId])).length === 1;
+  }
+
+  async removeMember(teamId: string, userId: string): Promise<boolean> {
+    return (await this.q(`delete from team_members where team_id = ? and user_id = ? and member_role <> 'owner' returning user_id`, [teamId, userId])).length === 1;
+  }
+
+  /** Owner -> admin, member -> owner, in one transaction; false when fromUser is not the owner or toUser not a member. */
+  async transferOwnership(teamId: string, fromUser: string, toUser: string, now: Date, maxOwned: number): Promise<'ok' | 'not_owner' | 'not_member' | 'quota'> {
+    return this.tx(async (q) => {
+      await this.lock(q, `owned:${toUser}`);
+      const rows = await q<{ user_id: string; member_role: TeamRole }>(`select user_id, member_role from team_members where team_id = ? and user_id in (?, ?) for update`, [teamId, fromUser, toUser]);
+      if (rows.find((r) => r.user_id === fromUser)?.member_role !== 'owner') return 'not_owner';
+      if (!rows.find((r) => r.user_id === toUser)) return 'not_member';
+      if (maxOwned > 0 && (await this.countOwnedTeams(toUser, q)) >= maxOwned) return 'quota';
+      await q(`update team_members set member_role = 'admin' where team_id = ? and user_id = ?`, [teamId, fromUser]);
+      await q(`update team_members set member_role = 'owner' where team_id = ? and user_id = ?`, [teamId, toUser]);
+      await q(`update teams set owner_id = ?, is_personal = false, updated_at = ? where id = ?`, [toUser, now, teamId]);
+      return 'ok';
+    });
+  }
+
+  // ---- invitations ---------------------------------------------------------------------------
+
+  async insertInvitation(i: { id: string; teamId: string; email: string; emailNorm: string; role: 'admin' | 'member'; tokenHash: string; invitedBy: string | null; expiresAt: Date; now: Date }): Promise<void> {
+    await this.q(
+      `insert into invitations (id, team_id, email_address, email_normalized, member_role, token_hash, invited_by, expires_at, created_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      [i.id, i.teamId, i.email, i.emailNorm, i.role, i.tokenHash, i.invitedBy, i.expiresAt, i.now],
+    );
+  }
+
+  async invitations(teamId: string, page: PageRequest): Promise<{ rows: Array<Record<string, unknown>>; total: number }> {
+    const rows = await this.q(
+      `select id, email_address, member_role, invitation_status, invited_by, created_at, expires_at, accepted_at
+         from invitations where team_id = ? and invitation_status <> 'revoked' order by created_at desc, id limit ${page.perPage} offset ${page.offset}`,
+      [teamId],
+    );
+    const total = (await this.q<{ n: number }>(`select count(*)::int as n from invitations where team_id = ? and invitation_status <> 'revoked'`, [teamId]))[0]?.n ?? 0;
+    return { rows, total };
+  }
+
+  async revokeInvitation(teamId: string, id: string): Promise<boolean> {
+    return (await this.q(`update invitations set invitation_status = 'revoked' where id = ? and team_id = ? and invitation_status = 'pending' returning id`, [id, teamId])).length === 1;
+  }
+
+  /** Accepts a pending invitation for this user (email must match); the outcome names what went wrong. */
+  async acceptInvitation(tokenHash: string, user: { id: string; emailNorm: string }, now: Date): Promise<'ok' | 'not_found' | 'expired' | 'email_mismatch' | 'already_member'> {
+    return this.tx(async (q) => {
+      const r = await q<{ id: string; team_id: string; email_normalized: string; member_role: TeamRole; expires_at: Date; invitation_status: string }>(
+        `select i.* from invitations i join teams t on t.id = i.team_id and t.deleted_at is null where i.token_hash = ? for update of i`,
+        [tokenHash],
+      );
+      const inv = r[0];
+      if (!inv || inv.invitation_status !== 'pending') return 'not_found';
+      if (inv.expires_at.getTime() <= now.getTime()) return 'expired';
+      if (inv.email_normalized !== user.emailNorm) return 'email_mismatch';
+      const added = await this.addMember(q, inv.team_id, user.id, inv.member_role, now);
+      await q(`update invitations set invitation_status = 'accepted', accepted_by = ?, accepted_at = ? where id = ?`, [user.id, now, inv.id]);
+      return added ? 'ok' : 'already_member';
+    });
+  }
+
+  // ---- credentials ---------------------------------------------------------------------------
+
+  async insertCredential(
+    c: { id: string; type: CredentialKind; teamId: string; userId: string | null; displayName: string; prefix: string; hash: string; linkedTo: string | null; expiresAt: Date | null; now: Date },
+    q: Q = this.q,
+  ): Promise<void> {
+    await q(
+      `insert into credentials (id, credential_type, team_id, user_id, display_name, credential_prefix, secret_hash, linked_to, expires_at, created_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      [c.id, c.type, c.teamId, c.userId, c.displayName, c.prefix, c.hash, c.linkedTo, c.expiresAt, c.now],
+    );
+  }
+
+  /** The lookup the authenticator makes on every credential request (by hash, no cache). */
+  async credentialByHash(hash: string): Promise<CredentialAuthRow | null> {
+    const r = await this.q<CredentialAuthRow>(
+      `select c.id, c.credential_type, c.team_id, c.user_id, c.display_name, c.linked_to, c.expires_at, c.revoked_at,
+              (t.deleted_at is not null) as team_deleted,
+              (select m.member_role from team_members m where m.team_id = c.team_id and m.user_id = c.user_id) as member_role
+         from credentials c join teams t on t.id = c.team_id
+        where c.secret_hash = ?`,
+      [hash],
+    );
+    return r[0] ?? null;
+  }
+
+  async credentials(teamId: string, page: PageRequest): Promise<{ rows: Array<Record<string, unknown>>; total: number }> {
+    const rows = await this.q(
+      `select c.id, c.credential_type, c.display_name, c.credential_prefix, c.user_id, u.display_name as creator_name,
+              c.created_at, c.expires_at, c.last_used_at, c.linked_to
+         from credentials c left join users u on u.id = c.user_id
+        where c.team_id = ? and c.revoked_at is null
+        order by c.created_at desc, c.id limit ${page.perPage} offset ${page.offset}`,
+      [teamId],
+    );
+    const total = (await this.q<{ n: number }>(`select count(*)::int as n from credentials where team_id = ? and revoked_at is null`, [teamId]))[0]?.n ?? 0;
+    return { rows, total };
+  }
+
+  async credentialInTeam(teamId: string, id: string): Promise<{ id: string; credential_type: CredentialKind; user_id: string | null; linked_to: string | null } | null> {
+    const r = await this.q<{ id: string; credential_type: CredentialKind; user_id: string | null; linked_to: string | null }>(
+      `select id, credential_type, user_id, linked_to from credentials where id = ? and team_id = ? and revoked_at is null`,
+      [id, teamId],
+    );
+    return r[0] ?? null;
+  }
+
+  /**
+   * Revokes one credential of this team, and when it is a device credential minted by pairing, the
+   * agent credential minted with it. Returns the ids revoked (empty: not found in this team).
+   */
+  async revokeCredential(teamId: string, id: string, now: Date): Promise<string[]> {
+    const em = this.db.em();
+    const n = await em.nativeUpdate(Credential, { id, teamId, revokedAt: null }, { revokedAt: now });
+    if (n === 0) return [];
+    const revoked = [id];
+    const row = await em.findOne(Credential, { id, teamId }, { fields: ['credentialType', 'linkedTo'] });
+    if (row?.credentialType === 'device' && row.linkedTo) {
+      const linked = await this.q<{ id: string }>(
+        `update credentials set revoked_at = ? where team_id = ? and linked_to = ? and credential_type = 'agent' and revoked_at is null returning id`,
+        [now, teamId, row.linkedTo],
+      );
+      revoked.push(...linked.map((l) => l.id));
+    }
+    return revoked;
+  }
+
+  /** Writes the batched last_used_at values (one statement). */
+  async flushLastUsed(entries: Array<[string, Date]>): Promise<void> {
+    if (entries.length === 0) return;
+    const rows = JSON.stringify(entries.map(([id, at]) => ({ id, at: at.toISOString() })));
+    // JSON, not an array binding: knex expands array bindings into comma lists
+    await this.q(
+      `update credentials c set last_used_at = greatest(coalesce(c.last_used_at, v.at), v.at)
+         from json_to_recordset(?::json) as v(id uuid, at timestamptz) where c.id = v.id`,
+      [rows],
+    );
+  }
+
+  // ---- device pairing ------------------------------------------------------------------------
+
+  async insertPairing(p: { id: string; userCode: string; pollSecretHash: string; deviceName: string; expiresAt: Date; now: Date }): Promise<boolean> {
+    const r = await this.q(
+      `insert into device_pairings (id, user_code, poll_secret_hash, device_name, expires_at, created_at) values (?, ?, ?, ?, ?, ?)
+       on conflict (user_code) where pairing_status = 'pending' do nothing returning id`,
+      [p.id, p.userCode, p.pollSecretHash, p.deviceName, p.expiresAt, p.now],
+    );
+    return r.length === 1;
+  }
+
+  /** Binds a pending, unexpired code to a user and team (single use). */
+  async confirmPairing(userCode: string, userId: string, teamId: string, now: Date): Promise<'ok' | 'not_found' | 'expired'> {
+    const r = await this.q<{ id: string; expires_at: Date }>(`select id, expires_at from device_pairings where user_code = ? and pairing_status = 'pending'`, [userCode]);
+    const p = r[0];
+    if (!p) return 'not_found';
+    if (p.expires_at.getTime() <= now.getTime()) return 'expired';
+    const u = await this.q(
+      `update device_pairings set pairing_status = 'confirmed', user_id = ?, team_id = ?, confirmed_at = ? where id = ? and pairing_status = 'pending' and expires_at > ? returning id`,
+      [userId, teamId, now, p.id, now],
+    );
+    return u.length === 1 ? 'ok' : 'not_found';
+  }
+
+  async pairing(id: string): Promise<PairingRow | null> {
+    return (await this.q<PairingRow>(`select * from device_pairings where id = ?`, [id]))[0] ?? null;
+  }
+
+  /** Records a poll unless the previous one was less than intervalS ago; returns the previous poll time when too fast. */
+  async touchPoll(id: string, now: Date, intervalS: number): Promise<{ ok: true } | { ok: false; last: Date }> {
+    const r = await this.q(
+      `update device_pairings set last_polled_at = ? where id = ? and (last_polled_at is null or last_polled_at <= ?) returning id`,
+      [now, id, new Date(now.getTime() - intervalS * 1000)],
+    );
+    if (r.length === 1) return { ok: true };
+    const p = await this.pairing(id);
+    return { ok: false, last: p?.last_polled_at ?? now };
+  }
+
+  /** Moves a confirmed pairing to delivered and mints its credentials in the same transaction (exactly once). */
+  async deliverPairing(id: string, now: Date, mint: (q: Q, p: PairingRow) => Promise<void>): Promise<PairingRow | null> {
+    return this.tx(async (q) => {
+      const r = await q<PairingRow>(
+        `update device_pairings set pairing_status = 'delivered', delivered_at = ? where id = ? and pairing_status = 'confirmed' and expires_at > ? returning *`,
+        [now, id, now],
+      );
+      const p = r[0];
+      if (!p) return null;
+      await mint(q, p);
+      return p;
+    });
+  }
+
+  // ---- refresh tokens ------------------------------------------------------------------------
+
+  async insertRefresh(r: { id: string; familyId: string; userId: string; hash: string; expiresAt: Date; now: Date }, q: Q = this.q): Promise<void> {
+    await q(`insert into refresh_tokens (id, family_id, user_id, token_hash, expires_at, created_at) values (?, ?, ?, ?, ?, ?)`, [r.id, r.familyId, r.userId, r.hash, r.expiresAt, r.now]);
+  }
+
+  async refreshByHash(hash: string): Promise<RefreshRow | null> {
+    return (await this.q<RefreshRow>(`select r.id, r.family_id, r.user_id, r.expires_at, r.rotated_at, r.revoked_at, u.session_version
+         from refresh_tokens r join users u on u.id = r.user_id where r.token_hash = ?`, [hash]))[0] ?? null;
+  }
+
+  /** Marks the token rotated if it still is the live one; false means someone used it already (reuse). */
+  async rotateRefresh(id: string, now: Date, q: Q = this.q): Promise<boolean> {
+    return (await q(`update refresh_tokens set rotated_at = ? where id = ? and rotated_at is null and revoked_at is null returning id`, [now, id])).length === 1;
+  }
+
+  async revokeFamily(familyId: string, now: Date): Promise<number> {
+    return this.db.em().nativeUpdate(RefreshToken, { familyId, revokedAt: null }, { revokedAt: now });
+  }
+
+  // ---- one-time tokens -----------------------------------------------------------------------
+
+  async insertOneTime(t: { id: string; type: 'password_reset' | 'email_verification'; userId: string; hash: string; expiresAt: Date; now: Date }, q: Q = this.q): Promise<void> {
+    await q(`insert into one_time_tokens (id, token_type, user_id, token_hash, expires_at, created_at) values (?, ?, ?, ?, ?, ?)`, [t.id, t.type, t.userId, t.hash, t.expiresAt, t.now]);
+  }
+
+  /** Uses a token once; returns its user id, or null when unknown, used, expired or of another type. */
+  async consumeOneTime(type: 'password_reset' | 'email_verification', hash: string, now: Date): Promise<string | null> {
+    const r = await this.q<{ user_id: string }>(
+      `update one_time_tokens set used_at = ? where token_hash = ? and token_type = ? and used_at is null and expires_at > ? returning user_id`,
+      [now, hash, type, now],
+    );
+    return r[0]?.user_id ?? null;
+  }
+
+  // ---- email outbox --------------------------------------------------------------------------
+
+  async enqueueEmail(e: { id: string; kind: string; to: string; subject: string; body: string; now: Date }, q: Q = this.q): Promise<void> {
+    await q(`insert into email_outbox (id, email_kind, to_address, subject, body_text, created_at, next_attempt_at) values (?, ?, ?, ?, ?, ?, ?)`, [e.id, e.kind, e.to, e.subject, e.body, e.now, e.now]);
+  }
+
+  /** Claims due messages (skip locked: several nodes never send the same one at once). */
+  async claimEmails(now: Date, limit: number, leaseS: number): Promise<OutboxRow[]> {
+    return this.q<OutboxRow>(
+      `update email_outbox set attempts = attempts + 1, next_attempt_at = ?
+        where id in (select id from email_outbox where sent_at is null and next_attempt_at <= ? and attempts < 8
+                      order by next_attempt_at limit ${Math.floor(limit)} for update skip locked)
+        returning id, email_kind, to_address, subject, body_text, attempts`,
+      [new Date(now.getTime() + leaseS * 1000), now],
+    );
+  }
+
+  async markEmailSent(id: string, now: Date): Promise<void> {
+    await this.q(`update email_outbox set sent_at = ?, last_error = null where id = ?`, [now, id]);
+  }
+
+  async markEmailFailed(id: string, error: string, retryAt: Date): Promise<void> {
+    await this.q(`update email_outbox set last_error = ?, next_attempt_at = ? where id = ?`, [error.slice(0, 1000), retryAt, id]);
+  }
+
+  /** Housekeeping: expired pairings and one-time tokens, old sent mail. */
+  async sweep(now: Date): Promise<void> {
+    const day = 86_400_000;
+    await this.q(`delete from device_pairings where expires_at < ?`, [new Date(now.getTime() - day)]);
+    await this.q(`delete from one_time_tokens where expires_at < ?`, [new Date(now.getTime() - day)]);
+    await this.q(`delete from email_outbox where sent_at is not null and sent_at < ?`, [new Date(now.getTime() - 7 * day)]);
+    await this.q(`delete from refresh_tokens where expires_at < ?`, [new Date(now.getTime() - day)]);
+  }
+}

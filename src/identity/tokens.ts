@@ -1,0 +1,107 @@
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { readFileSync, writeFileSync, chmodSync } from 'node:fs';
+import { join } from 'node:path';
+import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import { unauthorized } from '../shared/errors.js';
+import { uuidv7 } from '../shared/ids.js';
+import type { Logger } from '../shared/logger.js';
+
+export const JWT_KEY_FILE = 'jwt-ed25519.pem';
+
+/**
+ * The Ed25519 signing key: GANTRY_JWT_PRIVATE_KEY (PKCS8 PEM; literal `\n` escapes accepted) when
+ * set, otherwise generated once and kept in <dataDir>/jwt-ed25519.pem (mode 0600). Nodes of a
+ * cluster must share the key through the variable.
+ */
+export function loadSigningKey(pemFromConfig: string | undefined, dataDir: string, logger: Logger): KeyObject {
+  let pem = pemFromConfig?.replace(/\\n/g, '\n');
+  if (!pem) {
+    const file = join(dataDir, JWT_KEY_FILE);
+    try {
+      pem = readFileSync(file, 'utf8');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      const { privateKey } = generateKeyPairSync('ed25519');
+      const fresh = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+      try {
+        writeFileSync(file, fresh, { mode: 0o600, flag: 'wx' });
+        logger.info({ file }, 'generated a JWT signing key (set GANTRY_JWT_PRIVATE_KEY to share one across nodes)');
+        pem = fresh;
+      } catch (w) {
+        if ((w as NodeJS.ErrnoException).code !== 'EEXIST') throw w;
+        pem = readFileSync(file, 'utf8');
+      }
+      chmodSync(file, 0o600);
+    }
+  }
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(pem);
+  } catch (e) {
+    throw new Error(`GANTRY_JWT_PRIVATE_KEY: not a PKCS8 PEM private key (${(e as Error).message})`);
+  }
+  if (key.asymmetricKeyType !== 'ed25519') throw new Error(`GANTRY_JWT_PRIVATE_KEY: must be an Ed25519 key (got ${key.asymmetricKeyType})`);
+  return key;
+}
+
+export interface AccessClaims {
+  userId: string;
+  /** Issued-at, seconds. */
+  iat: number;
+  jti: string;
+  /** The user's session version at issue time (`sv`); a password reset bumps it and ends every session. */
+  sessionVersion: number;
+}
+
+/** Access tokens: EdDSA only, issuer and audience pinned, sub = user id, short-lived. */
+export class JwtService {
+  private readonly publicKey: KeyObject;
+
+  constructor(
+    private readonly privateKey: KeyObject,
+    private readonly o: { issuer: string; audience: string; ttlS: number; now?: () => number },
+  ) {
+    this.publicKey = createPublicKey(privateKey);
+  }
+
+  get ttlS(): number {
+    return this.o.ttlS;
+  }
+
+  async issue(userId: string, sessionVersion = 0): Promise<{ token: string; expiresIn: number }> {
+    const now = Math.floor((this.o.now?.() ?? Date.now()) / 1000);
+    const token = await new SignJWT({ sv: sessionVersion })
+      .setProtectedHeader({ alg: 'EdDSA', typ: 'JWT' })
+      .setSubject(userId)
+      .setIssuer(this.o.issuer)
+      .setAudience(this.o.audience)
+      .setIssuedAt(now)
+      .setExpirationTime(now + this.o.ttlS)
+      .setJti(uuidv7())
+      .sign(this.privateKey);
+    return { token, expiresIn: this.o.ttlS };
+  }
+
+  /** Throws 401 credential_expired / credential_invalid. */
+  async verify(token: string): Promise<AccessClaims> {
+    try {
+      const { payload } = await jwtVerify(token, this.publicKey, {
+        issuer: this.o.issuer,
+        audience: this.o.audience,
+        algorithms: ['EdDSA'],
+        requiredClaims: ['sub', 'iat', 'exp', 'jti'],
+        ...(this.o.now ? { currentDate: new Date(this.o.now()) } : {}),
+      });
+      if (typeof payload.sub !== 'string' || typeof payload.iat !== 'number' || typeof payload.jti !== 'string' || typeof payload.sv !== 'number')
+        throw unauthorized('credential_invalid', 'invalid access token');
+      return { userId: payload.sub, iat: payload.iat, jti: payload.jti, sessionVersion: payload.sv };
+    } catch (e) {
+      if (e instanceof joseErrors.JWTExpired) throw unauthorized('credential_expired', 'access token expired; refresh it');
+      if (e instanceof Error && e.name === 'AppError') throw e;
+      throw unauthorized('credential_invalid', 'invalid access token');
+    }
+  }
+}
+
+/** Cheap shape check (three base64url segments) before any crypto. */
+export const looksLikeJwt = (s: string): boolean => /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(s) && s.length < 4096;

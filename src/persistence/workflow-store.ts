@@ -1,0 +1,383 @@
+/**
+ * The workflow catalog in PostgreSQL: the `workflows` table holds the current definition of each
+ * workflow, `workflow_snapshots` one immutable row per version (version 1 included), written in the
+ * same transaction as the change that made it. Every method takes the caller's team id and scopes
+ * every query by it: a foreign team's workflow is indistinguishable from a missing one (null / 404).
+ *
+ * Decisions (docs/workflows.md):
+ * - workflow_slug is unique across all teams (unique index workflows_slug_uq); a violation on create,
+ *   import or a slug-changing update is 409 `slug_taken`.
+ * - Every successful update (including a status-only one) bumps `version` by one and writes the
+ *   snapshot of the new version with its snapshot_note. Concurrent updates are fenced by a
+ *   conditional `update ... where version = <read version>`: the loser gets 409
+ *   `workflow_version_conflict` and nothing of its change is kept.
+ * - Delete is a hard delete of the workflow and its snapshots (cascade) and frees the slug. Tasks
+ *   are not touched: each keeps its own resolved copy of the graph/spec (tasks.resolved_workflow),
+ *   its workflow_id/slug/version, so queued and running tasks finish unchanged. Use
+ *   workflow_status `archived` to stop new runs while keeping the history.
+ * - resolveForRun throws (404 workflow_not_found / workflow_version_not_found, 409 workflow_archived)
+ *   instead of returning a status the caller would have to check.
+ */
+import type { Database } from './db.js';
+import { inTx, q, json, iso, type Q } from './sql.js';
+import { uuidv7 } from '../shared/ids.js';
+import { conflict, notFound, invalidParameter, type AppError } from '../shared/errors.js';
+import type { PageRequest } from '../shared/pagination.js';
+import {
+  mergeWorkflowUpdate,
+  parameterDefSchema,
+  workflowCreateSchema,
+  WORKFLOW_SLUG_RE,
+  type NormalizedParameterDef,
+  type ToolType,
+  type WorkflowDefinition,
+  type WorkflowStatus,
+  type WorkflowUpdate,
+} from '../domain/workflows/schema.js';
+
+/** A workflow as stored: the definition of one version plus its catalog metadata. */
+export interface WorkflowRecord {
+  id: string;
+  teamId: string;
+  /** The definition of `version` (the current one, or the pinned one for slug@version reads). */
+  definition: WorkflowDefinition;
+  version: number;
+  /** The workflow's current status (status is not versioned). */
+  status: WorkflowStatus;
+  /** ISO timestamps. For a pinned older version, updatedAt is when that version was written. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface SnapshotRecord {
+  id: string;
+  workflowId: string;
+  version: number;
+  createdAt: string;
+  note: string;
+}
+
+export type WorkflowRef = { id: string } | { slug: string; version?: number | undefined };
+
+/** What the run endpoint needs: the definition of the pinned version and where it came from. */
+export interface RunnableWorkflow {
+  workflow: WorkflowDefinition;
+  workflowId: string;
+  workflowSlug: string;
+  version: number;
+  snapshotId: string;
+  status: WorkflowStatus;
+}
+
+export interface WorkflowListFilter {
+  status?: WorkflowStatus | undefined;
+  toolType?: ToolType | undefined;
+}
+
+export const WORKFLOW_NOT_FOUND = 'workflow_not_found';
+export const WORKFLOW_VERSION_NOT_FOUND = 'workflow_version_not_found';
+
+const workflowNotFound = (): AppError => notFound('workflow', WORKFLOW_NOT_FOUND);
+const slugTaken = (slug: string): AppError => conflict('slug_taken', `workflow_slug ${JSON.stringify(slug)} is already taken`);
+
+/**
+ * Parses the `{workflowSlug}` path segment: `slug` or `slug@version` (version a positive integer).
+ * A malformed slug or version is a 400 naming the segment.
+ */
+export function parseSlugRef(raw: string): { slug: string; version?: number } {
+  const at = raw.lastIndexOf('@');
+  const slug = at < 0 ? raw : raw.slice(0, at);
+  if (slug.length < 2 || slug.length > 100 || !WORKFLOW_SLUG_RE.test(slug)) {
+    throw invalidParameter(`workflowSlug: ${JSON.stringify(raw.slice(0, 120))} is not a workflow slug (expected slug or slug@version)`);
+  }
+  if (at < 0) return { slug };
+  const v = raw.slice(at + 1);
+  if (!/^[1-9][0-9]{0,8}$/.test(v)) throw invalidParameter(`workflowSlug: version ${JSON.stringify(v.slice(0, 40))} must be a positive integer (slug@version)`);
+  return { slug, version: Number(v) };
+}
+
+const DEFINITION_KEYS = Object.keys(workflowCreateSchema.shape) as Array<keyof WorkflowDefinition>;
+const PARAM_KEYS = Object.keys(parameterDefSchema.shape) as string[];
+
+/** Parameters come back from jsonb with keys re-ordered; rebuild them in schema key order. */
+function orderParameter(p: Record<string, unknown>): NormalizedParameterDef {
+  const out: Record<string, unknown> = {};
+  // `default: null` is a legitimate json default, so presence (not null-ness) decides.
+  for (const k of PARAM_KEYS) if (Object.hasOwn(p, k) && p[k] !== undefined) out[k] = p[k];
+  return out as NormalizedParameterDef;
+}
+
+/** A definition in create-schema key order, optional fields left out when unset. */
+export function normalizeDefinition(src: Record<string, unknown>): WorkflowDefinition {
+  const out: Record<string, unknown> = {};
+  for (const k of DEFINITION_KEYS) {
+    const v = src[k];
+    if (v === undefined || v === null) continue;
+    out[k] = k === 'parameters' ? (v as Array<Record<string, unknown>>).map(orderParameter) : v;
+  }
+  return out as WorkflowDefinition;
+}
+
+function rowDefinition(r: Record<string, any>): WorkflowDefinition {
+  return normalizeDefinition({
+    workflow_slug: r.workflow_slug,
+    display_name: r.display_name,
+    workflow_json: r.workflow_json,
+    description: r.description,
+    parameters: r.parameters ?? [],
+    tool_type: r.tool_type,
+    required_labels: r.required_labels ?? [],
+    task_timeout: Number(r.task_timeout),
+    max_retries: Number(r.max_retries),
+    preferred_gpu: r.preferred_gpu,
+    default_dispatch_target: r.default_dispatch_target,
+    min_vram_gb: Number(r.min_vram_gb),
+    required_models: r.required_models ?? [],
+  });
+}
+
+function rowToRecord(r: Record<string, any>): WorkflowRecord {
+  return {
+    id: r.id,
+    teamId: r.team_id,
+    definition: rowDefinition(r),
+    version: Number(r.version),
+    status: r.workflow_status as WorkflowStatus,
+    createdAt: iso(r.created_at) ?? '',
+    updatedAt: iso(r.updated_at) ?? '',
+  };
+}
+
+const rowToSnapshot = (r: Record<string, any>): SnapshotRecord => ({
+  id: r.id,
+  workflowId: r.workflow_id,
+  version: Number(r.workflow_version),
+  createdAt: iso(r.created_at) ?? '',
+  note: r.snapshot_note ?? '',
+});
+
+function isUniqueViolation(e: unknown, constraint?: string): boolean {
+  const err = e as { code?: unknown; constraint?: unknown; message?: unknown } | null;
+  if (err?.code !== '23505') return false;
+  if (constraint === undefined) return true;
+  return err.constraint === constraint || (typeof err.message === 'string' && err.message.includes(constraint));
+}
+
+/** The column values of a definition, in the order of DEF_COLUMNS. */
+const DEF_COLUMNS = [
+  'workflow_slug',
+  'display_name',
+  'description',
+  'tool_type',
+  'workflow_json',
+  'parameters',
+  'required_labels',
+  'task_timeout',
+  'max_retries',
+  'preferred_gpu',
+  'default_dispatch_target',
+  'min_vram_gb',
+  'required_models',
+] as const;
+const JSONB_COLUMNS = new Set<string>(['workflow_json', 'parameters', 'required_labels', 'required_models']);
+
+function columnValues(d: WorkflowDefinition): unknown[] {
+  return DEF_COLUMNS.map((c) => {
+    const v = (d as Record<string, unknown>)[c];
+    if (JSONB_COLUMNS.has(c)) return json(v);
+    return v === undefined ? null : v;
+  });
+}
+const placeholder = (c: string): string => (JSONB_COLUMNS.has(c) ? '?::jsonb' : '?');
+
+export class WorkflowStore {
+  constructor(private readonly db: Database) {}
+
+  /**
+   * Inserts version 1 of a validated definition (parseWorkflowCreate output) and its snapshot in
+   * one transaction. 409 slug_taken when the slug exists in any team.
+   */
+  async create(teamId: string, def: WorkflowDefinition, opts: { createdBy?: string | undefined; note?: string } = {}): Promise<{ id: string; version: number; snapshotId: string }> {
+    const id = uuidv7();
+    const snapshotId = uuidv7();
+    try {
+      await inTx(this.db, async (qq) => {
+        await qq(
+          `insert into workflows (id, team_id, ${DEF_COLUMNS.join(', ')}, version, workflow_status, created_by)
+           values (?, ?, ${DEF_COLUMNS.map(placeholder).join(', ')}, 1, 'active', ?)`,
+          [id, teamId, ...columnValues(def), opts.createdBy ?? null],
+        );
+        await this.insertSnapshot(qq, { id: snapshotId, workflowId: id, teamId, version: 1, def, note: opts.note ?? 'created' });
+      });
+    } catch (e) {
+      if (isUniqueViolation(e, 'workflows_slug_uq')) throw slugTaken(def.workflow_slug);
+      throw e;
+    }
+    return { id, version: 1, snapshotId };
+  }
+
+  private async insertSnapshot(qq: Q, s: { id: string; workflowId: string; teamId: string; version: number; def: WorkflowDefinition; note: string }): Promise<void> {
+    await qq(
+      `insert into workflow_snapshots (id, workflow_id, team_id, workflow_version, definition, snapshot_note) values (?, ?, ?, ?, ?::jsonb, ?)`,
+      [s.id, s.workflowId, s.teamId, s.version, json(s.def), s.note],
+    );
+  }
+
+  /** Newest first (created_at, then id: uuidv7 is time-ordered). */
+  async list(teamId: string, page: PageRequest, filter: WorkflowListFilter = {}): Promise<{ items: WorkflowRecord[]; total: number }> {
+    const where = ['team_id = ?'];
+    const params: unknown[] = [teamId];
+    if (filter.status !== undefined) {
+      where.push('workflow_status = ?');
+      params.push(filter.status);
+    }
+    if (filter.toolType !== undefined) {
+      where.push('tool_type = ?');
+      params.push(filter.toolType);
+    }
+    const w = where.join(' and ');
+    const qq = q(this.db);
+    const [count, rows] = await Promise.all([
+      qq<{ n: number }>(`select count(*)::int as n from workflows where ${w}`, params),
+      qq(`select * from workflows where ${w} order by created_at desc, id desc limit ? offset ?`, [...params, page.perPage, page.offset]),
+    ]);
+    return { items: rows.map(rowToRecord), total: Number(count[0]?.n ?? 0) };
+  }
+
+  async get(teamId: string, id: string): Promise<WorkflowRecord | null> {
+    const rows = await q(this.db)('select * from workflows where id = ? and team_id = ?', [id, teamId]);
+    return rows[0] ? rowToRecord(rows[0]) : null;
+  }
+
+  /**
+   * By slug (current version), or slug@version through that version's snapshot. null when the
+   * slug is not a workflow of this team; throws 404 workflow_version_not_found for a version the
+   * workflow never had.
+   */
+  async getBySlug(teamId: string, slug: string, version?: number): Promise<WorkflowRecord | null> {
+    const rows = await q(this.db)('select * from workflows where workflow_slug = ? and team_id = ?', [slug, teamId]);
+    const row = rows[0];
+    if (!row) return null;
+    const current = rowToRecord(row);
+    if (version === undefined || version === current.version) return current;
+    return this.atVersion(current, version);
+  }
+
+  /** The record as it was at `version` (status stays the current one). */
+  private async atVersion(current: WorkflowRecord, version: number): Promise<WorkflowRecord> {
+    const snaps = await q(this.db)('select * from workflow_snapshots where workflow_id = ? and team_id = ? and workflow_version = ?', [current.id, current.teamId, version]);
+    const s = snaps[0];
+    if (!s) throw notFound(`version ${version} of workflow ${JSON.stringify(current.definition.workflow_slug)} (latest is ${current.version})`, WORKFLOW_VERSION_NOT_FOUND);
+    return { ...current, definition: normalizeDefinition(s.definition as Record<string, unknown>), version, updatedAt: iso(s.created_at) ?? current.updatedAt };
+  }
+
+  async find(teamId: string, ref: WorkflowRef): Promise<WorkflowRecord | null> {
+    return 'id' in ref ? this.get(teamId, ref.id) : this.getBySlug(teamId, ref.slug, ref.version);
+  }
+
+  /**
+   * Applies an update (parseWorkflowUpdate output): only the given fields change, the merged
+   * definition is re-validated, version + 1 and its snapshot are written in one transaction.
+   * null when the workflow is not in this team; 409 slug_taken / workflow_version_conflict.
+   */
+  async update(teamId: string, id: string, patch: WorkflowUpdate): Promise<{ id: string; version: number; snapshotId: string } | null> {
+    let slug: string | undefined;
+    try {
+      return await inTx(this.db, async (qq) => {
+        const rows = await qq('select * from workflows where id = ? and team_id = ?', [id, teamId]);
+        if (!rows[0]) return null;
+        const current = rowToRecord(rows[0]);
+        const next = mergeWorkflowUpdate(current.definition, patch);
+        slug = next.workflow_slug;
+        const status = patch.workflow_status ?? current.status;
+        const version = current.version + 1;
+        const updated = await qq(
+          `update workflows set ${DEF_COLUMNS.map((c) => `${c} = ${placeholder(c)}`).join(', ')}, version = ?, workflow_status = ?, updated_at = now()
+           where id = ? and team_id = ? and version = ? returning id`,
+          [...columnValues(next), version, status, id, teamId, current.version],
+        );
+        if (updated.length === 0) {
+          throw conflict('workflow_version_conflict', `workflow was modified concurrently (version ${current.version} is no longer current); fetch it and retry`);
+        }
+        const snapshotId = uuidv7();
+        const changed = Object.keys(patch).filter((k) => k !== 'snapshot_note' && (patch as Record<string, unknown>)[k] !== undefined);
+        await this.insertSnapshot(qq, { id: snapshotId, workflowId: id, teamId, version, def: next, note: patch.snapshot_note ?? `updated ${changed.join(', ')}` });
+        return { id, version, snapshotId };
+      });
+    } catch (e) {
+      if (slug !== undefined && isUniqueViolation(e, 'workflows_slug_uq')) throw slugTaken(slug);
+      if (isUniqueViolation(e)) throw conflict('workflow_version_conflict', 'workflow was modified concurrently; fetch it and retry');
+      throw e;
+    }
+  }
+
+  /** Hard delete (snapshots cascade). Tasks keep their own resolved copy. false when not in this team. */
+  async delete(teamId: string, id: string): Promise<boolean> {
+    const rows = await q(this.db)('delete from workflows where id = ? and team_id = ? returning id', [id, teamId]);
+    return rows.length > 0;
+  }
+
+  /** Newest version first; null when the workflow is not in this team. */
+  async listSnapshots(teamId: string, workflowId: string, page: PageRequest): Promise<{ items: SnapshotRecord[]; total: number } | null> {
+    const qq = q(this.db);
+    const exists = await qq('select 1 from workflows where id = ? and team_id = ?', [workflowId, teamId]);
+    if (exists.length === 0) return null;
+    const [count, rows] = await Promise.all([
+      qq<{ n: number }>('select count(*)::int as n from workflow_snapshots where workflow_id = ? and team_id = ?', [workflowId, teamId]),
+      qq(
+        `select id, workflow_id, workflow_version, snapshot_note, created_at from workflow_snapshots
+         where workflow_id = ? and team_id = ? order by workflow_version desc limit ? offset ?`,
+        [workflowId, teamId, page.perPage, page.offset],
+      ),
+    ]);
+    return { items: rows.map(rowToSnapshot), total: Number(count[0]?.n ?? 0) };
+  }
+
+  /**
+   * The export document (the create shape; every ParameterDef carries its type; no ids) of the
+   * current version or of `version`. Keys in create-schema order, so export -> import -> export
+   * is byte-stable. null when not in this team; 404 workflow_version_not_found for a missing version.
+   */
+  async exportDefinition(teamId: string, id: string, version?: number): Promise<WorkflowDefinition | null> {
+    const current = await this.get(teamId, id);
+    if (!current) return null;
+    if (version === undefined || version === current.version) return current.definition;
+    return (await this.atVersion(current, version)).definition;
+  }
+
+  /**
+   * For the run endpoints: the definition of the pinned version (the current one when no version
+   * is given) and the snapshot id the task records, read in one query from the snapshot table.
+   * Throws 404 workflow_not_found (unknown or foreign), 404 workflow_version_not_found, and
+   * 409 workflow_archived when the workflow is archived (whatever the version asked for).
+   */
+  async resolveForRun(teamId: string, ref: WorkflowRef): Promise<RunnableWorkflow> {
+    const byId = 'id' in ref;
+    const version = byId ? undefined : ref.version;
+    const rows = await q(this.db)(
+      `select w.id, w.workflow_slug, w.workflow_status, w.version as current_version,
+              s.id as snapshot_id, s.workflow_version, s.definition
+       from workflows w
+       left join workflow_snapshots s on s.workflow_id = w.id and s.workflow_version = coalesce(?::int, w.version)
+       where w.team_id = ? and ${byId ? 'w.id = ?' : 'w.workflow_slug = ?'}`,
+      [version ?? null, teamId, byId ? ref.id : ref.slug],
+    );
+    const r = rows[0];
+    if (!r) throw workflowNotFound();
+    if (r.snapshot_id === null || r.snapshot_id === undefined) {
+      throw notFound(`version ${version ?? r.current_version} of workflow ${JSON.stringify(r.workflow_slug)} (latest is ${r.current_version})`, WORKFLOW_VERSION_NOT_FOUND);
+    }
+    const status = r.workflow_status as WorkflowStatus;
+    if (status === 'archived') {
+      throw conflict('workflow_archived', `workflow ${JSON.stringify(r.workflow_slug)} is archived and cannot be run; set workflow_status to active to run it again`);
+    }
+    return {
+      workflow: normalizeDefinition(r.definition as Record<string, unknown>),
+      workflowId: r.id,
+      workflowSlug: r.workflow_slug,
+      version: Number(r.workflow_version),
+      snapshotId: r.snapshot_id,
+      status,
+    };
+  }
+}

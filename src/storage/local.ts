@@ -1,0 +1,672 @@
+/**
+ * The built-in local object store: objects are files under `rootDir`, handed out through URLs at
+ * `${publicBaseUrl}/storage/<key>?...` that the edge serves with handleLocalStorageRequest
+ * (local-http.ts). The URLs reproduce S3's presigned-request rules: every header returned with a
+ * presigned request is signed and required, Content-Length must equal the presigned size,
+ * `If-None-Match: *` gives 412 when the key exists, and the URL expires.
+ *
+ * Layout under rootDir:
+ *   objects/<seg>/<seg>/<leaf>#data       object bytes (the `#` keeps files and key directories
+ *   objects/<seg>/<seg>/<leaf>#meta.json  disjoint: `#` is not in the key alphabet)
+ *   tmp/<random>.tmp                      in-flight writes; committed with link()/rename()
+ *   uploads/<uploadId>/upload.json        multipart uploads: key, content type
+ *   uploads/<uploadId>/<n>.part|<n>.json  part bytes and {etag,size}
+ *
+ * Signing (query parameters, all covered by the signature):
+ *   X-Gantry-Expires        expiry, epoch seconds
+ *   X-Gantry-SignedHeaders  lowercase header names, `;`-separated, sorted
+ *   uploadId, partNumber    for part uploads
+ *   response-content-disposition  for GET with a download name
+ *   X-Gantry-Signature      hex HMAC-SHA256(secret, canonical)
+ * canonical = "GANTRY1-HMAC-SHA256\n<METHOD>\n<key>\n<sorted k=v of every other query param, &-joined>\n"
+ *           + "<name>:<trimmed value>\n" for each signed header, in SignedHeaders order.
+ */
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import * as fsp from 'node:fs/promises';
+import { dirname, join, relative, sep } from 'node:path';
+import type { Readable } from 'node:stream';
+import { AppError } from '../shared/errors.js';
+import {
+  MAX_PART_BYTES,
+  MAX_SINGLE_PUT_BYTES,
+  MIN_PART_BYTES,
+  assertContentType,
+  assertExpiry,
+  assertKey,
+  assertLength,
+  assertPartNumber,
+  assertPrefix,
+  stripQuotes,
+} from './port.js';
+import type { ObjectInfo, ObjectStore, PresignedRequest } from './port.js';
+
+export interface LocalObjectStoreOptions {
+  rootDir: string;
+  /** Origin the edge is reachable at, e.g. http://127.0.0.1:8080 (no trailing slash needed). */
+  publicBaseUrl: string;
+  /** HMAC key for URL signatures (>= 16 bytes). */
+  secret: Buffer;
+  clock?: { now(): number };
+}
+
+export const SIG_ALGO = 'GANTRY1-HMAC-SHA256';
+export const Q_EXPIRES = 'X-Gantry-Expires';
+export const Q_SIGNED_HEADERS = 'X-Gantry-SignedHeaders';
+export const Q_SIGNATURE = 'X-Gantry-Signature';
+export const Q_UPLOAD_ID = 'uploadId';
+export const Q_PART_NUMBER = 'partNumber';
+export const Q_DISPOSITION = 'response-content-disposition';
+/** Path prefix the edge mounts handleLocalStorageRequest at. */
+export const LOCAL_STORAGE_PATH = '/storage/';
+
+const DATA_SUFFIX = '#data';
+const META_SUFFIX = '#meta.json';
+const UPLOAD_ID_RE = /^[a-f0-9]{32}$/;
+const WRITE_CHUNK = 1024 * 1024;
+
+interface MetaFile {
+  size: number;
+  etag: string;
+  contentType?: string;
+}
+
+interface PartMeta {
+  size: number;
+  etag: string;
+}
+
+export interface ReadResult {
+  info: ObjectInfo;
+  stream: Readable;
+  /** Inclusive byte range served; [0, size-1] for a full read (empty for size 0). */
+  start: number;
+  end: number;
+  partial: boolean;
+}
+
+const s3err = (kind: AppError['kind'], code: string, message: string): AppError => new AppError(kind, code, message);
+const noSuchKey = (): AppError => s3err('not_found', 'no_such_key', 'The specified key does not exist.');
+const noSuchUpload = (): AppError =>
+  s3err('not_found', 'no_such_upload', 'The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.');
+
+function isErrno(e: unknown, ...codes: string[]): boolean {
+  return typeof e === 'object' && e !== null && 'code' in e && codes.includes(String((e as { code: unknown }).code));
+}
+
+/** Encodes a key for a URL path, segment by segment. */
+export function encodeKeyPath(key: string): string {
+  return key.split('/').map(encodeURIComponent).join('/');
+}
+
+export function contentDisposition(name: string): string {
+  const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '_');
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name).replace(/['()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase())}`;
+}
+
+export class LocalObjectStore implements ObjectStore {
+  readonly driver = 'local' as const;
+  readonly rootDir: string;
+  private base: string;
+  private readonly secret: Buffer;
+  private readonly clock: { now(): number };
+  private readonly objectsDir: string;
+  private readonly tmpDir: string;
+  private readonly uploadsDir: string;
+
+  constructor(o: LocalObjectStoreOptions) {
+    if (!Buffer.isBuffer(o.secret) || o.secret.length < 16) throw new Error('LocalObjectStore: secret must be a Buffer of at least 16 bytes');
+    this.rootDir = o.rootDir;
+    this.base = o.publicBaseUrl.replace(/\/+$/, '');
+    this.secret = o.secret;
+    this.clock = o.clock ?? { now: () => Date.now() };
+    this.objectsDir = join(o.rootDir, 'objects');
+    this.tmpDir = join(o.rootDir, 'tmp');
+    this.uploadsDir = join(o.rootDir, 'uploads');
+  }
+  /** The edge's reachable origin, known only after it listens (port 0, no GANTRY_PUBLIC_URL). */
+  setPublicBaseUrl(url: string): void {
+    this.base = url.replace(/\/+$/, '');
+  }
+
+
+  // ---------------------------------------------------------------- signing
+
+  private sign(method: string, key: string, query: URLSearchParams, headerLines: string[]): string {
+    const entries: Array<[string, string]> = [];
+    for (const [k, v] of query) if (k !== Q_SIGNATURE) entries.push([k, v]);
+    entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0));
+    const q = entries.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&');
+    const canonical = `${SIG_ALGO}\n${method}\n${key}\n${q}\n${headerLines.map((l) => l + '\n').join('')}`;
+    return createHmac('sha256', this.secret).update(canonical).digest('hex');
+  }
+
+  private presign(method: 'PUT' | 'GET', key: string, expiresInS: number, headers: Record<string, string>, extra: Record<string, string>): PresignedRequest {
+    const expires = Math.floor(this.clock.now() / 1000) + expiresInS;
+    const names = Object.keys(headers).map((n) => n.toLowerCase()).sort();
+    const lower: Record<string, string> = {};
+    for (const [n, v] of Object.entries(headers)) lower[n.toLowerCase()] = v;
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(extra)) query.set(k, v);
+    query.set(Q_EXPIRES, String(expires));
+    query.set(Q_SIGNED_HEADERS, names.join(';'));
+    query.set(Q_SIGNATURE, this.sign(method, key, query, names.map((n) => `${n}:${(lower[n] ?? '').trim()}`)));
+    return { url: `${this.base}${LOCAL_STORAGE_PATH}${encodeKeyPath(key)}?${query.toString()}`, headers, expiresAt: expires * 1000 };
+  }
+
+  /**
+   * Checks a request against its URL signature (used by local-http). HEAD is accepted on a GET
+   * URL. Throws AppError forbidden with code access_denied / signature_does_not_match.
+   */
+  verifyRequest(method: string, key: string, query: URLSearchParams, headers: Record<string, string>): void {
+    const sig = query.get(Q_SIGNATURE);
+    const expiresRaw = query.get(Q_EXPIRES);
+    const signedRaw = query.get(Q_SIGNED_HEADERS);
+    if (sig === null || expiresRaw === null || signedRaw === null) {
+      throw s3err('forbidden', 'access_denied', `Query-string authentication requires the ${Q_SIGNATURE}, ${Q_EXPIRES} and ${Q_SIGNED_HEADERS} parameters`);
+    }
+    if (!/^\d{1,12}$/.test(expiresRaw)) throw s3err('forbidden', 'access_denied', `${Q_EXPIRES} is not a valid epoch time`);
+    if (this.clock.now() > Number(expiresRaw) * 1000) throw s3err('forbidden', 'access_denied', 'Request has expired');
+    const names = signedRaw === '' ? [] : signedRaw.split(';');
+    const lines: string[] = [];
+    for (const n of names) {
+      const v = headers[n];
+      if (v === undefined) {
+        throw s3err('forbidden', 'signature_does_not_match', `There were headers signed in the request which were not present: ${n}. Send every header of the presigned request verbatim.`);
+      }
+      lines.push(`${n}:${v.trim()}`);
+    }
+    const m = method === 'HEAD' ? 'GET' : method;
+    const want = Buffer.from(this.sign(m, key, query, lines), 'hex');
+    const got = /^[0-9a-f]{64}$/.test(sig) ? Buffer.from(sig, 'hex') : Buffer.alloc(0);
+    if (got.length !== want.length || !timingSafeEqual(got, want)) {
+      throw s3err(
+        'forbidden',
+        'signature_does_not_match',
+        `The request signature we calculated does not match the signature you provided. Check the method and that the signed headers (${names.join(';') || 'none'}) are sent with their presigned values.`,
+      );
+    }
+  }
+
+  // ---------------------------------------------------------------- paths
+
+  private dataPath(key: string): string {
+    return join(this.objectsDir, ...key.split('/')) + DATA_SUFFIX;
+  }
+  private metaPath(key: string): string {
+    return join(this.objectsDir, ...key.split('/')) + META_SUFFIX;
+  }
+  private uploadDir(uploadId: string): string {
+    if (!UPLOAD_ID_RE.test(uploadId)) throw noSuchUpload();
+    return join(this.uploadsDir, uploadId);
+  }
+  private async tmpFile(): Promise<string> {
+    await fsp.mkdir(this.tmpDir, { recursive: true });
+    return join(this.tmpDir, `${randomBytes(12).toString('hex')}.tmp`);
+  }
+
+  // ---------------------------------------------------------------- streaming write
+
+  /**
+   * Writes exactly `length` bytes from `body` to a fresh temp file, chunk by chunk (each write is
+   * awaited, so a fast producer is held back by the disk). Returns the temp path, md5 hex, size.
+   * On any failure (short body, long body, I/O) the temp file is removed.
+   */
+  private async writeTemp(body: AsyncIterable<Buffer | Uint8Array | string> | Buffer | null, length: number): Promise<{ tmp: string; md5: string }> {
+    const tmp = await this.tmpFile();
+    const fh = await fsp.open(tmp, 'wx', 0o644);
+    const hash = createHash('md5');
+    let size = 0;
+    let ok = false;
+    try {
+      // small chunks (node:http gives 64 KiB) are gathered into ~1 MiB writev calls; at most
+      // WRITE_CHUNK bytes are held, and the producer waits for each write to finish.
+      let pending: Uint8Array[] = [];
+      let pendingBytes = 0;
+      const flush = async (): Promise<void> => {
+        if (pendingBytes === 0) return;
+        const bufs = pending;
+        const total = pendingBytes;
+        pending = [];
+        pendingBytes = 0;
+        let done = 0;
+        while (done < total) {
+          const { bytesWritten } = await fh.writev(done === 0 ? bufs : sliceAll(bufs, done));
+          done += bytesWritten;
+        }
+      };
+      const write = async (b: Buffer | Uint8Array): Promise<void> => {
+        if (size + b.length > length) {
+          throw s3err('bad_request', 'invalid_request', `The request body is longer than its Content-Length (${length} bytes).`);
+        }
+        hash.update(b);
+        size += b.length;
+        pending.push(b);
+        pendingBytes += b.length;
+        if (pendingBytes >= WRITE_CHUNK) await flush();
+      };
+      if (Buffer.isBuffer(body)) await write(body);
+      else if (body !== null) for await (const c of body) await write(typeof c === 'string' ? Buffer.from(c) : c);
+      await flush();
+      if (size !== length) {
+        throw s3err('bad_request', 'incomplete_body', `You did not provide the number of bytes specified by the Content-Length HTTP header (${size} of ${length}).`);
+      }
+      ok = true;
+    } finally {
+      await fh.close().catch(() => undefined);
+      if (!ok) await fsp.rm(tmp, { force: true }).catch(() => undefined);
+    }
+    return { tmp, md5: hash.digest('hex') };
+  }
+
+  /** Moves a finished temp file to the key; with ifNoneMatch the key must not exist (atomic via link()). */
+  private async commit(tmp: string, key: string, meta: MetaFile, ifNoneMatch: boolean): Promise<void> {
+    const dest = this.dataPath(key);
+    try {
+      for (let attempt = 0; ; attempt++) {
+        await fsp.mkdir(dirname(dest), { recursive: true });
+        try {
+          if (ifNoneMatch) {
+            try {
+              await fsp.link(tmp, dest);
+              await fsp.rm(tmp, { force: true });
+            } catch (e) {
+              if (!isErrno(e, 'EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'EXDEV')) throw e;
+              // filesystems without hard links: check-then-rename (not atomic, best effort)
+              if (await exists(dest)) throw Object.assign(new Error('exists'), { code: 'EEXIST' });
+              await fsp.rename(tmp, dest);
+            }
+          } else {
+            await fsp.rename(tmp, dest);
+          }
+          break;
+        } catch (e) {
+          // a concurrent deletePrefix may have pruned the (empty) parent directory: retry once
+          if (isErrno(e, 'ENOENT') && attempt < 2) continue;
+          if (isErrno(e, 'EEXIST')) throw s3err('precondition_failed', 'precondition_failed', 'At least one of the pre-conditions you specified did not hold (If-None-Match: * and the object exists).');
+          throw e;
+        }
+      }
+    } catch (e) {
+      await fsp.rm(tmp, { force: true }).catch(() => undefined);
+      throw e;
+    }
+    await this.writeJson(this.metaPath(key), meta);
+  }
+
+  private async writeJson(path: string, v: unknown): Promise<void> {
+    const tmp = await this.tmpFile();
+    await fsp.writeFile(tmp, JSON.stringify(v));
+    await fsp.mkdir(dirname(path), { recursive: true });
+    await fsp.rename(tmp, path);
+  }
+
+  /** Used by local-http for a signed PUT; also the implementation of put(). */
+  async writeObject(
+    key: string,
+    body: AsyncIterable<Buffer | Uint8Array | string> | Buffer | null,
+    o: { contentLength: number; contentType?: string; ifNoneMatch?: boolean },
+  ): Promise<ObjectInfo> {
+    assertKey(key);
+    assertLength(o.contentLength, MAX_SINGLE_PUT_BYTES, 'Content-Length');
+    if (o.ifNoneMatch && (await exists(this.dataPath(key)))) {
+      throw s3err('precondition_failed', 'precondition_failed', 'At least one of the pre-conditions you specified did not hold (If-None-Match: * and the object exists).');
+    }
+    const { tmp, md5 } = await this.writeTemp(body, o.contentLength);
+    const meta: MetaFile = { size: o.contentLength, etag: md5, ...(o.contentType ? { contentType: o.contentType } : {}) };
+    await this.commit(tmp, key, meta, o.ifNoneMatch === true);
+    return { size: meta.size, etag: md5, ...(o.contentType ? { contentType: o.contentType } : {}), lastModified: this.clock.now() };
+  }
+
+  /** Used by local-http for a signed part PUT. Returns the part's etag (md5 hex, unquoted). */
+  async writePart(key: string, uploadId: string, partNumber: number, body: AsyncIterable<Buffer | Uint8Array | string> | Buffer | null, contentLength: number): Promise<string> {
+    assertKey(key);
+    assertPartNumber(partNumber);
+    assertLength(contentLength, MAX_PART_BYTES, 'Content-Length');
+    const dir = this.uploadDir(uploadId);
+    await this.readUpload(dir, key);
+    const { tmp, md5 } = await this.writeTemp(body, contentLength);
+    try {
+      await fsp.rename(tmp, join(dir, `${partNumber}.part`));
+    } catch (e) {
+      await fsp.rm(tmp, { force: true }).catch(() => undefined);
+      if (isErrno(e, 'ENOENT')) throw noSuchUpload();
+      throw e;
+    }
+    await this.writeJson(join(dir, `${partNumber}.json`), { size: contentLength, etag: md5 } satisfies PartMeta);
+    return md5;
+  }
+
+  private async readUpload(dir: string, key: string): Promise<{ key: string; contentType?: string }> {
+    let u: { key: string; contentType?: string };
+    try {
+      u = JSON.parse(await fsp.readFile(join(dir, 'upload.json'), 'utf8')) as { key: string; contentType?: string };
+    } catch (e) {
+      if (isErrno(e, 'ENOENT')) throw noSuchUpload();
+      throw e;
+    }
+    if (u.key !== key) throw noSuchUpload();
+    return u;
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  private async readMeta(key: string, size: number): Promise<MetaFile | null> {
+    try {
+      const m = JSON.parse(await fsp.readFile(this.metaPath(key), 'utf8')) as MetaFile;
+      return m.size === size ? m : null; // stale sidecar (overwrite in progress): ignore
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * Opens the object for streaming (used by local-http and get()). The file is opened before it is
+   * stat'ed so a concurrent overwrite never mixes two versions. `range` is an HTTP Range header
+   * value; an unsatisfiable range throws invalid_range (416), a malformed or multi-range one is
+   * ignored (full body), as S3 does.
+   */
+  async openRead(key: string, range?: string): Promise<ReadResult> {
+    assertKey(key);
+    let fh: fsp.FileHandle;
+    try {
+      fh = await fsp.open(this.dataPath(key), 'r');
+    } catch (e) {
+      if (isErrno(e, 'ENOENT', 'ENOTDIR', 'EISDIR')) throw noSuchKey();
+      throw e;
+    }
+    try {
+      const st = await fh.stat();
+      const meta = await this.readMeta(key, st.size);
+      const info: ObjectInfo = {
+        size: st.size,
+        ...(meta?.etag ? { etag: meta.etag } : {}),
+        ...(meta?.contentType ? { contentType: meta.contentType } : {}),
+        lastModified: Math.floor(st.mtimeMs),
+      };
+      let start = 0;
+      let end = st.size - 1;
+      let partial = false;
+      const r = range === undefined ? null : parseRange(range, st.size);
+      if (r === 'unsatisfiable') {
+        throw new AppError('bad_request', 'invalid_range', 'The requested range is not satisfiable', { details: { size: st.size } });
+      }
+      if (r) {
+        [start, end] = r;
+        partial = true;
+      }
+      const stream = st.size === 0 ? fh.createReadStream() : fh.createReadStream({ start, end, highWaterMark: 256 * 1024 });
+      return { info, stream, start, end, partial };
+    } catch (e) {
+      await fh.close().catch(() => undefined);
+      throw e;
+    }
+  }
+
+  // ---------------------------------------------------------------- ObjectStore
+
+  async presignPut(key: string, o: { contentLength: number; contentType?: string; expiresInS: number }): Promise<PresignedRequest> {
+    assertKey(key);
+    assertLength(o.contentLength, MAX_SINGLE_PUT_BYTES, 'contentLength');
+    assertContentType(o.contentType);
+    assertExpiry(o.expiresInS);
+    const headers: Record<string, string> = { 'Content-Length': String(o.contentLength), 'If-None-Match': '*' };
+    if (o.contentType !== undefined) headers['Content-Type'] = o.contentType;
+    return this.presign('PUT', key, o.expiresInS, headers, {});
+  }
+
+  async presignGet(key: string, o: { expiresInS: number; downloadName?: string }): Promise<string> {
+    assertKey(key);
+    assertExpiry(o.expiresInS);
+    const extra: Record<string, string> = {};
+    if (o.downloadName !== undefined && o.downloadName !== '') extra[Q_DISPOSITION] = contentDisposition(o.downloadName);
+    return this.presign('GET', key, o.expiresInS, {}, extra).url;
+  }
+
+  async head(key: string): Promise<ObjectInfo | null> {
+    assertKey(key);
+    let st;
+    try {
+      st = await fsp.stat(this.dataPath(key));
+    } catch (e) {
+      if (isErrno(e, 'ENOENT', 'ENOTDIR')) return null;
+      throw e;
+    }
+    if (!st.isFile()) return null;
+    const meta = await this.readMeta(key, st.size);
+    return {
+      size: st.size,
+      ...(meta?.etag ? { etag: meta.etag } : {}),
+      ...(meta?.contentType ? { contentType: meta.contentType } : {}),
+      lastModified: Math.floor(st.mtimeMs),
+    };
+  }
+
+  async put(key: string, body: NodeJS.ReadableStream | Buffer, o: { contentLength: number; contentType?: string }): Promise<void> {
+    assertContentType(o.contentType);
+    await this.writeObject(key, body as AsyncIterable<Buffer> | Buffer, { contentLength: o.contentLength, ...(o.contentType ? { contentType: o.contentType } : {}) });
+  }
+
+  async get(key: string): Promise<NodeJS.ReadableStream> {
+    return (await this.openRead(key)).stream;
+  }
+
+  async delete(key: string): Promise<void> {
+    assertKey(key);
+    await fsp.rm(this.dataPath(key), { force: true });
+    await fsp.rm(this.metaPath(key), { force: true });
+    await this.pruneDirs(dirname(this.dataPath(key)));
+  }
+
+  /** Removes empty directories from `dir` up to (not including) objects/. Best effort. */
+  private async pruneDirs(dir: string): Promise<void> {
+    let d = dir;
+    while (d.startsWith(this.objectsDir + sep)) {
+      try {
+        await fsp.rmdir(d);
+      } catch {
+        return;
+      }
+      d = dirname(d);
+    }
+  }
+
+  /** Keys starting with prefix, unordered. */
+  async listKeys(prefix: string): Promise<string[]> {
+    assertPrefix(prefix);
+    const segs = prefix.split('/');
+    const dirSegs = segs.slice(0, -1); // the last segment is a partial name (or '' after a trailing /)
+    const start = join(this.objectsDir, ...dirSegs);
+    const out: string[] = [];
+    const walk = async (d: string): Promise<void> => {
+      let ents;
+      try {
+        ents = await fsp.readdir(d, { withFileTypes: true });
+      } catch (e) {
+        if (isErrno(e, 'ENOENT', 'ENOTDIR')) return;
+        throw e;
+      }
+      for (const ent of ents) {
+        const p = join(d, ent.name);
+        const rel = relative(this.objectsDir, p).split(sep).join('/');
+        if (ent.isDirectory()) {
+          if ((rel + '/').startsWith(prefix) || prefix.startsWith(rel + '/')) await walk(p);
+        } else if (ent.name.endsWith(DATA_SUFFIX)) {
+          const key = rel.slice(0, -DATA_SUFFIX.length);
+          if (key.startsWith(prefix)) out.push(key);
+        }
+      }
+    };
+    await walk(start);
+    return out;
+  }
+
+  async deletePrefix(prefix: string): Promise<number> {
+    const keys = await this.listKeys(prefix);
+    let n = 0;
+    for (const k of keys) {
+      await fsp.rm(this.dataPath(k), { force: true });
+      await fsp.rm(this.metaPath(k), { force: true });
+      n++;
+    }
+    const dirs = new Set(keys.map((k) => dirname(this.dataPath(k))));
+    for (const d of [...dirs].sort((a, b) => b.length - a.length)) await this.pruneDirs(d);
+    return n;
+  }
+
+  async createMultipart(key: string, o: { contentType?: string }): Promise<{ uploadId: string }> {
+    assertKey(key);
+    assertContentType(o.contentType);
+    const uploadId = randomBytes(16).toString('hex');
+    const dir = join(this.uploadsDir, uploadId);
+    await fsp.mkdir(dir, { recursive: true });
+    await fsp.writeFile(join(dir, 'upload.json'), JSON.stringify({ key, ...(o.contentType ? { contentType: o.contentType } : {}), initiated: this.clock.now() }));
+    return { uploadId };
+  }
+
+  async presignPart(key: string, uploadId: string, partNumber: number, o: { contentLength?: number; expiresInS: number }): Promise<PresignedRequest> {
+    assertKey(key);
+    assertPartNumber(partNumber);
+    assertExpiry(o.expiresInS);
+    await this.readUpload(this.uploadDir(uploadId), key);
+    const headers: Record<string, string> = {};
+    if (o.contentLength !== undefined) {
+      assertLength(o.contentLength, MAX_PART_BYTES, 'contentLength');
+      headers['Content-Length'] = String(o.contentLength);
+    }
+    return this.presign('PUT', key, o.expiresInS, headers, { [Q_PART_NUMBER]: String(partNumber), [Q_UPLOAD_ID]: uploadId });
+  }
+
+  async completeMultipart(key: string, uploadId: string, parts: Array<{ partNumber: number; etag: string }>): Promise<ObjectInfo> {
+    assertKey(key);
+    const dir = this.uploadDir(uploadId);
+    const upload = await this.readUpload(dir, key);
+    if (parts.length === 0) throw s3err('bad_request', 'malformed_xml', 'You must specify at least one part.');
+    const metas: PartMeta[] = [];
+    let prev = 0;
+    for (const p of parts) {
+      assertPartNumber(p.partNumber);
+      if (p.partNumber <= prev) throw s3err('bad_request', 'invalid_part_order', 'The list of parts was not in ascending order. The parts list must be specified in order by part number.');
+      prev = p.partNumber;
+      let m: PartMeta;
+      try {
+        m = JSON.parse(await fsp.readFile(join(dir, `${p.partNumber}.json`), 'utf8')) as PartMeta;
+      } catch (e) {
+        if (isErrno(e, 'ENOENT')) throw s3err('bad_request', 'invalid_part', `One or more of the specified parts could not be found (part ${p.partNumber}).`);
+        throw e;
+      }
+      if (stripQuotes(p.etag) !== m.etag) {
+        throw s3err('bad_request', 'invalid_part', `One or more of the specified parts could not be found or the specified entity tag might not have matched the part's entity tag (part ${p.partNumber}).`);
+      }
+      metas.push(m);
+    }
+    for (let i = 0; i < metas.length - 1; i++) {
+      if ((metas[i]?.size ?? 0) < MIN_PART_BYTES) {
+        throw s3err('bad_request', 'entity_too_small', `Your proposed upload is smaller than the minimum allowed object size: every part but the last must be at least ${MIN_PART_BYTES} bytes (part ${parts[i]?.partNumber}).`);
+      }
+    }
+    const total = metas.reduce((a, m) => a + m.size, 0);
+    async function* concat(): AsyncGenerator<Buffer> {
+      for (const p of parts) {
+        for await (const c of createReadStream(join(dir, `${p.partNumber}.part`), { highWaterMark: WRITE_CHUNK })) yield c as Buffer;
+      }
+    }
+    const { tmp } = await this.writeTemp(concat(), total);
+    const md5s = createHash('md5');
+    for (const m of metas) md5s.update(Buffer.from(m.etag, 'hex'));
+    const etag = `${md5s.digest('hex')}-${metas.length}`;
+    const meta: MetaFile = { size: total, etag, ...(upload.contentType ? { contentType: upload.contentType } : {}) };
+    await this.commit(tmp, key, meta, false);
+    await fsp.rm(dir, { recursive: true, force: true });
+    return { size: total, etag, ...(upload.contentType ? { contentType: upload.contentType } : {}), lastModified: this.clock.now() };
+  }
+
+  async abortMultipart(key: string, uploadId: string): Promise<void> {
+    assertKey(key);
+    const dir = this.uploadDir(uploadId);
+    await this.readUpload(dir, key);
+    await fsp.rm(dir, { recursive: true, force: true });
+  }
+
+  /**
+   * Removes multipart uploads initiated more than maxAgeMs ago (store clock) and temp files of
+   * interrupted writes older than that (file mtime). For a periodic sweeper; returns the count.
+   */
+  async sweepStale(maxAgeMs: number): Promise<number> {
+    let n = 0;
+    // uploads: by their initiation time on the store's clock
+    const cutoff = this.clock.now() - maxAgeMs;
+    for (const id of await fsp.readdir(this.uploadsDir).catch(() => [] as string[])) {
+      const p = join(this.uploadsDir, id);
+      try {
+        const u = JSON.parse(await fsp.readFile(join(p, 'upload.json'), 'utf8')) as { initiated?: number };
+        if (typeof u.initiated === 'number' && u.initiated >= cutoff) continue;
+      } catch {
+        /* unreadable: treat as stale */
+      }
+      await fsp.rm(p, { recursive: true, force: true });
+      n++;
+    }
+    // temp files of interrupted writes: by file mtime (wall clock)
+    const wallCutoff = Date.now() - maxAgeMs;
+    for (const f of await fsp.readdir(this.tmpDir).catch(() => [] as string[])) {
+      try {
+        const st = await fsp.stat(join(this.tmpDir, f));
+        if (st.mtimeMs < wallCutoff) {
+          await fsp.rm(join(this.tmpDir, f), { force: true });
+          n++;
+        }
+      } catch {
+        /* raced with its owner */
+      }
+    }
+    return n;
+  }
+
+  async close(): Promise<void> {
+    /* nothing to release */
+  }
+}
+
+/** The buffers after skipping `skip` bytes (after a partial writev). */
+function sliceAll(bufs: Uint8Array[], skip: number): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  for (const b of bufs) {
+    if (skip >= b.length) {
+      skip -= b.length;
+      continue;
+    }
+    out.push(skip > 0 ? b.subarray(skip) : b);
+    skip = 0;
+  }
+  return out;
+}
+
+async function exists(p: string): Promise<boolean> {
+  try {
+    await fsp.access(p);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Parses a single `bytes=` range. null: ignore (serve all); 'unsatisfiable': 416. */
+export function parseRange(h: string, size: number): [number, number] | null | 'unsatisfiable' {
+  const m = /^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$/i.exec(h);
+  if (!m) return null; // malformed or multiple ranges
+  const a = m[1] ?? '';
+  const b = m[2] ?? '';
+  if (a === '' && b === '') return null;
+  if (a === '') {
+    const n = Number(b);
+    if (n === 0) return 'unsatisfiable';
+    if (size === 0) return 'unsatisfiable';
+    return [Math.max(0, size - n), size - 1];
+  }
+  const start = Number(a);
+  if (start >= size) return 'unsatisfiable';
+  const end = b === '' ? size - 1 : Math.min(Number(b), size - 1);
+  if (end < start) return null;
+  return [start, end];
+}
