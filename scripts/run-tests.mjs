@@ -77,6 +77,26 @@ if (!env.REDIS_URL) {
   } else console.log('run-tests: REDIS_URL unset and no redis-server binary: Redis-backed tests will be skipped');
 }
 
+// One throwaway S3-compatible server (Ceph RADOS Gateway) shared by every test file of the run,
+// when its binaries are installed (scripts/ci-install-s3.sh) and no S3_TEST_ENDPOINT is given.
+const needsS3 = files.some((f) => f.includes('s3') || f.includes('storage/contract'));
+if (!env.S3_TEST_ENDPOINT && needsS3 && existsSync('/usr/bin/radosgw')) {
+  const dir = mkdtempSync(join(tmpdir(), 'gantry-rgw-'));
+  const r = spawnSync(join(root, 'scripts/s3-up.sh'), ['up'], { env: { ...env, S3_DIR: dir, S3_OWNER_PID: String(process.pid) }, encoding: 'utf8' });
+  const vars = Object.fromEntries((r.stdout ?? '').split('\n').map((l) => l.split('=')).filter((kv) => kv.length === 2));
+  if (r.status === 0 && vars.S3_ENDPOINT) {
+    env.S3_TEST_ENDPOINT = vars.S3_ENDPOINT;
+    env.S3_TEST_ACCESS_KEY = vars.S3_ACCESS_KEY;
+    env.S3_TEST_SECRET_KEY = vars.S3_SECRET_KEY;
+    env.S3_TEST_REGION = vars.S3_REGION ?? 'us-east-1';
+    console.log(`run-tests: started Ceph RADOS Gateway at ${vars.S3_ENDPOINT}`);
+    cleanups.push(async () => {
+      spawnSync(join(root, 'scripts/s3-up.sh'), ['down'], { env: { ...env, S3_DIR: dir } });
+      rmSync(dir, { recursive: true, force: true });
+    });
+  } else console.log(`run-tests: could not start radosgw (${r.status}); S3 tests start their own or skip\n${(r.stderr ?? '').slice(-2000)}`);
+}
+
 const concurrency = Math.max(1, Math.min(4, availableParallelism()));
 const args = ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files];
 const child = spawn(process.execPath, args, { cwd: root, env, stdio: 'inherit' });

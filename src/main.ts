@@ -18,11 +18,22 @@ import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
 import { TaskQueries } from './persistence/task-queries.js';
 import { LocalEventBus } from './cluster/event-bus.js';
-import { AgentSessions } from './edge/agents/sessions.js';
+import type { AgentSessions } from './edge/agents/sessions.js';
 import { taskRoutes } from './edge/routes/tasks.js';
 import { actorMetrics } from './edge/metrics.js';
 import { createObjectStore, LocalObjectStore, type ObjectStore } from './storage/index.js';
 import { storageRoutes } from './edge/routes/storage.js';
+import { createFiles, SyncAwareSessions, type Files } from './files/index.js';
+import { fileRoutes } from './edge/routes/files.js';
+import { uploadRoutes } from './edge/routes/uploads.js';
+import { modelRoutes } from './edge/routes/models.js';
+import { nodeRoutes } from './edge/routes/nodes.js';
+import { AgentGrpcServer } from './edge/agents/grpc-server.js';
+import { agentRoutes } from './edge/routes/agents.js';
+import { LiveEvents } from './events/index.js';
+import { eventRoutes } from './edge/routes/events.js';
+import { webhookRoutes } from './edge/routes/webhooks.js';
+import { notificationRoutes } from './edge/routes/notifications.js';
 
 export interface GantryNode {
   config: Config;
@@ -37,9 +48,16 @@ export interface GantryNode {
   actors: LocalActorSystem;
   sessions: AgentSessions;
   events: LocalEventBus;
+  /** SSE hub, webhook outbox + dispatcher, notifications; `liveEvents.notifySystem(teamId, kind, {title, message})` raises a system alert. */
+  liveEvents: LiveEvents;
   agentStore: PgAgentStore;
   taskStore: PgTaskStore;
   objectStore: ObjectStore;
+  /** Staged files, multipart, output links/retention, model and node registries, sync manifest, sweepers. */
+  files: Files;
+  /** The agent gRPC stream server and its bound port (GANTRY_GRPC_PORT=0 picks a free one). */
+  agentGrpc: AgentGrpcServer;
+  grpcPort: number;
   /** Origin clients and agents use (GANTRY_PUBLIC_URL, or this node's loopback address). */
   publicUrl: string;
   /** Every registered HTTP route (the auth-matrix test walks them all). */
@@ -72,7 +90,12 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const agentStore = new PgAgentStore(db);
   const taskQueries = new TaskQueries(db);
   const workflowStore = new WorkflowStore(db);
-  const sessions = new AgentSessions(actors);
+  // needsSync of live sessions is recomputed from the team's active models/nodes (files module)
+  const sessions = new SyncAwareSessions(actors, {
+    needsSync: (teamId, inv) => files.sync.needsSync(teamId, inv),
+    customNodes: async (agentId) => (await agentStore.byId(agentId))?.customNodes ?? [],
+    logger,
+  });
   const objectStore: ObjectStore = createObjectStore({
     storage: config.GANTRY_STORAGE,
     dataDir,
@@ -81,6 +104,17 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     s3: { endpoint: config.S3_ENDPOINT, region: config.S3_REGION, accessKeyId: config.S3_ACCESS_KEY_ID, secretAccessKey: config.S3_SECRET_ACCESS_KEY },
     clock,
   });
+  const files = createFiles({
+    db,
+    store: objectStore,
+    logger,
+    now: () => clock.now(),
+    maxUploadBytes: config.GANTRY_MAX_UPLOAD_BYTES,
+    inputRetentionS: config.GANTRY_INPUT_RETENTION_S,
+    outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
+    onRegistryChange: (teamId) => sessions.refreshTeam(teamId),
+  });
+  agentStore.useSyncCheck((teamId, inv) => files.sync.needsSync(teamId, inv));
   registerActors(actors, {
     tasks: taskStore,
     agents: agentStore,
@@ -99,6 +133,38 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
 
   const identity = createIdentity({ config, db, logger, dataDir });
   identity.start();
+
+  // --- agent gRPC streams (after the actors: sessions feed the agent actors)
+  const agentGrpc = new AgentGrpcServer({
+    host: config.GANTRY_GRPC_HOST,
+    port: config.GANTRY_GRPC_PORT,
+    tlsCertFile: config.GANTRY_GRPC_TLS_CERT,
+    tlsKeyFile: config.GANTRY_GRPC_TLS_KEY,
+    heartbeatIntervalS: config.GANTRY_HEARTBEAT_INTERVAL_S,
+    maxAgentsPerTeam: config.quotas.maxAgents,
+    nodeId: config.GANTRY_NODE_ID ?? installationId,
+    logger,
+    sessions,
+    agents: agentStore,
+    tasks: taskStore,
+    verifyCredential: (v) => identity.verifyAgentCredential(v),
+    objectStore,
+  });
+  const grpcPort = await agentGrpc.start();
+  identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
+
+  // --- live events: SSE, webhook outbox/dispatcher, notifications (all fed from task_events)
+  const liveEvents = new LiveEvents({
+    db,
+    bus: events,
+    clock,
+    logger,
+    outboundAllowlist: config.GANTRY_OUTBOUND_ALLOWLIST,
+    outboundCaFile: config.GANTRY_OUTBOUND_CA_FILE,
+    maxStreamsPerTeam: config.GANTRY_SSE_MAX_STREAMS_PER_TEAM,
+    keepAliveMs: config.GANTRY_SSE_KEEPALIVE_MS,
+  });
+  await liveEvents.start();
 
   const edge = new HttpEdge({
     host: config.GANTRY_HTTP_HOST,
@@ -123,15 +189,24 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       actors,
       tasks: taskQueries,
       workflows: workflowStore,
-      files: { lookup: async () => new Map() },
-      outputs: { links: async () => ({ download_url: null, download_urls: null, expires_at: null }) },
+      files: files.staging,
+      outputs: files.outputs,
       events,
       outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
       now: () => clock.now(),
     }),
   );
+  edge.addAll(fileRoutes({ staging: files.staging }));
+  edge.addAll(uploadRoutes({ multipart: files.multipart }));
+  edge.addAll(modelRoutes({ models: files.models, staging: files.staging }));
+  edge.addAll(nodeRoutes({ nodes: files.nodes, staging: files.staging }));
   edge.addAll(identityRoutes(identity.service));
   edge.addAll(teamRoutes(identity.service));
+  edge.addAll(eventRoutes({ sse: liveEvents.sse }));
+  edge.addAll(webhookRoutes(liveEvents, () => clock.now()));
+  edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
+  edge.onShutdown(() => liveEvents.sse.closeAll());
+  edge.addAll(agentRoutes({ agents: agentStore, session: (id) => sessions.session(id), kick: (id) => agentGrpc.kickAgent(id) }));
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
   const http = await edge.listen();
@@ -139,6 +214,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const publicUrl = config.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${http.port}`;
   if (objectStore instanceof LocalObjectStore) objectStore.setPublicBaseUrl(publicUrl);
   logger.info({ http_port: http.port, base_url: baseUrl }, 'listening');
+  files.sweepers.start();
 
   let closing: Promise<void> | null = null;
   return {
@@ -153,15 +229,22 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     actors,
     sessions,
     events,
+    liveEvents,
     agentStore,
     taskStore,
     objectStore,
+    files,
+    agentGrpc,
+    grpcPort,
     publicUrl,
     routes: () => http.routes(),
     close() {
       closing ??= (async () => {
         logger.info('shutting down');
         await http.shutdown(config.GANTRY_SHUTDOWN_TIMEOUT_MS);
+        await liveEvents.stop();
+        await agentGrpc.stop();
+        await files.sweepers.stop();
         await actors.shutdown();
         await identity.stop();
         await db.close();

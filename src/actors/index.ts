@@ -24,7 +24,7 @@ export function registerActors(sys: LocalActorSystem, d: ActorDeps): void {
     parse: parseTaskMsg,
     idleMs: 60_000,
   });
-  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, askTimeoutMs: d.askTimeoutMs }), {
+  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, events: d.events, askTimeoutMs: d.askTimeoutMs }), {
     parse: parseSchedulerMsg,
     idleMs: 10 * 60_000,
   });

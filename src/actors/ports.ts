@@ -115,6 +115,11 @@ export interface TaskStorePort {
   transition(req: TransitionRequest): Promise<TransitionResult>;
   /** Progress while running with this epoch; appends the event when given. False = stale. */
   progress(taskId: string, epoch: number, p: TaskProgress, event: TaskEventInput | null): Promise<{ ok: boolean; event: TaskEvent | null }>;
+  /**
+   * pending -> waiting for many tasks in one conditional UPDATE (still fenced on the from-state),
+   * with their status events in the same transaction. Returns the tasks that moved.
+   */
+  markWaiting(teamId: string, taskIds: readonly string[]): Promise<{ moved: string[]; events: TaskEvent[] }>;
   /** pending and waiting tasks of a team, FIFO (by seq). */
   schedulable(teamId: string): Promise<TaskRecord[]>;
   /** provisioning + queued + running tasks of a team. */

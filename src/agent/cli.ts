@@ -1,5 +1,35 @@
-/** Placeholder replaced by the agent program (issue 6). */
-export async function runAgentCli(_args: string[]): Promise<number> {
-  process.stderr.write('gantry agent: not available in this build\n');
-  return 2;
+/** `gantry agent ...`: parses flags/env, runs the agent until SIGTERM/SIGINT (graceful drain) or a fatal refusal. */
+import { createLogger } from '../shared/logger.js';
+import { agentUsage, parseAgentArgs, startAgent, UsageError } from './main.js';
+
+export async function runAgentCli(args: string[]): Promise<number> {
+  let cfg;
+  try {
+    cfg = parseAgentArgs(args, process.env);
+  } catch (e) {
+    if (e instanceof UsageError) {
+      process.stderr.write(`gantry agent: ${e.message}\n\n${agentUsage()}`);
+      return 2;
+    }
+    throw e;
+  }
+  if (cfg === null) {
+    process.stdout.write(agentUsage());
+    return 0;
+  }
+  const logger = createLogger(cfg.logLevel);
+  const agent = await startAgent(cfg, { logger });
+  let signals = 0;
+  const onSignal = (sig: string): void => {
+    signals++;
+    if (signals > 1) {
+      logger.warn({ signal: sig }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    logger.info({ signal: sig }, 'signal received: graceful drain');
+    void agent.stop();
+  };
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
+  return agent.done;
 }

@@ -66,8 +66,8 @@ export function sampleGpus(bin = process.env.GANTRY_AGENT_NVIDIA_SMI || 'nvidia-
 /** `--gpu "NVIDIA RTX 4090:24"` (repeatable; also comma-separated in GANTRY_AGENT_GPUS). */
 export function parseGpuFlag(v: string): GpuInfo {
   const i = v.lastIndexOf(':');
-  const name = (i > 0 ? v.slice(0, i) : v).trim();
-  const vram = i > 0 ? Number(v.slice(i + 1).trim()) : 0;
+  const name = (i >= 0 ? v.slice(0, i) : v).trim();
+  const vram = i >= 0 ? Number(v.slice(i + 1).trim()) : 0;
   if (!name) throw new Error(`--gpu ${JSON.stringify(v)}: expected NAME:VRAM_GB, e.g. "NVIDIA RTX 4090:24"`);
   if (!Number.isFinite(vram) || vram < 0 || vram > 4096) throw new Error(`--gpu ${JSON.stringify(v)}: VRAM must be a number of GB`);
   return { name, vram_gb: vram };

@@ -80,11 +80,20 @@ export interface AgentRegistration {
 
 /** Agent records: one per (team, machine_id); the live view is the agent actor's. */
 export class PgAgentStore implements AgentStorePort {
+  private syncCheck: ((teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean>) | null = null;
+
   constructor(private readonly db: Database) {}
+
+  /** Wires AgentInfo.needsSync (the files module's needsSync; main.ts sets it). */
+  useSyncCheck(fn: (teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean>): void {
+    this.syncCheck = fn;
+  }
 
   async online(teamId: string): Promise<AgentInfo[]> {
     const rows = await q(this.db)(`select * from agents where team_id = ? and agent_status in ('online','busy','draining')`, [teamId]);
-    return rows.map((r) => agentInfoOf(rowToAgent(r)));
+    const out: AgentInfo[] = [];
+    for (const a of rows.map(rowToAgent)) out.push(agentInfoOf(a, this.syncCheck ? await this.syncCheck(a.teamId, { models: a.models, customNodes: a.customNodes }) : false));
+    return out;
   }
 
   async setStatus(agentId: string, status: AgentStatus, currentTaskId?: string | null): Promise<void> {

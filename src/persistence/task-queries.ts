@@ -1,7 +1,6 @@
 import type { Database } from './db.js';
-import { inTx, q, json, iso, ts } from './sql.js';
-import { appendEvents } from './task-store.js';
-import type { TaskEvent } from '../actors/ports.js';
+import { q, json, iso, ts } from './sql.js';
+import type { TaskEvent, TaskRecord } from '../actors/ports.js';
 
 export interface NewTask {
   id: string;
@@ -75,37 +74,67 @@ export const taskView = (r: Record<string, any>): TaskView => ({
 export class TaskQueries {
   constructor(private readonly db: Database) {}
 
-  /** Inserts the pending task and its first event in one transaction; returns the event. */
-  async insert(t: NewTask): Promise<TaskEvent[]> {
-    return inTx(this.db, async (qq) => {
-      await qq(
-        `insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type, parameters,
+  /** Inserts the pending task and its first event in one atomic statement; returns the event and the record. */
+  async insert(t: NewTask): Promise<TaskEvent[] & { record?: TaskRecord }> {
+    const rows = await q(this.db)(
+      `with t as (
+         insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type, parameters,
            resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id)
-         values (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?::jsonb, ?, ?::jsonb, ?, ?, ?)`,
-        [
-          t.id,
-          t.teamId,
-          t.workflowId,
-          t.workflowSlug,
-          t.workflowVersion,
-          t.snapshotId,
-          t.dispatchTarget,
-          t.toolType,
-          json(t.parameters),
-          json(t.resolvedWorkflow),
-          json(t.inputFiles),
-          t.maxRetries,
-          t.timeoutS,
-          json(t.requiredLabels),
-          t.minVramGb,
-          json(t.requiredModels),
-          t.preferredGpu,
-          t.createdByUserId,
-          t.createdByCredentialId,
-        ],
-      );
-      return appendEvents(qq, t.id, t.teamId, [{ type: 'status', data: { task_id: t.id, status: 'pending', timestamp: new Date().toISOString() } }]);
-    });
+         values (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?::jsonb, ?, ?::jsonb, ?, ?, ?)
+         returning id, team_id, seq, created_at),
+       e as (
+         insert into task_events (task_id, team_id, event_type, payload)
+         select id, team_id, 'status', jsonb_build_object('task_id', id, 'status', 'pending', 'timestamp', ?::text) from t
+         returning *)
+       select e.*, t.seq as task_seq, t.created_at as task_created_at from e, t`,
+      [
+        t.id,
+        t.teamId,
+        t.workflowId,
+        t.workflowSlug,
+        t.workflowVersion,
+        t.snapshotId,
+        t.dispatchTarget,
+        t.toolType,
+        json(t.parameters),
+        json(t.resolvedWorkflow),
+        json(t.inputFiles),
+        t.maxRetries,
+        t.timeoutS,
+        json(t.requiredLabels),
+        t.minVramGb,
+        json(t.requiredModels),
+        t.preferredGpu,
+        t.createdByUserId,
+        t.createdByCredentialId,
+        new Date().toISOString(),
+      ],
+    );
+    const events: TaskEvent[] & { record?: TaskRecord } = rows.map((r) => ({ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 }));
+    const p = rows[0] as { task_seq?: number; task_created_at?: string } | undefined;
+    if (p?.task_seq !== undefined)
+      events.record = {
+        id: t.id,
+        teamId: t.teamId,
+        status: 'pending',
+        attempt: 1,
+        maxRetries: t.maxRetries,
+        leaseEpoch: 0,
+        agentId: null,
+        dispatchTarget: t.dispatchTarget,
+        toolType: t.toolType,
+        timeoutS: t.timeoutS,
+        requiredLabels: t.requiredLabels,
+        minVramGb: t.minVramGb,
+        requiredModels: t.requiredModels,
+        preferredGpu: t.preferredGpu,
+        seq: Number(p.task_seq),
+        startedAt: null,
+        createdAt: ts(p.task_created_at) ?? Date.now(),
+        parentTaskId: null,
+        retryTaskId: null,
+      };
+    return events;
   }
 
   async get(teamId: string, taskId: string): Promise<Record<string, any> | null> {

@@ -158,6 +158,26 @@ export class PgTaskStore implements TaskStorePort {
     });
   }
 
+  async markWaiting(teamId: string, taskIds: readonly string[]): Promise<{ moved: string[]; events: TaskEvent[] }> {
+    if (taskIds.length === 0) return { moved: [], events: [] };
+    return inTx(this.db, async (qq) => {
+      const rows = await qq<{ id: string }>(
+        `update tasks set task_status = 'waiting', updated_at = now() where team_id = ? and task_status = 'pending' and id in (${taskIds.map(() => '?').join(',')}) returning id`,
+        [teamId, ...taskIds],
+      );
+      const moved = rows.map((r) => r.id);
+      if (moved.length === 0) return { moved, events: [] };
+      const ts = new Date().toISOString();
+      const evRows = await qq(
+        `insert into task_events (task_id, team_id, event_type, payload)
+         select x.id, ?, 'status', jsonb_build_object('task_id', x.id, 'status', 'waiting', 'timestamp', ?::text)
+         from unnest(?::uuid[]) with ordinality as x(id, n) order by x.n returning *`,
+        [teamId, ts, `{${moved.join(',')}}`],
+      );
+      return { moved, events: evRows.map(rowToEvent) };
+    });
+  }
+
   async schedulable(teamId: string): Promise<TaskRecord[]> {
     const rows = await q(this.db)(`select * from tasks where team_id = ? and task_status in ('pending','waiting') order by seq`, [teamId]);
     return rows.map(rowToTask);

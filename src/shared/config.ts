@@ -64,6 +64,10 @@ export const configSchema = z.object({
   GANTRY_MAIL_FROM: z.string().default('Gantry <gantry@localhost>'),
   GANTRY_OUTBOUND_ALLOWLIST: optStr,
   GANTRY_SSE_MAX_STREAMS_PER_TEAM: int(1000, 1, 1_000_000),
+  /** Extra CA bundle (PEM file) trusted for outbound HTTPS (webhooks), on top of the system roots and NODE_EXTRA_CA_CERTS. */
+  GANTRY_OUTBOUND_CA_FILE: optStr,
+  /** Interval of the `: keep-alive` comment on SSE streams. */
+  GANTRY_SSE_KEEPALIVE_MS: int(15_000, 50, 600_000),
   GANTRY_GRPC_TLS_CERT: optStr,
   GANTRY_GRPC_TLS_KEY: optStr,
   GANTRY_NODE_ID: optStr,

@@ -39,7 +39,7 @@ export async function submitTask(node: GantryNode, teamId: string, o: SubmitOpti
     createdByCredentialId: null,
   });
   node.events.publish(events);
-  node.actors.tell({ kind: SCHEDULER, id: teamId }, { type: 'task_submitted', taskId: id });
+  node.actors.tell({ kind: SCHEDULER, id: teamId }, { type: 'task_submitted', taskId: id, ...(events.record ? { task: events.record } : {}) });
   return id;
 }
 

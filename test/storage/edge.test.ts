@@ -16,7 +16,7 @@ test('presigned PUT through the edge: 200, again 412, missing signed header 403,
   const body = Buffer.from('hello gantry object store');
   const p = await t.node.objectStore.presignPut('teams/x/inputs/a.txt', { contentLength: body.length, contentType: 'text/plain', expiresInS: 600 });
   assert.ok(p.url.startsWith(t.origin), p.url);
-  const put = (headers: Record<string, string>, b: Buffer = body) => fetch(p.url, { method: 'PUT', headers, body: b });
+  const put = (headers: Record<string, string>, b: Buffer = body) => fetch(p.url, { method: 'PUT', headers, body: new Uint8Array(b) });
   const noINM = { ...p.headers };
   delete (noINM as Record<string, string>)['If-None-Match'];
   assert.equal((await put(noINM)).status, 403, 'missing If-None-Match');

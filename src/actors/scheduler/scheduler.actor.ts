@@ -1,5 +1,5 @@
 import type { Actor, ActorContext } from '../runtime/system.js';
-import type { AgentStorePort, QuotaPort, TaskRecord, TaskStorePort } from '../ports.js';
+import type { AgentStorePort, EventBusPort, QuotaPort, TaskRecord, TaskStorePort } from '../ports.js';
 import { plan, type AgentSlot } from './decide.js';
 import { SchedulerMsg } from './protocol.js';
 
@@ -10,6 +10,7 @@ export interface SchedulerDeps {
   tasks: TaskStorePort;
   agents: AgentStorePort;
   quotas: QuotaPort;
+  events: EventBusPort;
   askTimeoutMs: number;
 }
 
@@ -24,6 +25,8 @@ export class TeamSchedulerActor implements Actor {
   private agents = new Map<string, AgentSlot>();
   /** provisioning/queued/running task -> agent */
   private active = new Map<string, string | null>();
+  /** A dispatch pass is scheduled (bursts of messages coalesce into one pass). */
+  private passPending = false;
 
   constructor(
     private readonly teamId: string,
@@ -50,7 +53,7 @@ export class TeamSchedulerActor implements Actor {
     switch (m.type) {
       case 'task_submitted':
       case 'task_requeued': {
-        const t = await this.d.tasks.load(m.taskId);
+        const t = m.type === 'task_submitted' && m.task ? m.task : await this.d.tasks.load(m.taskId);
         this.active.delete(m.taskId);
         if (t && t.teamId === this.teamId && (t.status === 'pending' || t.status === 'waiting')) this.queue.set(t.id, t);
         break;
@@ -68,6 +71,17 @@ export class TeamSchedulerActor implements Actor {
         this.queue.delete(m.taskId);
         break;
       }
+      case 'assign_rejected': {
+        // the task actor refused (cancelled meanwhile, or a fenced write lost): release the slot
+        if (this.active.get(m.taskId) === m.agentId) {
+          this.active.delete(m.taskId);
+          const a = this.agents.get(m.agentId);
+          if (a) a.free = Math.min(a.slots, a.free + 1);
+        }
+        const t = await this.d.tasks.load(m.taskId);
+        if (t && (t.status === 'pending' || t.status === 'waiting')) this.queue.set(t.id, t);
+        break;
+      }
       case 'agent_up':
         this.upsertAgent(m.agent);
         break;
@@ -75,11 +89,17 @@ export class TeamSchedulerActor implements Actor {
         this.agents.delete(m.agentId);
         break;
       case 'kick':
-        break;
+        this.passPending = false;
+        await this.dispatch();
+        return { ok: true };
       case 'stats':
         return { queued: this.queue.size, active: this.active.size, agents: [...this.agents.values()].map((a) => ({ agentId: a.agentId, free: a.free })) };
     }
-    await this.dispatch();
+    // coalesce: one pass after the burst of messages already in the mailbox
+    if (!this.passPending) {
+      this.passPending = true;
+      this.ctx.system.tell(this.ctx.self, { type: 'kick' });
+    }
     return { ok: true };
   }
 
@@ -91,30 +111,29 @@ export class TeamSchedulerActor implements Actor {
     for (const step of p.assign) {
       const agent = step.agentId ? this.agents.get(step.agentId) : undefined;
       if (!agent) continue;
-      const ref = { kind: TASK, id: step.taskId };
-      let reply: { ok: boolean } = { ok: false };
-      try {
-        reply = await this.ctx.system.ask<{ ok: boolean }>(ref, { type: 'assign', agentId: agent.agentId, provision: agent.needsSync }, { deadlineMs: this.ctx.clock.now() + this.d.askTimeoutMs });
-      } catch (e) {
-        this.ctx.log.warn({ task_id: step.taskId, err: e }, 'assignment failed; will retry on next pass');
-        this.ctx.setTimer('retry', 1000, { type: 'kick' });
-        continue;
-      }
+      // optimistic reservation; the task actor applies the fenced transition concurrently and
+      // answers assign_rejected if it cannot (so one slow transaction never stalls the team)
       this.queue.delete(step.taskId);
-      if (reply.ok) {
-        this.active.set(step.taskId, agent.agentId);
-        agent.free -= 1;
-        agent.lastAssignedAt = this.ctx.clock.now();
-      }
+      this.active.set(step.taskId, agent.agentId);
+      agent.free -= 1;
+      agent.lastAssignedAt = this.ctx.clock.now();
+      this.ctx.system.tell({ kind: TASK, id: step.taskId }, { type: 'assign', agentId: agent.agentId, provision: agent.needsSync });
     }
-    for (const id of p.wait) {
-      const t = this.queue.get(id);
-      if (!t || t.status !== 'pending') continue;
-      try {
-        await this.ctx.system.ask({ kind: TASK, id }, { type: 'mark_waiting' }, { deadlineMs: this.ctx.clock.now() + this.d.askTimeoutMs });
-        t.status = 'waiting';
-      } catch (e) {
-        this.ctx.log.warn({ task_id: id, err: e }, 'mark waiting failed');
+    const toWait = p.wait.filter((id) => this.queue.get(id)?.status === 'pending');
+    if (toWait.length > 0) {
+      // one fenced statement for the whole batch (pending -> waiting, with its events)
+      const r = await this.d.tasks.markWaiting(this.teamId, toWait);
+      for (const id of toWait) {
+        const t = this.queue.get(id);
+        if (t) t.status = 'waiting';
+      }
+      this.d.events.publish(r.events);
+      // tasks that were no longer pending (cancelled meanwhile) leave the queue
+      const moved = new Set(r.moved);
+      for (const id of toWait) if (!moved.has(id)) {
+        const cur = await this.d.tasks.load(id);
+        if (!cur || (cur.status !== 'pending' && cur.status !== 'waiting')) this.queue.delete(id);
+        else this.queue.set(id, cur);
       }
     }
   }

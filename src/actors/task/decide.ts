@@ -6,7 +6,14 @@ import type { TaskMsg } from './protocol.js';
 export type TaskEffect =
   | { type: 'dispatch'; agentId: string; epoch: number; provision: boolean }
   | { type: 'tell_agent'; agentId: string; msg: ServerToAgent }
-  | { type: 'scheduler'; msg: { type: 'slot_freed'; taskId: string; agentId: string | null } | { type: 'task_requeued'; taskId: string } | { type: 'task_removed'; taskId: string } }
+  | {
+      type: 'scheduler';
+      msg:
+        | { type: 'slot_freed'; taskId: string; agentId: string | null }
+        | { type: 'task_requeued'; taskId: string }
+        | { type: 'task_removed'; taskId: string }
+        | { type: 'assign_rejected'; taskId: string; agentId: string };
+    }
   | { type: 'set_timer'; name: string; ms: number; msg: TaskMsg }
   | { type: 'cancel_timer'; name: string }
   | { type: 'progress'; epoch: number }
@@ -58,7 +65,8 @@ export function decide(t: TaskRecord, m: TaskMsg, now: number, cfg: DecideConfig
     case 'get':
       return { effects: [], reply: t };
     case 'assign': {
-      if (t.status !== 'pending' && t.status !== 'waiting') return { effects: [], reply: { ok: false, status: t.status } };
+      if (t.status !== 'pending' && t.status !== 'waiting')
+        return { effects: [{ type: 'scheduler', msg: { type: 'assign_rejected', taskId: t.id, agentId: m.agentId } }], reply: { ok: false, status: t.status } };
       const epoch = t.leaseEpoch + 1;
       const to: TaskStatus = m.provision ? 'provisioning' : 'queued';
       return {

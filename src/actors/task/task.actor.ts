@@ -59,7 +59,10 @@ export class TaskActor implements Actor {
         this.ctx.log.warn({ task_id: this.id, msg: m.type, from: dec.transition.from, to: dec.transition.to, current: res.current?.status }, 'fenced transition rejected');
         this.t = res.current;
         if (m.type === 'cancel' && this.t) throw conflict('task_terminal', `task is already ${this.t.status}`);
-        if (m.type === 'assign') return { ok: false, status: this.t?.status ?? 'missing' };
+        if (m.type === 'assign') {
+          if (this.t) this.ctx.system.tell({ kind: SCHEDULER, id: this.t.teamId }, { type: 'assign_rejected', taskId: this.id, agentId: m.agentId });
+          return { ok: false, status: this.t?.status ?? 'missing' };
+        }
         return { ok: false };
       }
       this.t = res.task;

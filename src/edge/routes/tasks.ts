@@ -103,7 +103,7 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     });
     // committed: now the scheduler may pick it up
     d.events.publish(events);
-    d.actors.tell({ kind: SCHEDULER, id: p.teamId }, { type: 'task_submitted', taskId });
+    d.actors.tell({ kind: SCHEDULER, id: p.teamId }, { type: 'task_submitted', taskId, ...(events.record ? { task: events.record } : {}) });
     return new Reply(202, { task_id: taskId });
   };
 

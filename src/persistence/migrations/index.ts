@@ -1,6 +1,8 @@
 import { Migration20261122000000_foundation } from './Migration20261122000000_foundation.js';
 import { Migration20261122000100_identity } from './Migration20261122000100_identity.js';
 import { Migration20261122000200_workflows_tasks } from './Migration20261122000200_workflows_tasks.js';
+import { Migration20261122000400_events } from './Migration20261122000400_events.js';
+import { Migration20261122000500_files } from './Migration20261122000500_files.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -10,4 +12,6 @@ export const migrationsList = [
   { name: 'Migration20261122000000_foundation', class: Migration20261122000000_foundation },
   { name: 'Migration20261122000100_identity', class: Migration20261122000100_identity },
   { name: 'Migration20261122000200_workflows_tasks', class: Migration20261122000200_workflows_tasks },
+  { name: 'Migration20261122000400_events', class: Migration20261122000400_events },
+  { name: 'Migration20261122000500_files', class: Migration20261122000500_files },
 ];

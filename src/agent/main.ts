@@ -1,0 +1,275 @@
+/**
+ * `gantry agent`: configuration (flags and GANTRY_AGENT_* env), discovery, the stream client and
+ * the task runner put together. startAgent() is also what the benchmark runs in-process.
+ */
+import os from 'node:os';
+import path from 'node:path';
+import { existsSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import type { Logger } from '../shared/logger.js';
+import { AgentClient } from './client.js';
+import { AgentRunner } from './runner.js';
+import { CpuMeter, parseGpuFlag, resolveMachineId, sampleGpus, scanCustomNodes, scanModels, type GpuInfo, type GpuSample, type ModelEntry } from './discovery.js';
+import { createExecutor, type Executor, type ExecutorConfig } from './executors/index.js';
+import { DEFAULT_WINDOW } from './wire.js';
+
+export const AGENT_VERSION = '0.1.0';
+
+export interface AgentConfig {
+  server: string;
+  credential: string;
+  labels: string[];
+  modelsDir: string | undefined;
+  customNodesDir: string | undefined;
+  executor: 'simulate' | 'comfyui' | 'nerfstudio';
+  comfyUrl: string;
+  nsBinDir: string | undefined;
+  concurrency: number;
+  machineId: string | undefined;
+  stateDir: string;
+  name: string;
+  tls: boolean;
+  caFile: string | undefined;
+  gpus: GpuInfo[];
+  workDir: string | undefined;
+  drainTimeoutS: number;
+  simulateDurationMs: number;
+  simulateSteps: number;
+  window: number;
+  logLevel: string;
+}
+
+/** Flag, env variable, default, help: the single table behind parsing, --help and docs/agents.md. */
+export const AGENT_FLAGS = [
+  ['server', 'GANTRY_AGENT_SERVER', '', 'HOST:PORT of the gRPC agent endpoint (required)'],
+  ['credential', 'GANTRY_AGENT_CREDENTIAL', '', 'agent credential ak-... (required)'],
+  ['labels', 'GANTRY_AGENT_LABELS', '', 'comma-separated labels (workflows require_labels match them)'],
+  ['models-dir', 'GANTRY_AGENT_MODELS_DIR', '', 'models root to scan and advertise (e.g. /opt/ComfyUI/models)'],
+  ['custom-nodes-dir', 'GANTRY_AGENT_CUSTOM_NODES_DIR', '<models-dir>/../custom_nodes', 'ComfyUI custom_nodes dir to advertise'],
+  ['executor', 'GANTRY_AGENT_EXECUTOR', 'comfyui', 'comfyui | nerfstudio | simulate'],
+  ['comfy-url', 'GANTRY_AGENT_COMFY_URL', 'http://127.0.0.1:8188', 'ComfyUI base URL (comfyui executor)'],
+  ['ns-bin-dir', 'GANTRY_AGENT_NS_BIN_DIR', '(PATH)', 'directory of ns-process-data, ns-train, ns-export'],
+  ['concurrency', 'GANTRY_AGENT_CONCURRENCY', '1', 'tasks run at once (slots)'],
+  ['machine-id', 'GANTRY_AGENT_MACHINE_ID', '(persisted)', 'stable machine id; default: generated once, kept in <state-dir>/agent-id'],
+  ['state-dir', 'GANTRY_AGENT_STATE_DIR', '~/.gantry', 'where the generated machine id is kept'],
+  ['name', 'GANTRY_AGENT_NAME', '(hostname)', 'display name'],
+  ['tls', 'GANTRY_AGENT_TLS', 'false', 'connect with TLS'],
+  ['ca', 'GANTRY_AGENT_CA', '', 'PEM CA bundle for a private CA (implies --tls)'],
+  ['gpu', 'GANTRY_AGENT_GPUS', '(nvidia-smi)', 'GPU as "NAME:VRAM_GB", repeatable (env: comma-separated); overrides nvidia-smi'],
+  ['work-dir', 'GANTRY_AGENT_WORK_DIR', '<tmp>/gantry-agent-<machine-id>', 'per-task scratch directories'],
+  ['drain-timeout-s', 'GANTRY_AGENT_DRAIN_TIMEOUT_S', '300', 'on SIGTERM: how long running tasks may finish before they are failed'],
+  ['simulate-duration-ms', 'GANTRY_AGENT_SIMULATE_DURATION_MS', '1000', 'simulate executor: run time per task'],
+  ['simulate-steps', 'GANTRY_AGENT_SIMULATE_STEPS', '10', 'simulate executor: progress ticks per task'],
+  ['window', 'GANTRY_AGENT_WINDOW', String(DEFAULT_WINDOW), 'flow-control window (messages in flight)'],
+  ['log-level', 'LOG_LEVEL', 'info', 'fatal | error | warn | info | debug | trace | silent'],
+] as const;
+
+export class UsageError extends Error {}
+
+export function agentUsage(): string {
+  const rows = AGENT_FLAGS.map(([f, env, def, help]) => `  --${f.padEnd(22)} ${env.padEnd(34)} ${help}${def ? ` [${def}]` : ''}`);
+  return `gantry agent --server HOST:PORT --credential ak-... [options]\n\n  flag                     env\n${rows.join('\n')}\n  --help\n`;
+}
+
+const intIn = (name: string, v: string, min: number, max: number): number => {
+  if (!/^\d+$/.test(v)) throw new UsageError(`--${name}: expected an integer, got ${JSON.stringify(v)}`);
+  const n = Number(v);
+  if (n < min || n > max) throw new UsageError(`--${name}: must be between ${min} and ${max}`);
+  return n;
+};
+const boolOf = (v: string | boolean | undefined): boolean => v === true || (typeof v === 'string' && ['1', 'true', 'yes'].includes(v.toLowerCase()));
+
+/** Flags win over env; env over defaults. Returns null for --help. */
+export function parseAgentArgs(argv: string[], env: Record<string, string | undefined> = process.env): AgentConfig | null {
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = { help: { type: 'boolean' }, tls: { type: 'boolean' }, gpu: { type: 'string', multiple: true } };
+  for (const [f] of AGENT_FLAGS) options[f] ??= { type: 'string' };
+  let values: Record<string, string | boolean | Array<string | boolean> | undefined>;
+  try {
+    values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values;
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  if (values.help) return null;
+  const get = (flag: string): string | undefined => {
+    const v = values[flag];
+    if (typeof v === 'string') return v;
+    const row = AGENT_FLAGS.find((r) => r[0] === flag);
+    const e = row ? env[row[1]] : undefined;
+    return e !== undefined && e.trim() !== '' ? e.trim() : undefined;
+  };
+  const server = get('server');
+  if (!server) throw new UsageError('--server HOST:PORT (or GANTRY_AGENT_SERVER) is required');
+  if (!/^[^\s/]+:\d{1,5}$/.test(server)) throw new UsageError(`--server: expected HOST:PORT, got ${JSON.stringify(server)}`);
+  const credential = get('credential');
+  if (!credential) throw new UsageError('--credential ak-... (or GANTRY_AGENT_CREDENTIAL) is required');
+  if (!credential.startsWith('ak-')) throw new UsageError('--credential: an agent credential (ak-...) is required');
+  const executor = get('executor') ?? 'comfyui';
+  if (executor !== 'simulate' && executor !== 'comfyui' && executor !== 'nerfstudio') throw new UsageError('--executor: comfyui, nerfstudio or simulate');
+  const flagGpus = (values.gpu as string[] | undefined) ?? [];
+  const gpuSpecs = flagGpus.length ? flagGpus : (env.GANTRY_AGENT_GPUS ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  let gpus: GpuInfo[];
+  try {
+    gpus = gpuSpecs.map(parseGpuFlag);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  const modelsDir = get('models-dir');
+  const defNodes = modelsDir ? path.join(path.dirname(path.resolve(modelsDir)), 'custom_nodes') : undefined;
+  const ca = get('ca');
+  return {
+    server,
+    credential,
+    labels: [...new Set((get('labels') ?? '').split(',').map((s) => s.trim()).filter(Boolean))],
+    modelsDir,
+    customNodesDir: get('custom-nodes-dir') ?? (defNodes && existsSync(defNodes) ? defNodes : undefined),
+    executor,
+    comfyUrl: get('comfy-url') ?? 'http://127.0.0.1:8188',
+    nsBinDir: get('ns-bin-dir'),
+    concurrency: intIn('concurrency', get('concurrency') ?? '1', 1, 256),
+    machineId: get('machine-id'),
+    stateDir: get('state-dir') ?? path.join(os.homedir(), '.gantry'),
+    name: get('name') ?? os.hostname(),
+    tls: boolOf(values.tls as boolean | undefined) || boolOf(env.GANTRY_AGENT_TLS) || ca !== undefined,
+    caFile: ca,
+    gpus,
+    workDir: get('work-dir'),
+    drainTimeoutS: intIn('drain-timeout-s', get('drain-timeout-s') ?? '300', 0, 7 * 86_400),
+    simulateDurationMs: intIn('simulate-duration-ms', get('simulate-duration-ms') ?? '1000', 0, 86_400_000),
+    simulateSteps: intIn('simulate-steps', get('simulate-steps') ?? '10', 0, 100_000),
+    window: intIn('window', get('window') ?? String(DEFAULT_WINDOW), 4, 4096),
+    logLevel: get('log-level') ?? 'info',
+  };
+}
+
+export interface RunningAgent {
+  client: AgentClient;
+  runner: AgentRunner;
+  machineId: string;
+  /** Resolves with the process exit code: 0 after a graceful stop, 3 when the server refused us for good. */
+  done: Promise<number>;
+  /** Graceful drain and disconnect. */
+  stop(): Promise<void>;
+}
+
+export interface StartAgentOptions {
+  logger: Logger;
+  /** Replace the executor (tests, bench). */
+  executor?: Executor;
+  /** Skip nvidia-smi (bench: hundreds of in-process agents). */
+  noGpuProbe?: boolean;
+  heartbeat?: boolean;
+  /** Inventory rescan period (0 = never). Default 60 s. */
+  rescanMs?: number;
+}
+
+function executorConfig(c: AgentConfig): ExecutorConfig {
+  switch (c.executor) {
+    case 'simulate':
+      return { kind: 'simulate', durationMs: c.simulateDurationMs, steps: c.simulateSteps };
+    case 'comfyui':
+      return { kind: 'comfyui', baseUrl: c.comfyUrl };
+    case 'nerfstudio':
+      return c.nsBinDir ? { kind: 'nerfstudio', binDir: c.nsBinDir } : { kind: 'nerfstudio' };
+  }
+}
+
+export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<RunningAgent> {
+  const log = o.logger;
+  const machineId = resolveMachineId(c.machineId, c.stateDir);
+  const executor = o.executor ?? createExecutor(executorConfig(c));
+  const probe = !o.noGpuProbe && c.gpus.length === 0;
+  const firstSample: GpuSample[] | null = probe ? await sampleGpus() : null;
+  const gpus: GpuInfo[] = c.gpus.length ? c.gpus : (firstSample ?? []).map((g) => ({ name: g.name, vram_gb: g.vram_total_gb }));
+  let gpuSample: GpuSample[] | null = firstSample;
+  let models: ModelEntry[] = await scanModels(c.modelsDir);
+  let customNodes: string[] = await scanCustomNodes(c.customNodesDir);
+  log.info({ machine_id: machineId, executor: c.executor, gpus, models: models.length, custom_nodes: customNodes.length, gpu_source: c.gpus.length ? 'flags' : firstSample ? 'nvidia-smi' : 'none' }, 'agent starting');
+
+  const runner = new AgentRunner(executor, {
+    slots: c.concurrency,
+    workDir: c.workDir ?? path.join(os.tmpdir(), `gantry-agent-${machineId.replace(/[^A-Za-z0-9._-]/g, '_')}`),
+    toolTypes: c.executor === 'simulate' ? null : new Set([c.executor]),
+    executorName: c.executor,
+    logger: log,
+  });
+  const cpu = new CpuMeter();
+  let resolveDone: (code: number) => void = () => undefined;
+  const done = new Promise<number>((r) => (resolveDone = r));
+  const client = new AgentClient({
+    server: c.server,
+    credential: c.credential,
+    tls: c.tls,
+    caFile: c.caFile,
+    window: c.window,
+    logger: log,
+    hello: () => ({
+      machine_id: machineId,
+      agent_version: AGENT_VERSION,
+      display_name: c.name,
+      labels: c.labels,
+      gpus,
+      models: models.map((m) => ({ path: m.path, size: m.size })),
+      custom_nodes: customNodes,
+      slots: c.concurrency,
+      running: runner.held(),
+      executor: c.executor,
+      draining: runner.draining,
+    }),
+    onMessage: (m) => runner.onMessage(m),
+    onFatal: (code, message) => {
+      log.error({ code, message }, 'the server refused this agent; not reconnecting');
+      void runner
+        .shutdown(0)
+        .then(() => client.close())
+        .then(() => resolveDone(3), () => resolveDone(3));
+    },
+    heartbeat:
+      o.heartbeat === false
+        ? undefined
+        : () => {
+            const total = os.totalmem();
+            const sample = gpuSample ?? gpus.map((g, index) => ({ index, name: g.name, utilization_percent: 0, vram_used_gb: 0, vram_total_gb: g.vram_gb, temperature_c: 0 }));
+            if (probe && firstSample) void sampleGpus().then((s) => (gpuSample = s ?? gpuSample));
+            return { cpu_percent: cpu.percent(), ram_used_bytes: total - os.freemem(), ram_total_bytes: total, gpus: sample, running_tasks: runner.runningCount() };
+          },
+  });
+  runner.attach(client);
+  client.start();
+
+  const rescanMs = o.rescanMs ?? 60_000;
+  const rescan =
+    rescanMs > 0 && (c.modelsDir || c.customNodesDir)
+      ? setInterval(() => {
+          void (async () => {
+            const m = await scanModels(c.modelsDir);
+            const n = await scanCustomNodes(c.customNodesDir);
+            const sig = (x: ModelEntry[], y: string[]): string => JSON.stringify([x.map((e) => e.path), y]);
+            if (sig(m, n) === sig(models, customNodes)) return;
+            models = m;
+            customNodes = n;
+            log.info({ models: m.length, custom_nodes: n.length }, 'inventory changed');
+            client.send({ inventory: { models: m.map((e) => ({ path: e.path, size: e.size })), custom_nodes: n } }, 'inventory');
+          })();
+        }, rescanMs)
+      : null;
+  rescan?.unref();
+
+  let stopping: Promise<void> | null = null;
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      if (rescan) clearInterval(rescan);
+      log.info({ running: runner.runningCount(), drain_timeout_s: c.drainTimeoutS }, 'draining: no new tasks; finishing running ones');
+      await runner.shutdown(c.drainTimeoutS * 1000);
+      if (client.connected && !(await client.flushed(10_000))) log.warn('some task results were not confirmed by the server before exit');
+      await client.close();
+      await executor.close?.();
+      log.info('agent stopped');
+      resolveDone(0);
+    })();
+    return stopping;
+  };
+  void done.then(() => {
+    if (rescan) clearInterval(rescan);
+  });
+  return { client, runner, machineId, done, stop };
+}

@@ -1,0 +1,48 @@
+/**
+ * GET /r/tasks/{taskId}/events: the task's Server-Sent Events stream (docs/events.md). Runtime
+ * auth (J, S, D), team-scoped (a foreign or unknown task is a 404), Last-Event-ID (header, or
+ * ?last_event_id for clients that cannot set headers) replays what was missed, a per-team cap on
+ * open streams answers 429 with Retry-After.
+ */
+import type { SseHub } from '../../events/sse.js';
+import { TooManyStreams } from '../../events/sse.js';
+import { invalidParameter, notFound, rateLimited } from '../../shared/errors.js';
+import type { Ctx, RouteDef } from '../http.js';
+import { RUNTIME, principalOf, uuidParam } from './tasks.js';
+
+export interface EventRouteDeps {
+  sse: SseHub;
+}
+
+function lastEventId(c: Ctx): number | null {
+  const raw = c.headers['last-event-id'] ?? c.query.get('last_event_id') ?? '';
+  const v = raw.trim();
+  if (v === '') return null;
+  if (!/^\d{1,18}$/.test(v)) throw invalidParameter(`Last-Event-ID: must be an event id (a non-negative integer), got ${JSON.stringify(v.slice(0, 40))}`);
+  return Number(v);
+}
+
+export function eventRoutes(d: EventRouteDeps): RouteDef[] {
+  return [
+    {
+      method: 'GET',
+      path: '/r/tasks/{taskId}/events',
+      auth: RUNTIME,
+      tag: 'sse',
+      stream: async (c, res) => {
+        const taskId = uuidParam(c, 'taskId');
+        const after = lastEventId(c);
+        const team = principalOf(c).teamId;
+        let release: () => void;
+        try {
+          release = d.sse.reserve(team);
+        } catch (e) {
+          if (e instanceof TooManyStreams) throw rateLimited(5, e.message);
+          throw e;
+        }
+        const r = await d.sse.serve(team, taskId, after, res, release);
+        if (r === 'not_found') throw notFound('task', 'task_not_found');
+      },
+    },
+  ];
+}

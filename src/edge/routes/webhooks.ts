@@ -1,0 +1,142 @@
+/**
+ * Webhooks (docs/events.md). Management auth: user JWT or dk- of a team member, sk- rejected.
+ * Roles: any member lists webhooks and reads delivery logs; creating, updating, deleting,
+ * redelivering and reading the detail record (it carries the signing secret) need admin.
+ *
+ *   POST   /webhooks                                   {display_name, webhook_url, webhook_events} -> {id}
+ *   GET    /webhooks                                   {webhook_list, page_meta}
+ *   GET    /webhooks/{webhookId}                       detail incl. signing_secret
+ *   PUT    /webhooks/{webhookId}                       any of display_name, webhook_url, webhook_events, webhook_status -> {id}
+ *   DELETE /webhooks/{webhookId}                       {is_success}
+ *   GET    /webhooks/{webhookId}/deliveries            {delivery_list, page_meta} (?delivery_status)
+ *   POST   /webhooks/{webhookId}/deliveries/{deliveryId}/redeliver -> {id} of the new delivery
+ */
+import { z } from 'zod';
+import type { LiveEvents } from '../../events/index.js';
+import { OutboundRefused } from '../../events/outbound.js';
+import { WEBHOOK_EVENTS, deliveryView, webhookView } from '../../events/store.js';
+import { badRequest, conflict, fromZodIssues, invalidParameter, notFound } from '../../shared/errors.js';
+import { paged, parsePage } from '../../shared/pagination.js';
+import type { Ctx, RouteDef } from '../http.js';
+import type { RouteAuth } from '../principal.js';
+import { principalOf, uuidParam } from './tasks.js';
+
+const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
+const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
+
+const url = z
+  .string()
+  .max(2048)
+  .refine((v) => v.startsWith('https://'), 'must start with https://')
+  .refine((v) => URL.canParse(v), 'must be a valid absolute URL');
+const events = z.array(z.enum(WEBHOOK_EVENTS)).min(1, 'at least one event is required').max(WEBHOOK_EVENTS.length * 4);
+const name = z.string().trim().min(1).max(255);
+
+const createBody = z.object({ display_name: name, webhook_url: url, webhook_events: events }).strict();
+const updateBody = z
+  .object({ display_name: name.optional(), webhook_url: url.optional(), webhook_events: events.optional(), webhook_status: z.enum(['active', 'disabled']).optional() })
+  .strict()
+  .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one of display_name, webhook_url, webhook_events, webhook_status is required');
+
+const DELIVERY_STATUSES = ['pending', 'delivering', 'succeeded', 'failed'];
+
+function parse<T>(schema: z.ZodType<T>, body: unknown): T {
+  const r = schema.safeParse(body ?? {});
+  if (!r.success) throw fromZodIssues(r.error.issues);
+  return r.data;
+}
+
+export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
+  const checkUrl = async (u: string): Promise<void> => {
+    try {
+      await live.guard.checkUrl(u);
+    } catch (e) {
+      if (e instanceof OutboundRefused) throw badRequest('webhook_url_not_allowed', `webhook_url: ${e.message}`);
+      throw e;
+    }
+  };
+  const load = async (c: Ctx) => {
+    const w = await live.store.getWebhook(principalOf(c).teamId, uuidParam(c, 'webhookId'));
+    if (!w) throw notFound('webhook', 'webhook_not_found');
+    return w;
+  };
+  return [
+    {
+      method: 'POST',
+      path: '/webhooks',
+      auth: MANAGE,
+      handler: async (c) => {
+        const b = parse(createBody, c.body);
+        await checkUrl(b.webhook_url);
+        const p = principalOf(c);
+        const id = await live.store.createWebhook({ teamId: p.teamId, displayName: b.display_name, url: b.webhook_url, events: [...new Set(b.webhook_events)], createdBy: p.userId ?? null });
+        return { id };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/webhooks',
+      auth: READ,
+      handler: async (c) => {
+        const pg = parsePage(c.query);
+        const r = await live.store.listWebhooks(principalOf(c).teamId, pg.perPage, pg.offset);
+        return paged('webhook_list', r.rows.map((w) => webhookView(w, false)), pg, r.total);
+      },
+    },
+    { method: 'GET', path: '/webhooks/{webhookId}', auth: MANAGE, handler: async (c) => webhookView(await load(c), true) },
+    {
+      method: 'PUT',
+      path: '/webhooks/{webhookId}',
+      auth: MANAGE,
+      handler: async (c) => {
+        const id = uuidParam(c, 'webhookId');
+        const b = parse(updateBody, c.body);
+        if (b.webhook_url !== undefined) await checkUrl(b.webhook_url);
+        const ok = await live.store.updateWebhook(
+          principalOf(c).teamId,
+          id,
+          { displayName: b.display_name, url: b.webhook_url, events: b.webhook_events ? [...new Set(b.webhook_events)] : undefined, status: b.webhook_status },
+          now(),
+        );
+        if (!ok) throw notFound('webhook', 'webhook_not_found');
+        return { id };
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/webhooks/{webhookId}',
+      auth: MANAGE,
+      handler: async (c) => {
+        if (!(await live.store.deleteWebhook(principalOf(c).teamId, uuidParam(c, 'webhookId')))) throw notFound('webhook', 'webhook_not_found');
+        return { is_success: true };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/webhooks/{webhookId}/deliveries',
+      auth: READ,
+      handler: async (c) => {
+        const pg = parsePage(c.query);
+        const status = c.query.get('delivery_status') || undefined;
+        if (status !== undefined && !DELIVERY_STATUSES.includes(status)) throw invalidParameter(`delivery_status: must be one of ${DELIVERY_STATUSES.join(', ')}`);
+        const w = await load(c);
+        const r = await live.store.listDeliveries(w.team_id, w.id, status, pg.perPage, pg.offset);
+        return paged('delivery_list', r.rows.map(deliveryView), pg, r.total);
+      },
+    },
+    {
+      method: 'POST',
+      path: '/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver',
+      auth: MANAGE,
+      handler: async (c) => {
+        const w = await load(c);
+        const d = await live.store.getDelivery(w.team_id, w.id, uuidParam(c, 'deliveryId'));
+        if (!d) throw notFound('delivery', 'delivery_not_found');
+        if (w.webhook_status !== 'active') throw conflict('webhook_disabled', 'the webhook is disabled; enable it before redelivering');
+        const id = await live.store.redeliver(d, now(), live.dispatcher.maxAttempts);
+        live.dispatcher.poke();
+        return { id };
+      },
+    },
+  ];
+}

@@ -1,0 +1,301 @@
+/**
+ * The task event stream (GET /r/tasks/{taskId}/events), docs/events.md.
+ *
+ * Gap-free by construction: the stream subscribes to the bus BEFORE it reads PostgreSQL, buffers
+ * what the bus delivers meanwhile, then sends the replay (or the current status) followed by the
+ * buffered and live events, skipping every id it already sent (ids are task_events.id, so they
+ * increase per task). Each message is `id:`, `event:`, `data:`; the stream closes after a terminal
+ * event. A slow reader never makes the server buffer without bound: while the socket is not
+ * writable, queued progress ticks are coalesced into the newest one (transitions are never dropped)
+ * and a client whose uWS buffer exceeds maxBufferedBytes is disconnected.
+ */
+import type { TaskEvent } from '../actors/ports.js';
+import type { StreamResponse } from '../edge/http.js';
+import type { Logger } from '../shared/logger.js';
+
+export const TERMINAL_EVENTS: ReadonlySet<string> = new Set(['completed', 'failed', 'cancelled']);
+
+export interface SseTaskSource {
+  /** Null when the task does not exist in this team. */
+  exists(teamId: string, taskId: string): Promise<boolean>;
+  /** Events after an id, oldest first (up to limit). */
+  eventsAfter(teamId: string, taskId: string, afterId: number, limit: number): Promise<TaskEvent[]>;
+  /** The newest non-progress event (the current status or the terminal event) and the newest progress after it. */
+  current(teamId: string, taskId: string): Promise<{ transition: TaskEvent | null; progress: TaskEvent | null }>;
+}
+
+export interface SseBus {
+  subscribeTask(taskId: string, l: (e: TaskEvent) => void): () => void;
+}
+
+export interface SseHubOptions {
+  source: SseTaskSource;
+  bus: SseBus;
+  logger: Logger;
+  maxStreamsPerTeam: number;
+  keepAliveMs: number;
+  /** A reader whose unsent bytes exceed this is dropped (default 1 MiB). */
+  maxBufferedBytes?: number;
+}
+
+export class TooManyStreams extends Error {}
+
+export const formatEvent = (e: { id: number; type: string; data: unknown }): string => `id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(e.data)}\n\n`;
+
+/** One open stream. */
+class SseStream {
+  lastSentId = 0;
+  private queue: TaskEvent[] = [];
+  private writing = false;
+  private closed = false;
+  private live = false;
+  private pending: TaskEvent[] = [];
+
+  constructor(
+    readonly teamId: string,
+    readonly taskId: string,
+    private readonly res: StreamResponse,
+    private readonly maxBuffered: number,
+    private readonly onClose: () => void,
+  ) {
+    res.onAbort(() => this.finish());
+  }
+
+  get isClosed(): boolean {
+    return this.closed || this.res.aborted || this.res.ended;
+  }
+
+  /** From the bus: buffered until the replay is done, then queued for sending. */
+  onBus(e: TaskEvent): void {
+    if (this.isClosed) return;
+    if (!this.live) this.pending.push(e);
+    else this.enqueue(e);
+  }
+
+  /** Replay done: flush what the bus delivered meanwhile (ids already sent are skipped). */
+  goLive(): void {
+    this.live = true;
+    const buffered = this.pending.sort((a, b) => a.id - b.id);
+    this.pending = [];
+    for (const e of buffered) this.enqueue(e);
+  }
+
+  enqueue(e: TaskEvent): void {
+    if (this.isClosed || e.id <= this.lastSentId) return;
+    const last = this.queue[this.queue.length - 1];
+    if (e.id <= (last?.id ?? 0)) return;
+    // coalesce: a progress tick replaces a queued progress tick that has not been sent yet
+    if (e.type === 'progress' && last?.type === 'progress') this.queue[this.queue.length - 1] = e;
+    else this.queue.push(e);
+    this.pump();
+  }
+
+  /** Sends one message now (replay, first status): the caller awaits drain itself. */
+  async sendNow(e: { id: number; type: string; data: unknown }): Promise<void> {
+    if (this.isClosed) return;
+    if (e.id > 0 && e.id <= this.lastSentId) return;
+    const ok = this.res.write(formatEvent(e));
+    if (e.id > this.lastSentId) this.lastSentId = e.id;
+    if (TERMINAL_EVENTS.has(e.type)) return this.end();
+    if (!ok) {
+      if (this.res.bufferedAmount() > this.maxBuffered) return this.drop();
+      await this.res.drained();
+    }
+  }
+
+  private pump(): void {
+    if (this.writing) return;
+    this.writing = true;
+    void (async () => {
+      try {
+        while (!this.isClosed && this.queue.length) {
+          const e = this.queue.shift() as TaskEvent;
+          if (e.id <= this.lastSentId) continue;
+          const ok = this.res.write(formatEvent(e));
+          this.lastSentId = e.id;
+          if (TERMINAL_EVENTS.has(e.type)) {
+            this.end();
+            break;
+          }
+          if (!ok) {
+            if (this.res.bufferedAmount() > this.maxBuffered) {
+              this.drop();
+              break;
+            }
+            await this.res.drained();
+          }
+        }
+      } finally {
+        this.writing = false;
+      }
+    })();
+  }
+
+  keepAlive(): void {
+    if (this.isClosed) return;
+    if (this.writing && this.queue.length) return; // data is flowing (or stuck): no comment needed
+    const ok = this.res.write(': keep-alive\n\n');
+    if (!ok && this.res.bufferedAmount() > this.maxBuffered) this.drop();
+  }
+
+  error(message: string): void {
+    if (this.isClosed) return;
+    this.res.write(`event: error\ndata: ${JSON.stringify({ message })}\n\n`);
+  }
+
+  end(): void {
+    if (!this.isClosed) this.res.end();
+    this.finish();
+  }
+
+  /** Slow reader or shutdown: abrupt close. */
+  drop(): void {
+    if (!this.isClosed) this.res.close();
+    this.finish();
+  }
+
+  private finish(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.queue = [];
+    this.pending = [];
+    this.onClose();
+  }
+}
+
+export class SseHub {
+  private readonly perTeam = new Map<string, number>();
+  private readonly streams = new Set<SseStream>();
+  private keepAliveTimer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private readonly maxBuffered: number;
+  /** Streams dropped for being slow (metrics/tests). */
+  droppedSlow = 0;
+
+  constructor(private readonly o: SseHubOptions) {
+    this.maxBuffered = o.maxBufferedBytes ?? 1024 * 1024;
+  }
+
+  openStreams(teamId?: string): number {
+    return teamId === undefined ? this.streams.size : (this.perTeam.get(teamId) ?? 0);
+  }
+
+  private startKeepAlive(): void {
+    if (this.keepAliveTimer || this.stopped) return;
+    this.keepAliveTimer = setInterval(() => {
+      for (const s of this.streams) s.keepAlive();
+    }, this.o.keepAliveMs);
+    this.keepAliveTimer.unref();
+  }
+
+  /** Reserves a slot for the team; throws TooManyStreams at the cap. Returns the release function. */
+  reserve(teamId: string): () => void {
+    const n = this.perTeam.get(teamId) ?? 0;
+    if (n >= this.o.maxStreamsPerTeam) throw new TooManyStreams(`this team already has ${n} open event streams (limit ${this.o.maxStreamsPerTeam})`);
+    this.perTeam.set(teamId, n + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const m = (this.perTeam.get(teamId) ?? 1) - 1;
+      if (m <= 0) this.perTeam.delete(teamId);
+      else this.perTeam.set(teamId, m);
+    };
+  }
+
+  /**
+   * Serves one stream. Throws before anything is written for 404 (taskExists false); the caller
+   * has validated the task id and reserved the slot (release is called when the stream ends).
+   */
+  async serve(teamId: string, taskId: string, lastEventId: number | null, res: StreamResponse, release: () => void): Promise<'not_found' | 'served'> {
+    let stream: SseStream | null = null;
+    const early: TaskEvent[] = [];
+    // subscribe BEFORE reading: nothing committed after the read can be missed
+    const unsub = this.o.bus.subscribeTask(taskId, (e) => {
+      if (e.teamId !== teamId) return;
+      if (stream) stream.onBus(e);
+      else early.push(e);
+    });
+    const cleanup = (): void => {
+      unsub();
+      release();
+    };
+    let exists: boolean;
+    try {
+      exists = await this.o.source.exists(teamId, taskId);
+    } catch (e) {
+      cleanup();
+      throw e;
+    }
+    if (!exists || res.aborted || this.stopped) {
+      cleanup();
+      if (this.stopped && !res.aborted) res.close();
+      return exists ? 'served' : 'not_found';
+    }
+    const s = new SseStream(teamId, taskId, res, this.maxBuffered, () => {
+      this.streams.delete(s);
+      cleanup();
+    });
+    stream = s;
+    for (const e of early) s.onBus(e);
+    this.streams.add(s);
+    this.startKeepAlive();
+    res.writeHead(200, {
+      'Content-Type': 'text/event-stream; charset=utf-8',
+      'Cache-Control': 'no-cache, no-transform',
+      'X-Accel-Buffering': 'no',
+    });
+
+    // the replay: with Last-Event-ID every event after it; without, the current status first
+    for (let attempt = 0; ; attempt++) {
+      try {
+        if (lastEventId !== null) {
+          let after = lastEventId;
+          s.lastSentId = Math.max(s.lastSentId, lastEventId);
+          for (;;) {
+            const page = await this.o.source.eventsAfter(teamId, taskId, after, 500);
+            for (const e of page) {
+              await s.sendNow(e);
+              if (s.isClosed) return 'served';
+            }
+            if (page.length < 500) break;
+            after = page[page.length - 1]?.id ?? after;
+          }
+        } else {
+          const cur = await this.o.source.current(teamId, taskId);
+          if (cur.transition) await s.sendNow(cur.transition);
+          if (s.isClosed) return 'served';
+          if (cur.progress) await s.sendNow(cur.progress);
+        }
+        if (lastEventId !== null && !s.isClosed) {
+          // resumed after the end: the terminal event was already seen, nothing more will come
+          const cur = await this.o.source.current(teamId, taskId);
+          if (cur.transition && TERMINAL_EVENTS.has(cur.transition.type)) {
+            await s.sendNow(cur.transition);
+            s.end();
+            return 'served';
+          }
+        }
+        break;
+      } catch (err) {
+        this.o.logger.warn({ err, task_id: taskId }, 'sse replay read failed');
+        s.error('reading task events failed; retrying');
+        if (attempt >= 2 || s.isClosed) {
+          s.drop();
+          return 'served';
+        }
+        await new Promise((r) => setTimeout(r, 250 * (attempt + 1)));
+      }
+    }
+    if (!s.isClosed) s.goLive();
+    return 'served';
+  }
+
+  /** Shutdown: close every stream (clients reconnect elsewhere with Last-Event-ID). */
+  closeAll(): void {
+    this.stopped = true;
+    if (this.keepAliveTimer) clearInterval(this.keepAliveTimer);
+    this.keepAliveTimer = null;
+    for (const s of [...this.streams]) s.drop();
+  }
+}

@@ -1,0 +1,379 @@
+/**
+ * SQL of the live-events features: the SSE read side over task_events, webhooks and their
+ * delivery outbox, the outbox cursor, notifications. Every query takes the team id (team scope in
+ * the store layer); foreign rows are simply not found.
+ */
+import { randomBytes } from 'node:crypto';
+import type { TaskEvent } from '../actors/ports.js';
+import type { Database } from '../persistence/db.js';
+import { inTx, q, iso, ts, json, type Q } from '../persistence/sql.js';
+import { uuidv7 } from '../shared/ids.js';
+import type { SseTaskSource } from './sse.js';
+
+export const WEBHOOK_EVENTS = ['task.completed', 'task.failed'] as const;
+export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+export const WEBHOOK_EVENT_OF: Record<string, WebhookEvent | undefined> = { completed: 'task.completed', failed: 'task.failed' };
+
+const toEvent = (r: Record<string, any>): TaskEvent => ({ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 });
+
+export class TaskEventSource implements SseTaskSource {
+  constructor(private readonly db: Database) {}
+
+  async exists(teamId: string, taskId: string): Promise<boolean> {
+    return (await q(this.db)('select 1 as ok from tasks where team_id = ? and id = ?', [teamId, taskId])).length > 0;
+  }
+
+  async eventsAfter(teamId: string, taskId: string, afterId: number, limit: number): Promise<TaskEvent[]> {
+    const rows = await q(this.db)('select * from task_events where task_id = ? and team_id = ? and id > ? order by id limit ?', [taskId, teamId, afterId, limit]);
+    return rows.map(toEvent);
+  }
+
+  async current(teamId: string, taskId: string): Promise<{ transition: TaskEvent | null; progress: TaskEvent | null }> {
+    const rows = await q(this.db)(
+      `(select * from task_events where task_id = ? and team_id = ? and event_type <> 'progress' order by id desc limit 1)
+       union all
+       (select * from task_events where task_id = ? and team_id = ? and event_type = 'progress' order by id desc limit 1)`,
+      [taskId, teamId, taskId, teamId],
+    );
+    const transition = rows.find((r) => r.event_type !== 'progress');
+    const progress = rows.find((r) => r.event_type === 'progress');
+    const t = transition ? toEvent(transition) : null;
+    const p = progress ? toEvent(progress) : null;
+    // a progress tick older than the current status is history, not news
+    return { transition: t, progress: p && t && p.id > t.id && t.type === 'status' && (t.data as { status?: string }).status === 'running' ? p : null };
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// webhooks
+
+export interface WebhookRow {
+  id: string;
+  team_id: string;
+  display_name: string;
+  webhook_url: string;
+  webhook_events: WebhookEvent[];
+  webhook_status: 'active' | 'disabled';
+  signing_secret: string;
+  created_by: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export const webhookView = (r: WebhookRow, withSecret: boolean): Record<string, unknown> => ({
+  id: r.id,
+  display_name: r.display_name,
+  webhook_url: r.webhook_url,
+  webhook_events: r.webhook_events,
+  webhook_status: r.webhook_status,
+  ...(withSecret ? { signing_secret: r.signing_secret } : {}),
+  created_at: iso(r.created_at),
+  updated_at: iso(r.updated_at),
+});
+
+export interface DeliveryRow {
+  id: string;
+  webhook_id: string;
+  team_id: string;
+  task_event_id: string;
+  task_id: string;
+  event_type: WebhookEvent;
+  body: string;
+  delivery_status: 'pending' | 'delivering' | 'succeeded' | 'failed';
+  attempt: number;
+  max_attempts: number;
+  next_attempt_at: Date | null;
+  response_code: number | null;
+  latency_ms: number | null;
+  last_error: string | null;
+  attempt_log: Array<Record<string, unknown>>;
+  redelivery_of: string | null;
+  created_at: Date;
+  updated_at: Date;
+  finished_at: Date | null;
+}
+
+export const deliveryView = (r: DeliveryRow): Record<string, unknown> => ({
+  id: r.id,
+  webhook_id: r.webhook_id,
+  task_id: r.task_id,
+  event_type: r.event_type,
+  delivery_status: r.delivery_status,
+  attempt: Number(r.attempt),
+  max_attempts: Number(r.max_attempts),
+  response_code: r.response_code ?? null,
+  latency_ms: r.latency_ms ?? null,
+  error: r.last_error ?? null,
+  next_attempt_at: r.delivery_status === 'pending' ? iso(r.next_attempt_at) : null,
+  attempts: r.attempt_log ?? [],
+  redelivery_of: r.redelivery_of ?? null,
+  created_at: iso(r.created_at),
+  updated_at: iso(r.updated_at),
+  finished_at: iso(r.finished_at),
+});
+
+/** The body a receiver gets: exactly the spec's fields, serialized once and stored (signed bytes never change). */
+export function deliveryBody(e: TaskEvent): string {
+  const d = e.data as Record<string, unknown>;
+  const type = WEBHOOK_EVENT_OF[e.type] ?? `task.${e.type}`;
+  const timestamp = (e.type === 'completed' ? d.completed_at : d.timestamp) ?? new Date(e.createdAt).toISOString();
+  return JSON.stringify({
+    event_type: type,
+    task_id: e.taskId,
+    task_status: (d.status as string | undefined) ?? e.type,
+    task_output: (d.output as Record<string, unknown> | undefined) ?? {},
+    task_error: (d.error as string | undefined) ?? '',
+    timestamp,
+  });
+}
+
+export class EventsStore {
+  constructor(private readonly db: Database) {}
+
+  private get q(): Q {
+    return q(this.db);
+  }
+
+  // --- webhooks
+  async createWebhook(w: { teamId: string; displayName: string; url: string; events: WebhookEvent[]; createdBy: string | null }): Promise<string> {
+    const id = uuidv7();
+    const secret = `whsec_${randomBytes(32).toString('hex')}`;
+    // created_at is database time: enqueue compares it with task_events.created_at
+    await this.q(`insert into webhooks (id, team_id, display_name, webhook_url, webhook_events, signing_secret, created_by) values (?, ?, ?, ?, ?::jsonb, ?, ?)`, [
+      id,
+      w.teamId,
+      w.displayName,
+      w.url,
+      json(w.events),
+      secret,
+      w.createdBy,
+    ]);
+    return id;
+  }
+
+  async listWebhooks(teamId: string, limit: number, offset: number): Promise<{ rows: WebhookRow[]; total: number }> {
+    const rows = await this.q<WebhookRow>('select * from webhooks where team_id = ? order by created_at desc, id desc limit ? offset ?', [teamId, limit, offset]);
+    const n = await this.q<{ n: number }>('select count(*)::int as n from webhooks where team_id = ?', [teamId]);
+    return { rows, total: Number(n[0]?.n ?? 0) };
+  }
+
+  async getWebhook(teamId: string, id: string): Promise<WebhookRow | null> {
+    return (await this.q<WebhookRow>('select * from webhooks where team_id = ? and id = ?', [teamId, id]))[0] ?? null;
+  }
+
+  async updateWebhook(teamId: string, id: string, p: { displayName?: string | undefined; url?: string | undefined; events?: WebhookEvent[] | undefined; status?: 'active' | 'disabled' | undefined }, now: number): Promise<boolean> {
+    const sets: string[] = ['updated_at = ?'];
+    const params: unknown[] = [new Date(now)];
+    if (p.displayName !== undefined) {
+      sets.push('display_name = ?');
+      params.push(p.displayName);
+    }
+    if (p.url !== undefined) {
+      sets.push('webhook_url = ?');
+      params.push(p.url);
+    }
+    if (p.events !== undefined) {
+      sets.push('webhook_events = ?::jsonb');
+      params.push(json(p.events));
+    }
+    if (p.status !== undefined) {
+      sets.push('webhook_status = ?');
+      params.push(p.status);
+    }
+    const r = await this.q(`update webhooks set ${sets.join(', ')} where team_id = ? and id = ? returning id`, [...params, teamId, id]);
+    return r.length === 1;
+  }
+
+  async deleteWebhook(teamId: string, id: string): Promise<boolean> {
+    return (await this.q('delete from webhooks where team_id = ? and id = ? returning id', [teamId, id])).length === 1;
+  }
+
+  // --- the outbox
+  /**
+   * Enqueues one delivery per active webhook of the team subscribed to this terminal event
+   * (idempotent: unique (webhook_id, task_event_id)). Disabled webhooks, and webhooks created after
+   * the event, get nothing. Returns the number of new deliveries.
+   */
+  async enqueue(qq: Q, e: TaskEvent, now: number, maxAttempts: number): Promise<number> {
+    const type = WEBHOOK_EVENT_OF[e.type];
+    if (!type) return 0;
+    const rows = await qq(
+      `insert into webhook_deliveries (id, webhook_id, team_id, task_event_id, task_id, event_type, body, delivery_status, attempt, max_attempts, next_attempt_at, created_at, updated_at)
+       select gen_random_uuid(), w.id, w.team_id, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?
+         from webhooks w
+        where w.team_id = ? and w.webhook_status = 'active' and w.webhook_events @> ?::jsonb and w.created_at <= ?
+       on conflict do nothing
+       returning id`,
+      [e.id, e.taskId, type, deliveryBody(e), maxAttempts, new Date(now), new Date(now), new Date(now), e.teamId, json([type]), new Date(e.createdAt)],
+    );
+    return rows.length;
+  }
+
+  /** Terminal events after the cursor (oldest first) and the database's notion of "settled" time. */
+  async terminalEventsAfter(cursor: number, limit: number): Promise<{ events: TaskEvent[]; settledBefore: number }> {
+    const settled = await this.q<{ s: Date }>(`select now() - interval '30 seconds' as s`);
+    const rows = await this.q(`select * from task_events where id > ? and event_type in ('completed', 'failed', 'cancelled') order by id limit ?`, [cursor, limit]);
+    return { events: rows.map(toEvent), settledBefore: ts(settled[0]?.s) ?? 0 };
+  }
+
+  async cursor(name: string): Promise<number> {
+    const r = await this.q<{ last_event_id: string }>(
+      `insert into event_cursors (cursor_name, last_event_id) values (?, coalesce((select max(id) from task_events), 0)) on conflict (cursor_name) do update set cursor_name = excluded.cursor_name returning last_event_id`,
+      [name],
+    );
+    return Number(r[0]?.last_event_id ?? 0);
+  }
+
+  async advanceCursor(name: string, to: number): Promise<void> {
+    await this.q('update event_cursors set last_event_id = greatest(last_event_id, ?), updated_at = now() where cursor_name = ?', [to, name]);
+  }
+
+  async inTx<T>(fn: (qq: Q) => Promise<T>): Promise<T> {
+    return inTx(this.db, fn);
+  }
+
+  /**
+   * Claims due deliveries (pending and due, or delivering with an expired lease: the node that
+   * claimed them died) with FOR UPDATE SKIP LOCKED, so several nodes never send the same attempt.
+   */
+  async claimDue(now: number, leaseMs: number, limit: number): Promise<Array<DeliveryRow & { webhook_url: string; signing_secret: string }>> {
+    return inTx(this.db, async (qq) => {
+      const rows = await qq<DeliveryRow & { webhook_url: string; signing_secret: string }>(
+        `with due as (
+           select d.id from webhook_deliveries d
+            where (d.delivery_status = 'pending' and d.next_attempt_at <= ?) or (d.delivery_status = 'delivering' and d.lease_until <= ?)
+            order by d.next_attempt_at
+            limit ?
+            for update skip locked
+         )
+         update webhook_deliveries d
+            set delivery_status = 'delivering', attempt = d.attempt + 1, lease_until = ?, updated_at = ?
+           from due, webhooks w
+          where d.id = due.id and w.id = d.webhook_id
+          returning d.*, w.webhook_url, w.signing_secret`,
+        [new Date(now), new Date(now), limit, new Date(now + leaseMs), new Date(now)],
+      );
+      return rows;
+    });
+  }
+
+  /** Records an attempt's outcome: succeeded, failed for good, or pending again at nextAt. */
+  async recordAttempt(id: string, o: { attempt: number; status: 'succeeded' | 'failed' | 'pending'; responseCode: number | null; latencyMs: number | null; error: string | null; startedAt: number; now: number; nextAt: number | null }): Promise<void> {
+    const entry = { attempt: o.attempt, started_at: new Date(o.startedAt).toISOString(), response_code: o.responseCode, latency_ms: o.latencyMs, error: o.error };
+    await this.q(
+      `update webhook_deliveries set delivery_status = ?, response_code = ?, latency_ms = ?, last_error = ?, next_attempt_at = ?, lease_until = null,
+          attempt_log = attempt_log || ?::jsonb, updated_at = ?, finished_at = ?
+        where id = ? and delivery_status = 'delivering' and attempt = ?`,
+      [o.status, o.responseCode, o.latencyMs, o.error, o.nextAt === null ? null : new Date(o.nextAt), json([entry]), new Date(o.now), o.status === 'pending' ? null : new Date(o.now), id, o.attempt],
+    );
+  }
+
+  /** Shutdown mid-attempt: give the attempt back (it did not count) so the next node sends it. */
+  async releaseAttempt(id: string, attempt: number, now: number): Promise<void> {
+    await this.q(`update webhook_deliveries set delivery_status = 'pending', attempt = attempt - 1, lease_until = null, next_attempt_at = ?, updated_at = ? where id = ? and delivery_status = 'delivering' and attempt = ?`, [
+      new Date(now),
+      new Date(now),
+      id,
+      attempt,
+    ]);
+  }
+
+  async nextDueAt(): Promise<number | null> {
+    const r = await this.q<{ t: Date | null }>(
+      `select min(case when delivery_status = 'pending' then next_attempt_at else lease_until end) as t from webhook_deliveries where delivery_status in ('pending', 'delivering')`,
+    );
+    return ts(r[0]?.t ?? null);
+  }
+
+  async listDeliveries(teamId: string, webhookId: string, status: string | undefined, limit: number, offset: number): Promise<{ rows: DeliveryRow[]; total: number }> {
+    const where = ['team_id = ?', 'webhook_id = ?'];
+    const params: unknown[] = [teamId, webhookId];
+    if (status) {
+      where.push('delivery_status = ?');
+      params.push(status);
+    }
+    const rows = await this.q<DeliveryRow>(`select * from webhook_deliveries where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
+    const n = await this.q<{ n: number }>(`select count(*)::int as n from webhook_deliveries where ${where.join(' and ')}`, params);
+    return { rows, total: Number(n[0]?.n ?? 0) };
+  }
+
+  async getDelivery(teamId: string, webhookId: string, id: string): Promise<DeliveryRow | null> {
+    return (await this.q<DeliveryRow>('select * from webhook_deliveries where team_id = ? and webhook_id = ? and id = ?', [teamId, webhookId, id]))[0] ?? null;
+  }
+
+  /** A new delivery of the same signed body (same event), with the full retry schedule. */
+  async redeliver(d: DeliveryRow, now: number, maxAttempts: number): Promise<string> {
+    const id = uuidv7();
+    await this.q(
+      `insert into webhook_deliveries (id, webhook_id, team_id, task_event_id, task_id, event_type, body, delivery_status, attempt, max_attempts, next_attempt_at, redelivery_of, created_at, updated_at)
+       values (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?)`,
+      [id, d.webhook_id, d.team_id, d.task_event_id, d.task_id, d.event_type, d.body, maxAttempts, new Date(now), d.redelivery_of ?? d.id, new Date(now), new Date(now)],
+    );
+    return id;
+  }
+
+  // --- notifications
+  /** Team members with one of the roles (admins + owner receive team-wide alerts). */
+  async teamAdmins(qq: Q, teamId: string): Promise<string[]> {
+    const rows = await qq<{ user_id: string }>(`select user_id from team_members where team_id = ? and member_role in ('owner', 'admin')`, [teamId]);
+    return rows.map((r) => r.user_id);
+  }
+
+  async taskCreator(qq: Q, taskId: string): Promise<{ userId: string | null; workflowSlug: string; retryTaskId: string | null } | null> {
+    const r = await qq<{ created_by_user_id: string | null; workflow_slug: string; retry_task_id: string | null }>('select created_by_user_id, workflow_slug, retry_task_id from tasks where id = ?', [taskId]);
+    const row = r[0];
+    return row ? { userId: row.created_by_user_id, workflowSlug: row.workflow_slug, retryTaskId: row.retry_task_id } : null;
+  }
+
+  async insertNotifications(
+    qq: Q,
+    n: { teamId: string; userIds: string[]; kind: string; title: string; message: string; taskId?: string | null; agentId?: string | null; webhookId?: string | null; dedupeKey: string | null; now: number },
+  ): Promise<number> {
+    let created = 0;
+    for (const userId of new Set(n.userIds)) {
+      const r = await qq(
+        `insert into notifications (id, team_id, user_id, notification_kind, title, message, task_id, agent_id, webhook_id, dedupe_key, created_at)
+         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict do nothing returning id`,
+        [uuidv7(), n.teamId, userId, n.kind, n.title, n.message, n.taskId ?? null, n.agentId ?? null, n.webhookId ?? null, n.dedupeKey, new Date(n.now)],
+      );
+      created += r.length;
+    }
+    return created;
+  }
+
+  async listNotifications(teamId: string, userId: string, unreadOnly: boolean, limit: number, offset: number): Promise<{ rows: Record<string, any>[]; total: number; unread: number }> {
+    const where = ['team_id = ?', 'user_id = ?', ...(unreadOnly ? ['not is_read'] : [])];
+    const params = [teamId, userId];
+    const rows = await this.q(`select * from notifications where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
+    const n = await this.q<{ n: number; u: number }>(`select count(*)::int as n, count(*) filter (where not is_read)::int as u from notifications where ${where.join(' and ')}`, params);
+    return { rows, total: Number(n[0]?.n ?? 0), unread: Number(n[0]?.u ?? 0) };
+  }
+
+  async markRead(teamId: string, userId: string, id: string, now: number): Promise<boolean> {
+    const r = await this.q('update notifications set is_read = true, read_at = coalesce(read_at, ?) where team_id = ? and user_id = ? and id = ? returning id', [new Date(now), teamId, userId, id]);
+    return r.length === 1;
+  }
+
+  async markAllRead(teamId: string, userId: string, now: number): Promise<number> {
+    const r = await this.q('update notifications set is_read = true, read_at = ? where team_id = ? and user_id = ? and not is_read returning id', [new Date(now), teamId, userId]);
+    return r.length;
+  }
+
+  /** Agents whose status changed since a time (the offline scanner). */
+  async agentsChangedSince(since: number): Promise<Array<{ id: string; team_id: string; display_name: string; agent_status: string; updated_at: Date }>> {
+    return this.q(`select id, team_id, display_name, agent_status, updated_at from agents where updated_at > ? order by updated_at limit 5000`, [new Date(since)]);
+  }
+}
+
+export const notificationView = (r: Record<string, any>): Record<string, unknown> => ({
+  id: r.id,
+  notification_kind: r.notification_kind,
+  title: r.title,
+  message: r.message,
+  task_id: r.task_id ?? null,
+  agent_id: r.agent_id ?? null,
+  webhook_id: r.webhook_id ?? null,
+  is_read: r.is_read === true,
+  read_at: iso(r.read_at),
+  created_at: iso(r.created_at),
+});

@@ -1,0 +1,328 @@
+/**
+ * The team model registry (/models) and custom node registry (/nodes).
+ *
+ * A model (or node package) is created from a storage_key staged by POST /models/presign (or
+ * /nodes/presign) and uploaded (single PUT or multipart). On create the object is streamed once to
+ * measure its size and SHA-256 (never buffered); a given sha256 must match, file_size must match.
+ * The staged row is consumed, the registry owns the object from then on; DELETE removes it.
+ * Active models and nodes are what agents sync (sync.ts); every change calls onChange(team).
+ */
+import { createHash } from 'node:crypto';
+import { z } from 'zod';
+import type { Database } from '../persistence/db.js';
+import { q, iso } from '../persistence/sql.js';
+import type { ObjectStore } from '../storage/port.js';
+import { modelPathSchema } from '../domain/workflows/schema.js';
+import { AppError, conflict, fromZodIssues, invalidParameter, notFound } from '../shared/errors.js';
+import { uuidv7 } from '../shared/ids.js';
+import type { Logger } from '../shared/logger.js';
+import type { Caller, FileStaging } from './staging.js';
+
+const parse = <T>(s: z.ZodType<T>, body: unknown): T => {
+  const r = s.safeParse(body ?? {});
+  if (!r.success) throw fromZodIssues(r.error.issues);
+  return r.data;
+};
+
+const displayName = z.string().min(1, 'must not be empty').max(255, 'must be at most 255 characters');
+const sha256Schema = z
+  .string()
+  .regex(/^[A-Fa-f0-9]{64}$/, 'must be 64 hex characters (SHA-256)')
+  .transform((s) => s.toLowerCase());
+const fileSize = z.number().int('must be an integer').min(1, 'must be at least 1 byte');
+const storageKey = z.string().min(1, 'must not be empty').max(1024, 'must be at most 1024 characters');
+
+export const MODEL_STATUSES = ['active', 'disabled'] as const;
+export const NODE_STATUSES = ['active', 'disabled'] as const;
+
+export const modelCreateSchema = z.strictObject({
+  display_name: displayName,
+  model_type: z.string().min(1, 'must not be empty').max(50, 'must be at most 50 characters'),
+  model_path: modelPathSchema,
+  storage_key: storageKey,
+  file_size: fileSize,
+  sha256: sha256Schema.optional(),
+  model_status: z.enum(MODEL_STATUSES).optional(),
+});
+
+export const modelUpdateSchema = z.strictObject({
+  display_name: displayName.optional(),
+  model_type: z.string().min(1, 'must not be empty').max(50, 'must be at most 50 characters').optional(),
+  model_path: modelPathSchema.optional(),
+  model_status: z.enum(MODEL_STATUSES).optional(),
+});
+
+/** A directory name under the runtime's custom_nodes dir. */
+export const PACKAGE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
+export const NODE_VERSION_RE = /^[A-Za-z0-9][A-Za-z0-9.+_-]{0,99}$/;
+
+export const nodeCreateSchema = z.strictObject({
+  display_name: displayName,
+  package_name: z.string().regex(PACKAGE_NAME_RE, 'must be 1-200 characters of A-Z a-z 0-9 . _ - starting with a letter or digit'),
+  node_version: z.string().regex(NODE_VERSION_RE, 'must be 1-100 characters of A-Z a-z 0-9 . + _ - starting with a letter or digit'),
+  storage_key: storageKey,
+  file_size: fileSize,
+  sha256: sha256Schema.optional(),
+});
+
+export interface ModelRecord {
+  id: string;
+  teamId: string;
+  displayName: string;
+  modelType: string;
+  modelPath: string;
+  modelStatus: 'active' | 'disabled';
+  storageKey: string;
+  fileSize: number;
+  sha256: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface NodeRecord {
+  id: string;
+  teamId: string;
+  displayName: string;
+  packageName: string;
+  nodeVersion: string;
+  nodeStatus: 'active' | 'disabled';
+  storageKey: string;
+  fileSize: number;
+  sha256: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export const rowToModel = (r: Record<string, any>): ModelRecord => ({
+  id: r.id,
+  teamId: r.team_id,
+  displayName: r.display_name,
+  modelType: r.model_type,
+  modelPath: r.model_path,
+  modelStatus: r.model_status,
+  storageKey: r.storage_key,
+  fileSize: Number(r.file_size),
+  sha256: r.sha256,
+  createdAt: new Date(r.created_at).getTime(),
+  updatedAt: new Date(r.updated_at).getTime(),
+});
+
+export const rowToNode = (r: Record<string, any>): NodeRecord => ({
+  id: r.id,
+  teamId: r.team_id,
+  displayName: r.display_name,
+  packageName: r.package_name,
+  nodeVersion: r.node_version,
+  nodeStatus: r.node_status,
+  storageKey: r.storage_key,
+  fileSize: Number(r.file_size),
+  sha256: r.sha256,
+  createdAt: new Date(r.created_at).getTime(),
+  updatedAt: new Date(r.updated_at).getTime(),
+});
+
+export const modelJson = (m: ModelRecord): Record<string, unknown> => ({
+  id: m.id,
+  display_name: m.displayName,
+  model_type: m.modelType,
+  model_path: m.modelPath,
+  model_status: m.modelStatus,
+  file_size: m.fileSize,
+  sha256: m.sha256,
+  created_at: iso(m.createdAt),
+  updated_at: iso(m.updatedAt),
+});
+
+/** The spec's custom node list item (plus sha256 and updated_at). */
+export const nodeJson = (n: NodeRecord): Record<string, unknown> => ({
+  id: n.id,
+  display_name: n.displayName,
+  package_name: n.packageName,
+  file_size: n.fileSize,
+  node_version: n.nodeVersion,
+  node_status: n.nodeStatus,
+  sha256: n.sha256,
+  created_at: iso(n.createdAt),
+  updated_at: iso(n.updatedAt),
+});
+
+function isUniqueViolation(e: unknown): boolean {
+  return (e as { code?: unknown } | null)?.code === '23505';
+}
+
+/** Streams the object once: its byte count and SHA-256 (hex). */
+export async function measureObject(store: ObjectStore, key: string): Promise<{ size: number; sha256: string }> {
+  const h = createHash('sha256');
+  let size = 0;
+  const body = await store.get(key);
+  for await (const chunk of body as AsyncIterable<Buffer | string>) {
+    const b = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    h.update(b);
+    size += b.length;
+  }
+  return { size, sha256: h.digest('hex') };
+}
+
+export interface RegistryOptions {
+  db: Database;
+  store: ObjectStore;
+  staging: FileStaging;
+  logger: Logger;
+  /** Called after any change that can alter a team's sync manifest. */
+  onChange?: (teamId: string) => void;
+}
+
+/** Checks and measures the uploaded object behind a staged storage_key. */
+async function verifyUpload(o: RegistryOptions, caller: Caller, purpose: 'model' | 'node', key: string, fileSizeGiven: number, sha256Given: string | undefined): Promise<{ size: number; sha256: string }> {
+  const staged = await o.staging.requireStaged(caller.teamId, key, purpose);
+  if (staged.fileSize !== fileSizeGiven) throw invalidParameter(`file_size: must equal the file_size given at presign (${staged.fileSize})`);
+  const head = await o.store.head(key);
+  if (!head) throw invalidParameter('storage_key: nothing was uploaded at this key yet; PUT the file to the upload_url first (or complete its multipart upload)');
+  if (head.size !== fileSizeGiven) throw invalidParameter(`file_size: the uploaded object is ${head.size} bytes, not ${fileSizeGiven}`);
+  const m = await measureObject(o.store, key);
+  if (m.size !== fileSizeGiven) throw invalidParameter(`file_size: the uploaded object is ${m.size} bytes, not ${fileSizeGiven}`);
+  if (sha256Given !== undefined && sha256Given !== m.sha256) throw new AppError('bad_request', 'checksum_mismatch', `sha256: the uploaded object's SHA-256 is ${m.sha256}, not ${sha256Given}`);
+  return m;
+}
+
+export class ModelRegistry {
+  constructor(private readonly o: RegistryOptions) {}
+
+  async create(caller: Caller, body: unknown): Promise<ModelRecord> {
+    const b = parse(modelCreateSchema, body);
+    const dup = await q(this.o.db)('select 1 from models where team_id = ? and model_path = ?', [caller.teamId, b.model_path]);
+    if (dup.length) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
+    const m = await verifyUpload(this.o, caller, 'model', b.storage_key, b.file_size, b.sha256);
+    const id = uuidv7();
+    let row: Record<string, any> | undefined;
+    try {
+      row = await this.o.staging.inTx(async (qq) => {
+        if (!(await this.o.staging.consume(qq, caller.teamId, b.storage_key))) throw conflict('storage_key_used', 'storage_key: already used by another model or node (or it expired meanwhile)');
+        const rows = await qq(
+          `insert into models (id, team_id, display_name, model_type, model_path, model_status, storage_key, file_size, sha256, created_by)
+           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning *`,
+          [id, caller.teamId, b.display_name, b.model_type, b.model_path, b.model_status ?? 'active', b.storage_key, m.size, m.sha256, caller.userId ?? null],
+        );
+        return rows[0];
+      });
+    } catch (e) {
+      if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
+      throw e;
+    }
+    this.o.onChange?.(caller.teamId);
+    return rowToModel(row as Record<string, any>);
+  }
+
+  async get(teamId: string, id: string): Promise<ModelRecord> {
+    const rows = await q(this.o.db)('select * from models where team_id = ? and id = ?', [teamId, id]);
+    if (!rows[0]) throw notFound('model', 'model_not_found');
+    return rowToModel(rows[0]);
+  }
+
+  async list(teamId: string, f: { status?: string | undefined; modelType?: string | undefined }, limit: number, offset: number): Promise<{ rows: ModelRecord[]; total: number }> {
+    const where = ['team_id = ?'];
+    const params: unknown[] = [teamId];
+    if (f.status) {
+      where.push('model_status = ?');
+      params.push(f.status);
+    }
+    if (f.modelType) {
+      where.push('model_type = ?');
+      params.push(f.modelType);
+    }
+    const qq = q(this.o.db);
+    const rows = await qq(`select * from models where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
+    const c = await qq<{ n: number }>(`select count(*)::int as n from models where ${where.join(' and ')}`, params);
+    return { rows: rows.map(rowToModel), total: Number(c[0]?.n ?? 0) };
+  }
+
+  /** PUT: only the provided fields change. */
+  async update(teamId: string, id: string, body: unknown): Promise<ModelRecord> {
+    const b = parse(modelUpdateSchema, body);
+    const sets: string[] = [];
+    const params: unknown[] = [];
+    const col = { display_name: b.display_name, model_type: b.model_type, model_path: b.model_path, model_status: b.model_status };
+    for (const [k, v] of Object.entries(col)) {
+      if (v === undefined) continue;
+      sets.push(`${k} = ?`);
+      params.push(v);
+    }
+    if (sets.length === 0) return this.get(teamId, id);
+    let rows: Record<string, any>[];
+    try {
+      rows = await q(this.o.db)(`update models set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
+    } catch (e) {
+      if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
+      throw e;
+    }
+    if (!rows[0]) throw notFound('model', 'model_not_found');
+    this.o.onChange?.(teamId);
+    return rowToModel(rows[0]);
+  }
+
+  async delete(teamId: string, id: string): Promise<void> {
+    const rows = await q(this.o.db)('delete from models where team_id = ? and id = ? returning storage_key', [teamId, id]);
+    if (!rows[0]) throw notFound('model', 'model_not_found');
+    this.o.onChange?.(teamId);
+    await this.o.store.delete(rows[0].storage_key as string).catch((e: unknown) => this.o.logger.warn({ err: e, model_id: id }, 'model object delete failed'));
+  }
+
+  async active(teamId: string): Promise<ModelRecord[]> {
+    const rows = await q(this.o.db)(`select * from models where team_id = ? and model_status = 'active' order by model_path`, [teamId]);
+    return rows.map(rowToModel);
+  }
+}
+
+export class NodeRegistry {
+  constructor(private readonly o: RegistryOptions) {}
+
+  async create(caller: Caller, body: unknown): Promise<NodeRecord> {
+    const b = parse(nodeCreateSchema, body);
+    const taken = (): AppError => conflict('package_name_taken', `package_name: this team already has ${b.package_name}; delete it first to install another version`);
+    const dup = await q(this.o.db)('select 1 from custom_nodes where team_id = ? and package_name = ?', [caller.teamId, b.package_name]);
+    if (dup.length) throw taken();
+    const m = await verifyUpload(this.o, caller, 'node', b.storage_key, b.file_size, b.sha256);
+    let row: Record<string, any> | undefined;
+    try {
+      row = await this.o.staging.inTx(async (qq) => {
+        if (!(await this.o.staging.consume(qq, caller.teamId, b.storage_key))) throw conflict('storage_key_used', 'storage_key: already used by another model or node (or it expired meanwhile)');
+        const rows = await qq(
+          `insert into custom_nodes (id, team_id, display_name, package_name, node_version, node_status, storage_key, file_size, sha256, created_by)
+           values (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) returning *`,
+          [uuidv7(), caller.teamId, b.display_name, b.package_name, b.node_version, b.storage_key, m.size, m.sha256, caller.userId ?? null],
+        );
+        return rows[0];
+      });
+    } catch (e) {
+      if (isUniqueViolation(e)) throw taken();
+      throw e;
+    }
+    this.o.onChange?.(caller.teamId);
+    return rowToNode(row as Record<string, any>);
+  }
+
+  async get(teamId: string, id: string): Promise<NodeRecord> {
+    const rows = await q(this.o.db)('select * from custom_nodes where team_id = ? and id = ?', [teamId, id]);
+    if (!rows[0]) throw notFound('custom node', 'node_not_found');
+    return rowToNode(rows[0]);
+  }
+
+  async list(teamId: string, limit: number, offset: number): Promise<{ rows: NodeRecord[]; total: number }> {
+    const qq = q(this.o.db);
+    const rows = await qq('select * from custom_nodes where team_id = ? order by created_at desc, id desc limit ? offset ?', [teamId, limit, offset]);
+    const c = await qq<{ n: number }>('select count(*)::int as n from custom_nodes where team_id = ?', [teamId]);
+    return { rows: rows.map(rowToNode), total: Number(c[0]?.n ?? 0) };
+  }
+
+  async delete(teamId: string, id: string): Promise<void> {
+    const rows = await q(this.o.db)('delete from custom_nodes where team_id = ? and id = ? returning storage_key', [teamId, id]);
+    if (!rows[0]) throw notFound('custom node', 'node_not_found');
+    this.o.onChange?.(teamId);
+    await this.o.store.delete(rows[0].storage_key as string).catch((e: unknown) => this.o.logger.warn({ err: e, node_id: id }, 'node package delete failed'));
+  }
+
+  async active(teamId: string): Promise<NodeRecord[]> {
+    const rows = await q(this.o.db)(`select * from custom_nodes where team_id = ? and node_status = 'active' order by package_name`, [teamId]);
+    return rows.map(rowToNode);
+  }
+}
