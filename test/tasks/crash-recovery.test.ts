@@ -1,0 +1,160 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import net from 'node:net';
+import { createInterface } from 'node:readline';
+import pg from 'pg';
+import { createTestDatabase } from '../helpers/pg.js';
+import { HttpClient } from '../helpers/node.js';
+import { registerUser, createCredential } from '../helpers/identity.js';
+import { spawnAgent, tinyGraph, type AgentProcess } from '../agents/helpers.js';
+
+/**
+ * Issue 5: SIGKILL the node process with tasks in every state it can hold at that moment, restart
+ * it on the same database and ports: every task still reaches exactly one terminal state.
+ */
+const root = new URL('../..', import.meta.url).pathname;
+const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+    s.on('error', reject);
+  });
+
+function serve(env: Record<string, string>): Promise<{ child: ChildProcess; exit: Promise<unknown> }> {
+  const clean: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('GANTRY_') && k !== 'REDIS_URL') clean[k] = v;
+  const child = spawn(process.execPath, ['bin/gantry.mjs', 'serve'], { cwd: root, env: { ...clean, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr?.on('data', (d) => (err += d));
+  const exit = new Promise((r) => child.on('exit', r));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`node did not start: ${err}`)), 30_000);
+    createInterface({ input: child.stdout! }).on('line', (l) => {
+      if (l.includes('"msg":"listening"')) {
+        clearTimeout(timer);
+        resolve({ child, exit });
+      }
+    });
+  });
+}
+
+const TERMINAL = ['completed', 'failed', 'cancelled'];
+
+test('SIGKILL the node with tasks waiting, running, completed and cancelled; restart: every task reaches exactly one terminal state', { timeout: 180_000 }, async () => {
+  const db = await createTestDatabase('crash');
+  const dataDir = mkdtempSync(join(tmpdir(), 'gantry-crash-'));
+  const [httpPort, grpcPort] = [await freePort(), await freePort()];
+  const env = {
+    DATABASE_URL: db.url,
+    GANTRY_DATA_DIR: dataDir,
+    GANTRY_HTTP_HOST: '127.0.0.1',
+    GANTRY_HTTP_PORT: String(httpPort),
+    GANTRY_GRPC_HOST: '127.0.0.1',
+    GANTRY_GRPC_PORT: String(grpcPort),
+    GANTRY_AGENT_GRACE_S: '20',
+    GANTRY_HEARTBEAT_INTERVAL_S: '1',
+    LOG_LEVEL: 'info',
+  };
+  const sql = new pg.Client({ connectionString: db.url });
+  await sql.connect();
+  const agents: AgentProcess[] = [];
+  let node = await serve(env);
+  try {
+    const http = new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`);
+    const user = await registerUser(http);
+    const ak = await createCredential(http, user, 'agent');
+    const as = { token: user.accessToken, team: user.teamId };
+    const graph = tinyGraph(4, { '10': { class_type: 'GantrySimulate', inputs: { simulate_duration_ms: 6000 } } });
+    const mk = async (slug: string, labels: string[]) => {
+      const r = await http.post(
+        '/workflows',
+        { workflow_slug: slug, display_name: slug, workflow_json: graph, required_labels: labels, max_retries: 1, parameters: [{ key: 'duration', node_id: '10', field: 'simulate_duration_ms', type: 'integer', default: 6000 }] },
+        as,
+      );
+      assert.equal(r.status, 200, r.text);
+      return r.body.id as string;
+    };
+    const wfGpu = await mk(`crash-gpu-${Date.now()}`, ['gpu']);
+    const wfLate = await mk(`crash-late-${Date.now()}`, ['late']);
+    const run = async (wf: string, duration: number) => {
+      const r = await http.post(`/r/workflows/${wf}/run`, { parameters: { duration } }, as);
+      assert.equal(r.status, 202, r.text);
+      return r.body.task_id as string;
+    };
+    const status = async (id: string) => (await sql.query('select task_status from tasks where id = $1', [id])).rows[0]?.task_status as string;
+    const until = async (what: string, fn: () => Promise<boolean>, ms = 60_000) => {
+      const end = Date.now() + ms;
+      while (!(await fn())) {
+        if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+
+    const stateDir = mkdtempSync(join(tmpdir(), 'gantry-crash-agent-'));
+    const agentArgs = ['--server', `127.0.0.1:${grpcPort}`, '--credential', ak.value, '--executor', 'simulate', '--state-dir', stateDir, '--simulate-steps', '3'];
+    agents.push(spawnAgent([...agentArgs, '--labels', 'gpu', '--concurrency', '2', '--machine-id', 'crash-gpu-box']));
+
+    // completed before the crash
+    const done = await run(wfGpu, 0);
+    await until('quick task completed', async () => (await status(done)) === 'completed');
+    // two running (6 s each) on the agent's two slots
+    const running = [await run(wfGpu, 6000), await run(wfGpu, 6000)];
+    await until('two tasks running', async () => (await Promise.all(running.map(status))).every((s) => s === 'running'));
+    // waiting: no free slot, and no agent with the label at all
+    const waiting = [await run(wfGpu, 0), await run(wfLate, 0), await run(wfLate, 0)];
+    await until('tasks waiting', async () => (await Promise.all(waiting.map(status))).every((s) => s === 'waiting'));
+    // cancelled
+    const cancelled = await run(wfLate, 0);
+    await until('waiting', async () => (await status(cancelled)) === 'waiting');
+    assert.equal((await http.post(`/r/tasks/${cancelled}/cancel`, undefined, as)).status, 200);
+    // and one just submitted (pending or waiting) at the moment of the kill
+    const fresh = await run(wfLate, 0);
+
+    const before = (await sql.query('select id, task_status from tasks where team_id = $1', [user.teamId])).rows;
+    const states = new Set(before.map((r) => r.task_status));
+    for (const s of ['completed', 'running', 'waiting', 'cancelled']) assert.ok(states.has(s), `a ${s} task at kill time: ${[...states].join(',')}`);
+
+    node.child.kill('SIGKILL');
+    await node.exit;
+    node = await serve(env);
+    // an agent that can take the 'late' tasks joins after the restart
+    agents.push(spawnAgent([...agentArgs, '--labels', 'late', '--concurrency', '2', '--machine-id', 'crash-late-box']));
+
+    await until(
+      'every task terminal',
+      async () => (await sql.query(`select count(*)::int as n from tasks where team_id = $1 and task_status not in ('completed','failed','cancelled')`, [user.teamId])).rows[0].n === 0,
+      120_000,
+    );
+
+    const rows = (await sql.query('select * from tasks where team_id = $1', [user.teamId])).rows;
+    const submitted = [done, ...running, ...waiting, cancelled, fresh];
+    for (const id of submitted) assert.ok(rows.some((r) => r.id === id), `task ${id} not lost`);
+    // nothing else appeared except linked retries
+    for (const r of rows) if (!submitted.includes(r.id)) assert.ok(r.parent_task_id && rows.some((p) => p.id === r.parent_task_id && p.retry_task_id === r.id), `unexpected task ${r.id}`);
+    for (const r of rows) {
+      assert.ok(TERMINAL.includes(r.task_status));
+      const ev = (await sql.query('select event_type, payload from task_events where task_id = $1 order by id', [r.id])).rows;
+      const terminal = ev.filter((e) => TERMINAL.includes(e.event_type));
+      assert.equal(terminal.length, 1, `task ${r.id} has ${terminal.length} terminal events`);
+      assert.equal(terminal[0].event_type, r.task_status);
+    }
+    // the tasks that were running re-attached after the restart and finished normally
+    for (const id of running) assert.equal(await status(id), 'completed', `running task ${id}`);
+    assert.equal(await status(cancelled), 'cancelled');
+    for (const id of [...waiting, fresh]) assert.equal(await status(id), 'completed');
+  } finally {
+    for (const a of agents) a.kill('SIGKILL');
+    node.child.kill('SIGKILL');
+    await node.exit;
+    await sql.end();
+    await db.drop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
