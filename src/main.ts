@@ -20,7 +20,7 @@ import { TaskQueries } from './persistence/task-queries.js';
 import { LocalEventBus } from './cluster/event-bus.js';
 import type { AgentSessions } from './edge/agents/sessions.js';
 import { taskRoutes } from './edge/routes/tasks.js';
-import { actorMetrics } from './edge/metrics.js';
+import { actorMetrics, metricsRoute } from './edge/metrics.js';
 import { createObjectStore, LocalObjectStore, type ObjectStore } from './storage/index.js';
 import { storageRoutes } from './edge/routes/storage.js';
 import { createFiles, SyncAwareSessions, type Files } from './files/index.js';
@@ -112,7 +112,11 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     maxUploadBytes: config.GANTRY_MAX_UPLOAD_BYTES,
     inputRetentionS: config.GANTRY_INPUT_RETENTION_S,
     outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
-    onRegistryChange: (teamId) => sessions.refreshTeam(teamId),
+    // live sessions recompute needsSync; this node's agents of the team are told to sync now
+    onRegistryChange: (teamId) => {
+      sessions.refreshTeam(teamId);
+      agentGrpc.syncHint(teamId);
+    },
   });
   agentStore.useSyncCheck((teamId, inv) => files.sync.needsSync(teamId, inv));
   registerActors(actors, {
@@ -149,6 +153,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     tasks: taskStore,
     verifyCredential: (v) => identity.verifyAgentCredential(v),
     objectStore,
+    needsSync: (teamId, inv) => files.sync.needsSync(teamId, inv),
+    syncManifest: (teamId) => files.sync.syncManifest(teamId),
   });
   const grpcPort = await agentGrpc.start();
   identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
@@ -208,6 +214,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.onShutdown(() => liveEvents.sse.closeAll());
   edge.addAll(agentRoutes({ agents: agentStore, session: (id) => sessions.session(id), kick: (id) => agentGrpc.kickAgent(id) }));
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
+  edge.add(metricsRoute());
   if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
   const http = await edge.listen();
   const baseUrl = `http://127.0.0.1:${http.port}/api/v1`;

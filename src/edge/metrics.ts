@@ -20,3 +20,18 @@ export const actorMetrics: RuntimeMetrics = {
   depth: (kind, delta) => depth.inc({ kind }, delta),
   activations: (kind, delta) => active.inc({ kind }, delta),
 };
+
+/** GET /metrics (outside /api/v1): Prometheus text format. */
+export function metricsRoute(): import('./http.js').RouteDef {
+  return {
+    method: 'GET',
+    path: '/metrics',
+    absolute: true,
+    auth: { kinds: 'public' },
+    stream: async (_c, res) => {
+      const body = await registry.metrics();
+      res.writeHead(200, { 'Content-Type': registry.contentType });
+      res.end(body);
+    },
+  };
+}

@@ -95,3 +95,12 @@ test('health and readiness live outside /api/v1', async () => {
   assert.equal(r.status, 200);
   assert.equal(((await r.json()) as any).checks.database, true);
 });
+
+test('GET /metrics serves Prometheus text with the actor metrics', async () => {
+  const r = await fetch(`${t.origin}/metrics`);
+  assert.equal(r.status, 200);
+  assert.match(r.headers.get('content-type') ?? '', /text\/plain/);
+  const text = await r.text();
+  assert.match(text, /gantry_actor_turn_seconds/);
+  assert.match(text, /process_resident_memory_bytes/);
+});
