@@ -106,7 +106,14 @@ export interface TransitionRequest {
 }
 
 export type TransitionResult =
-  | { ok: true; task: TaskRecord; events: TaskEvent[]; retryTaskId: string | null }
+  | {
+      ok: true;
+      task: TaskRecord;
+      events: TaskEvent[];
+      retryTaskId: string | null;
+      /** An assigning transition (agentId + new leaseEpoch) returns what the agent needs, read by the same statement. */
+      assignment?: TaskAssignment;
+    }
   | { ok: false; current: TaskRecord | null };
 
 export interface TaskStorePort {

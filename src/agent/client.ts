@@ -17,6 +17,7 @@ import type { PresignOutputsRequest } from '../gen/gantry/agent/v1/PresignOutput
 import type { PresignOutputsResponse__Output } from '../gen/gantry/agent/v1/PresignOutputsResponse.js';
 import type { PresignInputsRequest } from '../gen/gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse__Output } from '../gen/gantry/agent/v1/PresignInputsResponse.js';
+import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.js';
 
 export type OutKind = 'transition' | 'progress' | 'heartbeat' | 'inventory';
 
@@ -177,6 +178,11 @@ export class AgentClient {
 
   async presignInputs(req: Omit<PresignInputsRequest, 'session_id'>): Promise<PresignInputsResponse__Output> {
     return this.unary((sid, cb) => this.client.PresignInputs({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+  }
+
+  /** The team's sync manifest (every active model and custom node, presigned download URLs). */
+  async getSyncManifest(): Promise<SyncManifest__Output> {
+    return this.unary((_sid, cb) => this.client.GetSyncManifest({}, this.md, { deadline: Date.now() + 60_000 }, cb));
   }
 
   /** Unary call with the current session id; retried across a reconnect (UNAVAILABLE) a few times. */

@@ -4,14 +4,15 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { Logger } from '../shared/logger.js';
 import { AgentClient } from './client.js';
 import { AgentRunner } from './runner.js';
-import { CpuMeter, parseGpuFlag, resolveMachineId, sampleGpus, scanCustomNodes, scanModels, type GpuInfo, type GpuSample, type ModelEntry } from './discovery.js';
+import { CpuMeter, parseGpuFlag, resolveMachineId, sampleGpus, scanModels, type GpuInfo, type GpuSample, type ModelEntry } from './discovery.js';
+import { customNodeInventory, ModelSyncer } from './sync.js';
 import { createExecutor, type Executor, type ExecutorConfig } from './executors/index.js';
 import { DEFAULT_WINDOW } from './wire.js';
+import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.js';
 
 export const AGENT_VERSION = '0.1.0';
 
@@ -33,19 +34,21 @@ export interface AgentConfig {
   gpus: GpuInfo[];
   workDir: string | undefined;
   drainTimeoutS: number;
+  /** Background sync period (also at start and on server hints); 0 = sync only when a task provisions. Default 60. */
+  syncIntervalS?: number;
   simulateDurationMs: number;
   simulateSteps: number;
   window: number;
   logLevel: string;
 }
 
-/** Flag, env variable, default, help: the single table behind parsing, --help and docs/agents.md. */
+/** Flag, env variable, default, help: the single table behind parsing, --help and docs/api.md. */
 export const AGENT_FLAGS = [
   ['server', 'GANTRY_AGENT_SERVER', '', 'HOST:PORT of the gRPC agent endpoint (required)'],
   ['credential', 'GANTRY_AGENT_CREDENTIAL', '', 'agent credential ak-... (required)'],
   ['labels', 'GANTRY_AGENT_LABELS', '', 'comma-separated labels (workflows require_labels match them)'],
-  ['models-dir', 'GANTRY_AGENT_MODELS_DIR', '', 'models root to scan and advertise (e.g. /opt/ComfyUI/models)'],
-  ['custom-nodes-dir', 'GANTRY_AGENT_CUSTOM_NODES_DIR', '<models-dir>/../custom_nodes', 'ComfyUI custom_nodes dir to advertise'],
+  ['models-dir', 'GANTRY_AGENT_MODELS_DIR', '', 'models root to scan, advertise and sync the team\'s models into (e.g. /opt/ComfyUI/models)'],
+  ['custom-nodes-dir', 'GANTRY_AGENT_CUSTOM_NODES_DIR', '<models-dir>/../custom_nodes', 'ComfyUI custom_nodes dir to advertise and install the team\'s packages into'],
   ['executor', 'GANTRY_AGENT_EXECUTOR', 'comfyui', 'comfyui | nerfstudio | simulate'],
   ['comfy-url', 'GANTRY_AGENT_COMFY_URL', 'http://127.0.0.1:8188', 'ComfyUI base URL (comfyui executor)'],
   ['ns-bin-dir', 'GANTRY_AGENT_NS_BIN_DIR', '(PATH)', 'directory of ns-process-data, ns-train, ns-export'],
@@ -58,6 +61,7 @@ export const AGENT_FLAGS = [
   ['gpu', 'GANTRY_AGENT_GPUS', '(nvidia-smi)', 'GPU as "NAME:VRAM_GB", repeatable (env: comma-separated); overrides nvidia-smi'],
   ['work-dir', 'GANTRY_AGENT_WORK_DIR', '<tmp>/gantry-agent-<machine-id>', 'per-task scratch directories'],
   ['drain-timeout-s', 'GANTRY_AGENT_DRAIN_TIMEOUT_S', '300', 'on SIGTERM: how long running tasks may finish before they are failed'],
+  ['sync-interval-s', 'GANTRY_AGENT_SYNC_INTERVAL_S', '60', 'sync models/custom nodes at start, on server hints and every N s (0: only when a task provisions)'],
   ['simulate-duration-ms', 'GANTRY_AGENT_SIMULATE_DURATION_MS', '1000', 'simulate executor: run time per task'],
   ['simulate-steps', 'GANTRY_AGENT_SIMULATE_STEPS', '10', 'simulate executor: progress ticks per task'],
   ['window', 'GANTRY_AGENT_WINDOW', String(DEFAULT_WINDOW), 'flow-control window (messages in flight)'],
@@ -121,7 +125,7 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     credential,
     labels: [...new Set((get('labels') ?? '').split(',').map((s) => s.trim()).filter(Boolean))],
     modelsDir,
-    customNodesDir: get('custom-nodes-dir') ?? (defNodes && existsSync(defNodes) ? defNodes : undefined),
+    customNodesDir: get('custom-nodes-dir') ?? defNodes,
     executor,
     comfyUrl: get('comfy-url') ?? 'http://127.0.0.1:8188',
     nsBinDir: get('ns-bin-dir'),
@@ -134,6 +138,7 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     gpus,
     workDir: get('work-dir'),
     drainTimeoutS: intIn('drain-timeout-s', get('drain-timeout-s') ?? '300', 0, 7 * 86_400),
+    syncIntervalS: intIn('sync-interval-s', get('sync-interval-s') ?? '60', 0, 7 * 86_400),
     simulateDurationMs: intIn('simulate-duration-ms', get('simulate-duration-ms') ?? '1000', 0, 86_400_000),
     simulateSteps: intIn('simulate-steps', get('simulate-steps') ?? '10', 0, 100_000),
     window: intIn('window', get('window') ?? String(DEFAULT_WINDOW), 4, 4096),
@@ -182,20 +187,22 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   const gpus: GpuInfo[] = c.gpus.length ? c.gpus : (firstSample ?? []).map((g) => ({ name: g.name, vram_gb: g.vram_total_gb }));
   let gpuSample: GpuSample[] | null = firstSample;
   let models: ModelEntry[] = await scanModels(c.modelsDir);
-  let customNodes: string[] = await scanCustomNodes(c.customNodesDir);
+  let customNodes: string[] = await customNodeInventory(c.customNodesDir);
   log.info({ machine_id: machineId, executor: c.executor, gpus, models: models.length, custom_nodes: customNodes.length, gpu_source: c.gpus.length ? 'flags' : firstSample ? 'nvidia-smi' : 'none' }, 'agent starting');
 
-  const runner = new AgentRunner(executor, {
+  const syncIntervalS = c.syncIntervalS ?? 60;
+  const runner: AgentRunner = new AgentRunner(executor, {
     slots: c.concurrency,
     workDir: c.workDir ?? path.join(os.tmpdir(), `gantry-agent-${machineId.replace(/[^A-Za-z0-9._-]/g, '_')}`),
     toolTypes: c.executor === 'simulate' ? null : new Set([c.executor]),
     executorName: c.executor,
     logger: log,
+    provision: (): Promise<unknown> => syncer.request(),
   });
   const cpu = new CpuMeter();
   let resolveDone: (code: number) => void = () => undefined;
   const done = new Promise<number>((r) => (resolveDone = r));
-  const client = new AgentClient({
+  const client: AgentClient = new AgentClient({
     server: c.server,
     credential: c.credential,
     tls: c.tls,
@@ -215,7 +222,11 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
       executor: c.executor,
       draining: runner.draining,
     }),
-    onMessage: (m) => runner.onMessage(m),
+    onMessage: (m) => {
+      if (m.msg === 'sync') {
+        if (syncIntervalS > 0) backgroundSync('server hint');
+      } else runner.onMessage(m);
+    },
     onFatal: (code, message) => {
       log.error({ code, message }, 'the server refused this agent; not reconnecting');
       void runner
@@ -234,22 +245,40 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
           },
   });
   runner.attach(client);
+
+  /** Rescans the disk; a changed inventory is reported (queued on the stream, ahead of anything sent after). */
+  const refreshInventory = async (): Promise<void> => {
+    const m = await scanModels(c.modelsDir);
+    const n = await customNodeInventory(c.customNodesDir);
+    const sig = (x: ModelEntry[], y: string[]): string => JSON.stringify([x.map((e) => [e.path, e.size]), y]);
+    if (sig(m, n) === sig(models, customNodes)) return;
+    models = m;
+    customNodes = n;
+    log.info({ models: m.length, custom_nodes: n.length }, 'inventory changed');
+    client.send({ inventory: { models: m.map((e) => ({ path: e.path, size: e.size })), custom_nodes: n } }, 'inventory');
+  };
+  const syncer: ModelSyncer = new ModelSyncer({
+    modelsDir: c.modelsDir,
+    customNodesDir: c.customNodesDir,
+    fetchManifest: (): Promise<SyncManifest__Output> => client.getSyncManifest(),
+    afterSync: refreshInventory,
+    logger: log.child({ component: 'sync' }),
+  });
+  /** Errors are logged by the syncer and retried at the next period (a provisioning task reports its own). */
+  const backgroundSync = (why: string): void => {
+    log.debug({ why }, 'sync requested');
+    syncer.request().catch(() => undefined);
+  };
   client.start();
+  if (syncIntervalS > 0) backgroundSync('start');
+  const syncTimer = syncIntervalS > 0 ? setInterval(() => backgroundSync('periodic'), syncIntervalS * 1000) : null;
+  syncTimer?.unref();
 
   const rescanMs = o.rescanMs ?? 60_000;
   const rescan =
     rescanMs > 0 && (c.modelsDir || c.customNodesDir)
       ? setInterval(() => {
-          void (async () => {
-            const m = await scanModels(c.modelsDir);
-            const n = await scanCustomNodes(c.customNodesDir);
-            const sig = (x: ModelEntry[], y: string[]): string => JSON.stringify([x.map((e) => e.path), y]);
-            if (sig(m, n) === sig(models, customNodes)) return;
-            models = m;
-            customNodes = n;
-            log.info({ models: m.length, custom_nodes: n.length }, 'inventory changed');
-            client.send({ inventory: { models: m.map((e) => ({ path: e.path, size: e.size })), custom_nodes: n } }, 'inventory');
-          })();
+          refreshInventory().catch((e: unknown) => log.warn({ err: e }, 'inventory rescan failed'));
         }, rescanMs)
       : null;
   rescan?.unref();
@@ -258,9 +287,11 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
       if (rescan) clearInterval(rescan);
+      if (syncTimer) clearInterval(syncTimer);
       log.info({ running: runner.runningCount(), drain_timeout_s: c.drainTimeoutS }, 'draining: no new tasks; finishing running ones');
       await runner.shutdown(c.drainTimeoutS * 1000);
       if (client.connected && !(await client.flushed(10_000))) log.warn('some task results were not confirmed by the server before exit');
+      syncer.close();
       await client.close();
       await executor.close?.();
       log.info('agent stopped');
@@ -270,6 +301,8 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   };
   void done.then(() => {
     if (rescan) clearInterval(rescan);
+    if (syncTimer) clearInterval(syncTimer);
+    syncer.close();
   });
   return { client, runner, machineId, done, stop };
 }

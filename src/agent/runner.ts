@@ -1,5 +1,5 @@
 /**
- * The agent's task loop: assign -> (provisioned) -> ACK -> download inputs -> executor (progress) ->
+ * The agent's task loop: assign -> (sync, provisioned) -> ACK -> download inputs -> executor (progress) ->
  * upload outputs -> result; executor errors -> failure with the executor's message; cancel aborts
  * the executor (nothing is reported: the server already ended the task). Every message about a
  * task echoes the (attempt, epoch) its assignment carried: the epoch is the fencing token.
@@ -22,7 +22,15 @@ export interface RunnerOptions {
   toolTypes: ReadonlySet<string> | null;
   executorName: string;
   logger: Logger;
+  /**
+   * An assignment with provision=true: sync the team's models and custom nodes (a sync that starts
+   * after the assignment arrived) and report the inventory; resolves when done. Absent: nothing to do.
+   */
+  provision?: () => Promise<unknown>;
 }
+
+/** Provisioning (model/custom node sync) failed: the task fails with code download_failed. */
+class ProvisionError extends Error {}
 
 interface Running {
   ref: TaskRef;
@@ -172,11 +180,16 @@ export class AgentRunner {
     const c = this.client as AgentClient;
     const ref = t.ref;
     const log = this.o.logger.child({ task_id: ref.task_id, attempt: ref.attempt, epoch: ref.epoch });
-    if (a.provision) c.send({ provisioned: ref }, 'transition', ref); // model/custom node sync: a later issue
-    c.send({ ack: ref }, 'transition', ref);
-    log.info({ tool_type: a.tool_type }, 'task accepted');
     let dir: string | null = null;
     try {
+      if (a.provision) {
+        log.info('provisioning: syncing models and custom nodes first');
+        await this.provision(t.abort.signal);
+        // the inventory report went out before this, on the same ordered stream
+        c.send({ provisioned: ref }, 'transition', ref);
+      }
+      c.send({ ack: ref }, 'transition', ref);
+      log.info({ tool_type: a.tool_type, provisioned: a.provision }, 'task accepted');
       if (this.o.toolTypes && !this.o.toolTypes.has(a.tool_type))
         throw new ExecutorError('bad_input', `this agent runs the ${this.o.executorName} executor and cannot run ${a.tool_type} tasks (give such workflows a label only matching agents have)`);
       await mkdir(this.o.workDir, { recursive: true });
@@ -230,13 +243,31 @@ export class AgentRunner {
         return;
       }
       const error = t.shuttingDown ? 'agent shutting down' : isExecutorError(e) ? e.message : e instanceof Error ? e.message : String(e);
-      const code = t.shuttingDown ? 'shutting_down' : isExecutorError(e) ? e.code : 'tool_error';
+      const code = t.shuttingDown ? 'shutting_down' : e instanceof ProvisionError ? 'download_failed' : isExecutorError(e) ? e.code : 'tool_error';
       c.send({ failure: { ...ref, error, code } }, 'transition', ref);
       this.failed++;
       log.warn({ error, code }, 'task failed');
     } finally {
       if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
     }
+  }
+
+  /** Waits for a sync (abortable: a cancel does not wait for the download, which continues for the next task). */
+  private async provision(signal: AbortSignal): Promise<void> {
+    const p = this.o.provision ? this.o.provision() : Promise.resolve();
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
+      if (signal.aborted) {
+        p.catch(() => undefined);
+        onAbort();
+        return;
+      }
+      signal.addEventListener('abort', onAbort, { once: true });
+      p.then(
+        () => resolve(),
+        (e: unknown) => reject(new ProvisionError(`provisioning failed: ${e instanceof Error ? e.message : String(e)}`)),
+      ).finally(() => signal.removeEventListener('abort', onAbort));
+    });
   }
 
   private async fetchInputs(a: Assign__Output, dir: string, signal: AbortSignal, onProgress: (p: ProgressTick) => void): Promise<InputFile[]> {

@@ -1,5 +1,6 @@
 import client from 'prom-client';
 import type { RuntimeMetrics } from '../actors/runtime/system.js';
+import type { RouteDef } from './http.js';
 
 /** Prometheus metrics of this process (served at /metrics). */
 export const registry = new client.Registry();
@@ -22,7 +23,7 @@ export const actorMetrics: RuntimeMetrics = {
 };
 
 /** GET /metrics (outside /api/v1): Prometheus text format. */
-export function metricsRoute(): import('./http.js').RouteDef {
+export function metricsRoute(): RouteDef {
   return {
     method: 'GET',
     path: '/metrics',

@@ -1,5 +1,5 @@
 /**
- * Live events (docs/events.md): the SSE hub, the webhook outbox feeder and dispatcher, outbound
+ * Live events (docs/api.md): the SSE hub, the webhook outbox feeder and dispatcher, outbound
  * safety and the notification center, wired from one object the composition root starts and stops.
  */
 import type { TaskEvent } from '../actors/ports.js';

@@ -1,5 +1,5 @@
 /**
- * The in-app notification center's writer. Kinds (docs/events.md):
+ * The in-app notification center's writer. Kinds (docs/api.md):
  *   task_completed, task_failed, task_cancelled  one per terminal task, for the user who ran it
  *                                                (tasks.created_by_user_id) or, for sk- runs, the
  *                                                team's owner and admins

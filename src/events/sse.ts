@@ -1,5 +1,5 @@
 /**
- * The task event stream (GET /r/tasks/{taskId}/events), docs/events.md.
+ * The task event stream (GET /r/tasks/{taskId}/events), docs/api.md.
  *
  * Gap-free by construction: the stream subscribes to the bus BEFORE it reads PostgreSQL, buffers
  * what the bus delivers meanwhile, then sends the replay (or the current status) followed by the

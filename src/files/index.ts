@@ -1,5 +1,5 @@
 /**
- * The files module (docs/files.md): staged uploads, multipart, task output links and retention,
+ * The files module (docs/api.md): staged uploads, multipart, task output links and retention,
  * the model and custom node registries, and the agent sync manifest. main.ts builds it once with
  * createFiles() and hands its parts to the routes, the run endpoint, the scheduler's agent info
  * and the agent stream.

@@ -1,5 +1,5 @@
 /**
- * Object key layout (docs/files.md). Every key starts with `teams/<team_id>/`, so a key names its
+ * Object key layout (docs/api.md). Every key starts with `teams/<team_id>/`, so a key names its
  * team and the service checks that prefix (and its own records) before it hands out any URL:
  *
  *   teams/<team>/inputs/<uuid>/<file_name>        staged input files (POST /r/files/presign)

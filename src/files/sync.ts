@@ -1,5 +1,5 @@
 /**
- * Model and custom node sync, server side (docs/files.md "Sync manifest").
+ * Model and custom node sync, server side (docs/api.md "Sync manifest").
  *
  * - syncManifest(teamId): what a team's agents must hold: every active model
  *   {model_path, size, sha256, download_url} and every active custom node package

@@ -8,6 +8,7 @@ import type { Assign as _gantry_agent_v1_Assign, Assign__Output as _gantry_agent
 import type { Cancel as _gantry_agent_v1_Cancel, Cancel__Output as _gantry_agent_v1_Cancel__Output } from './gantry/agent/v1/Cancel.js';
 import type { Credit as _gantry_agent_v1_Credit, Credit__Output as _gantry_agent_v1_Credit__Output } from './gantry/agent/v1/Credit.js';
 import type { Drain as _gantry_agent_v1_Drain, Drain__Output as _gantry_agent_v1_Drain__Output } from './gantry/agent/v1/Drain.js';
+import type { GetSyncManifestRequest as _gantry_agent_v1_GetSyncManifestRequest, GetSyncManifestRequest__Output as _gantry_agent_v1_GetSyncManifestRequest__Output } from './gantry/agent/v1/GetSyncManifestRequest.js';
 import type { Gpu as _gantry_agent_v1_Gpu, Gpu__Output as _gantry_agent_v1_Gpu__Output } from './gantry/agent/v1/Gpu.js';
 import type { GpuStats as _gantry_agent_v1_GpuStats, GpuStats__Output as _gantry_agent_v1_GpuStats__Output } from './gantry/agent/v1/GpuStats.js';
 import type { Heartbeat as _gantry_agent_v1_Heartbeat, Heartbeat__Output as _gantry_agent_v1_Heartbeat__Output } from './gantry/agent/v1/Heartbeat.js';
@@ -25,6 +26,10 @@ import type { PresignedDownload as _gantry_agent_v1_PresignedDownload, Presigned
 import type { PresignedUpload as _gantry_agent_v1_PresignedUpload, PresignedUpload__Output as _gantry_agent_v1_PresignedUpload__Output } from './gantry/agent/v1/PresignedUpload.js';
 import type { ServerError as _gantry_agent_v1_ServerError, ServerError__Output as _gantry_agent_v1_ServerError__Output } from './gantry/agent/v1/ServerError.js';
 import type { ServerMessage as _gantry_agent_v1_ServerMessage, ServerMessage__Output as _gantry_agent_v1_ServerMessage__Output } from './gantry/agent/v1/ServerMessage.js';
+import type { SyncCustomNode as _gantry_agent_v1_SyncCustomNode, SyncCustomNode__Output as _gantry_agent_v1_SyncCustomNode__Output } from './gantry/agent/v1/SyncCustomNode.js';
+import type { SyncHint as _gantry_agent_v1_SyncHint, SyncHint__Output as _gantry_agent_v1_SyncHint__Output } from './gantry/agent/v1/SyncHint.js';
+import type { SyncManifest as _gantry_agent_v1_SyncManifest, SyncManifest__Output as _gantry_agent_v1_SyncManifest__Output } from './gantry/agent/v1/SyncManifest.js';
+import type { SyncModel as _gantry_agent_v1_SyncModel, SyncModel__Output as _gantry_agent_v1_SyncModel__Output } from './gantry/agent/v1/SyncModel.js';
 import type { TaskAck as _gantry_agent_v1_TaskAck, TaskAck__Output as _gantry_agent_v1_TaskAck__Output } from './gantry/agent/v1/TaskAck.js';
 import type { TaskFailure as _gantry_agent_v1_TaskFailure, TaskFailure__Output as _gantry_agent_v1_TaskFailure__Output } from './gantry/agent/v1/TaskFailure.js';
 import type { TaskProgress as _gantry_agent_v1_TaskProgress, TaskProgress__Output as _gantry_agent_v1_TaskProgress__Output } from './gantry/agent/v1/TaskProgress.js';
@@ -48,6 +53,7 @@ export interface ProtoGrpcType {
         Cancel: MessageTypeDefinition<_gantry_agent_v1_Cancel, _gantry_agent_v1_Cancel__Output>
         Credit: MessageTypeDefinition<_gantry_agent_v1_Credit, _gantry_agent_v1_Credit__Output>
         Drain: MessageTypeDefinition<_gantry_agent_v1_Drain, _gantry_agent_v1_Drain__Output>
+        GetSyncManifestRequest: MessageTypeDefinition<_gantry_agent_v1_GetSyncManifestRequest, _gantry_agent_v1_GetSyncManifestRequest__Output>
         Gpu: MessageTypeDefinition<_gantry_agent_v1_Gpu, _gantry_agent_v1_Gpu__Output>
         GpuStats: MessageTypeDefinition<_gantry_agent_v1_GpuStats, _gantry_agent_v1_GpuStats__Output>
         Heartbeat: MessageTypeDefinition<_gantry_agent_v1_Heartbeat, _gantry_agent_v1_Heartbeat__Output>
@@ -65,6 +71,10 @@ export interface ProtoGrpcType {
         PresignedUpload: MessageTypeDefinition<_gantry_agent_v1_PresignedUpload, _gantry_agent_v1_PresignedUpload__Output>
         ServerError: MessageTypeDefinition<_gantry_agent_v1_ServerError, _gantry_agent_v1_ServerError__Output>
         ServerMessage: MessageTypeDefinition<_gantry_agent_v1_ServerMessage, _gantry_agent_v1_ServerMessage__Output>
+        SyncCustomNode: MessageTypeDefinition<_gantry_agent_v1_SyncCustomNode, _gantry_agent_v1_SyncCustomNode__Output>
+        SyncHint: MessageTypeDefinition<_gantry_agent_v1_SyncHint, _gantry_agent_v1_SyncHint__Output>
+        SyncManifest: MessageTypeDefinition<_gantry_agent_v1_SyncManifest, _gantry_agent_v1_SyncManifest__Output>
+        SyncModel: MessageTypeDefinition<_gantry_agent_v1_SyncModel, _gantry_agent_v1_SyncModel__Output>
         TaskAck: MessageTypeDefinition<_gantry_agent_v1_TaskAck, _gantry_agent_v1_TaskAck__Output>
         TaskFailure: MessageTypeDefinition<_gantry_agent_v1_TaskFailure, _gantry_agent_v1_TaskFailure__Output>
         TaskProgress: MessageTypeDefinition<_gantry_agent_v1_TaskProgress, _gantry_agent_v1_TaskProgress__Output>

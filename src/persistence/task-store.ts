@@ -1,5 +1,5 @@
 import type { Database } from './db.js';
-import { inTx, q, json, ts, type Q } from './sql.js';
+import { q, json, ts } from './sql.js';
 import { uuidv7 } from '../shared/ids.js';
 import type {
   TaskAssignment,
@@ -48,163 +48,193 @@ const rowToEvent = (r: Record<string, any>): TaskEvent => ({
   createdAt: ts(r.created_at) ?? 0,
 });
 
-export async function appendEvents(qq: Q, taskId: string, teamId: string, events: readonly TaskEventInput[]): Promise<TaskEvent[]> {
-  const out: TaskEvent[] = [];
-  for (const e of events) {
-    const rows = await qq(`insert into task_events (task_id, team_id, event_type, payload) values (?, ?, ?, ?::jsonb) returning *`, [taskId, teamId, e.type, json(e.data)]);
-    if (rows[0]) out.push(rowToEvent(rows[0]));
+/** The columns of a TaskRecord (never the large JSON: workflow, parameters, output). */
+const TASK_COLS = `id, team_id, task_status, attempt, max_retries, lease_epoch, agent_id, dispatch_target, tool_type, task_timeout_s, required_labels,
+  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id`;
+/** What an agent needs besides the record (returned by the assigning transition). */
+const ASSIGNMENT_COLS = 'resolved_workflow, parameters, input_files';
+
+const rowToAssignment = (r: Record<string, any>): TaskAssignment => ({
+  taskId: r.id,
+  attempt: Number(r.attempt),
+  toolType: r.tool_type,
+  workflow: r.resolved_workflow,
+  parameters: r.parameters ?? {},
+  inputFiles: r.input_files ?? [],
+  timeoutS: Number(r.task_timeout_s),
+});
+
+/** Builds the fenced UPDATE of a transition (SET list and WHERE with the from-states and the epoch). */
+function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: unknown[]): { sql: string; params: unknown[] } {
+  const sets: string[] = ['task_status = ?', 'updated_at = now()'];
+  const params: unknown[] = [req.to];
+  const p = req.patch;
+  const setTs = (col: string, v: number | null | undefined): void => {
+    if (v === undefined) return;
+    sets.push(`${col} = ?`);
+    params.push(v === null ? null : new Date(v).toISOString());
+  };
+  if (p.agentId !== undefined) {
+    sets.push('agent_id = ?');
+    params.push(p.agentId);
   }
-  return out;
+  if (p.leaseEpoch !== undefined) {
+    sets.push('lease_epoch = ?');
+    params.push(p.leaseEpoch);
+  }
+  if (p.progress !== undefined) {
+    sets.push('progress = ?::jsonb');
+    params.push(json(p.progress));
+  }
+  if (p.output !== undefined) {
+    sets.push('output = ?::jsonb');
+    params.push(json(p.output));
+  }
+  if (p.error !== undefined) {
+    sets.push('task_error = ?');
+    params.push(p.error);
+  }
+  setTs('queued_at', p.queuedAt);
+  setTs('started_at', p.startedAt);
+  setTs('finished_at', p.finishedAt);
+  sets.push(...extraSets);
+  params.push(...extraParams);
+  let where = `id = ? and task_status in (${req.from.map(() => '?').join(',')})`;
+  params.push(req.taskId, ...req.from);
+  if (req.epoch !== undefined) {
+    where += ' and lease_epoch = ?';
+    params.push(req.epoch);
+  }
+  return { sql: `update tasks set ${sets.join(', ')} where ${where}`, params };
 }
 
 /**
  * PostgreSQL is the source of truth: every transition is one conditional UPDATE fenced by the
  * allowed from-states and the lease epoch, and its events are appended in the same transaction.
+ *
+ * A transition is sent as ONE statement (data-modifying CTEs: the fenced UPDATE, the INSERT of its
+ * events that reads the UPDATE's RETURNING, and for a failure with retries left the INSERT of the
+ * retry task). A single statement runs in its own implicit transaction, so the row change and its
+ * event rows commit together or not at all — the same guarantee as BEGIN/UPDATE/INSERT/COMMIT in one
+ * network round trip instead of four, and the pooled connection is held for one statement only.
+ * When the UPDATE matches no row (a stale writer), nothing is inserted.
  */
 export class PgTaskStore implements TaskStorePort {
   constructor(private readonly db: Database) {}
 
   async load(taskId: string): Promise<TaskRecord | null> {
-    const rows = await q(this.db)('select * from tasks where id = ?', [taskId]);
+    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id = ?`, [taskId]);
     return rows[0] ? rowToTask(rows[0]) : null;
   }
 
   async transition(req: TransitionRequest): Promise<TransitionResult> {
-    return inTx(this.db, async (qq) => {
-      const sets: string[] = ['task_status = ?', 'updated_at = now()'];
-      const params: unknown[] = [req.to];
-      const p = req.patch;
-      const setTs = (col: string, v: number | null | undefined): void => {
-        if (v === undefined) return;
-        sets.push(`${col} = ?`);
-        params.push(v === null ? null : new Date(v).toISOString());
-      };
-      if (p.agentId !== undefined) {
-        sets.push('agent_id = ?');
-        params.push(p.agentId);
-      }
-      if (p.leaseEpoch !== undefined) {
-        sets.push('lease_epoch = ?');
-        params.push(p.leaseEpoch);
-      }
-      if (p.progress !== undefined) {
-        sets.push('progress = ?::jsonb');
-        params.push(json(p.progress));
-      }
-      if (p.output !== undefined) {
-        sets.push('output = ?::jsonb');
-        params.push(json(p.output));
-      }
-      if (p.error !== undefined) {
-        sets.push('task_error = ?');
-        params.push(p.error);
-      }
-      setTs('queued_at', p.queuedAt);
-      setTs('started_at', p.startedAt);
-      setTs('finished_at', p.finishedAt);
-      let where = `id = ? and task_status in (${req.from.map(() => '?').join(',')})`;
-      params.push(req.taskId, ...req.from);
-      if (req.epoch !== undefined) {
-        where += ' and lease_epoch = ?';
-        params.push(req.epoch);
-      }
-      const rows = await qq(`update tasks set ${sets.join(', ')} where ${where} returning *`, params);
-      const row = rows[0];
-      if (!row) {
-        const cur = await qq('select * from tasks where id = ?', [req.taskId]);
-        return { ok: false, current: cur[0] ? rowToTask(cur[0]) : null };
-      }
-      let task = rowToTask(row);
-      let retryTaskId: string | null = null;
-      const events = [...req.events];
-      if (req.createRetry && task.attempt <= task.maxRetries) {
-        retryTaskId = uuidv7();
-        await qq(
-          `insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type,
+    // the failed event of a task that gets a retry names the retry task (filled in by SQL, since
+    // only the UPDATE knows whether attempts are left)
+    const retryId = req.createRetry ? uuidv7() : null;
+    const withAssignment = req.patch.leaseEpoch !== undefined && req.patch.agentId !== undefined && req.patch.agentId !== null;
+    const extraSets = retryId ? ['retry_task_id = case when attempt <= max_retries then ?::uuid else retry_task_id end'] : [];
+    const upd = fencedUpdate(req, extraSets, retryId ? [retryId] : []);
+    const returning = withAssignment ? `${TASK_COLS}, ${ASSIGNMENT_COLS}` : TASK_COLS;
+    const events = req.events.map((e) => ({ type: e.type, data: e.data }));
+    const nowIso = new Date().toISOString();
+    const sql = retryId
+      ? `with u as (${upd.sql} returning ${returning}),
+         r as (
+           insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type,
              parameters, resolved_workflow, input_files, attempt, max_retries, parent_task_id, lease_epoch, task_timeout_s, required_labels,
              min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id)
-           select ?, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, 'pending', dispatch_target, tool_type,
-             parameters, resolved_workflow, input_files, attempt + 1, max_retries, id, 0, task_timeout_s, required_labels,
-             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id
-           from tasks where id = ?`,
-          [retryTaskId, task.id],
-        );
-        const upd = await qq('update tasks set retry_task_id = ? where id = ? returning *', [retryTaskId, task.id]);
-        if (upd[0]) task = rowToTask(upd[0]);
-        for (const e of events) if (e.type === 'failed') e.data = { ...e.data, retry_task_id: retryTaskId };
-      }
-      const written = await appendEvents(qq, task.id, task.teamId, events);
-      if (retryTaskId) {
-        written.push(
-          ...(await appendEvents(qq, retryTaskId, task.teamId, [{ type: 'status', data: { task_id: retryTaskId, status: 'pending', timestamp: new Date().toISOString() } }])),
-        );
-      }
-      return { ok: true, task, events: written, retryTaskId };
-    });
+           select ?::uuid, p.team_id, p.workflow_id, p.workflow_slug, p.workflow_version, p.snapshot_id, 'pending', p.dispatch_target, p.tool_type,
+             p.parameters, p.resolved_workflow, p.input_files, p.attempt + 1, p.max_retries, p.id, 0, p.task_timeout_s, p.required_labels,
+             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id
+           from u join tasks p on p.id = u.id
+           where u.retry_task_id = ?::uuid
+           returning id, team_id),
+         e as (
+           insert into task_events (task_id, team_id, event_type, payload)
+           select s.task_id, s.team_id, s.event_type, s.payload from (
+             select u.id as task_id, u.team_id, x.ev->>'type' as event_type,
+               case when x.ev->>'type' = 'failed' and u.retry_task_id = ?::uuid then (x.ev->'data') || jsonb_build_object('retry_task_id', ?::text) else x.ev->'data' end as payload,
+               0 as grp, x.n
+             from u, jsonb_array_elements(?::jsonb) with ordinality as x(ev, n)
+             union all
+             select r.id, r.team_id, 'status', jsonb_build_object('task_id', r.id, 'status', 'pending', 'timestamp', ?::text), 1, 1 from r
+           ) s order by s.grp, s.n
+           returning *)
+         select (select row_to_json(u) from u) as task, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`
+      : `with u as (${upd.sql} returning ${returning}),
+         e as (
+           insert into task_events (task_id, team_id, event_type, payload)
+           select u.id, u.team_id, x.ev->>'type', x.ev->'data'
+           from u, jsonb_array_elements(?::jsonb) with ordinality as x(ev, n) order by x.n
+           returning *)
+         select (select row_to_json(u) from u) as task, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`;
+    const params = retryId ? [...upd.params, retryId, retryId, retryId, retryId, json(events), nowIso] : [...upd.params, json(events)];
+    const [row] = await q(this.db)<{ task: Record<string, any> | null; events: Array<Record<string, any>> }>(sql, params);
+    if (!row?.task) {
+      // a stale writer: nothing was written; re-read the truth (as of now, like a read after the UPDATE)
+      return { ok: false, current: await this.load(req.taskId) };
+    }
+    const task = rowToTask(row.task);
+    return {
+      ok: true,
+      task,
+      events: row.events.map(rowToEvent),
+      retryTaskId: task.retryTaskId !== null && task.retryTaskId === retryId ? retryId : null,
+      ...(withAssignment ? { assignment: rowToAssignment(row.task) } : {}),
+    };
   }
 
   async progress(taskId: string, epoch: number, p: TaskProgress, event: TaskEventInput | null): Promise<{ ok: boolean; event: TaskEvent | null }> {
-    return inTx(this.db, async (qq) => {
-      const rows = await qq(`update tasks set progress = ?::jsonb, updated_at = now() where id = ? and task_status = 'running' and lease_epoch = ? returning team_id`, [
-        json(p),
-        taskId,
-        epoch,
-      ]);
-      const row = rows[0];
-      if (!row) return { ok: false, event: null };
-      if (!event) return { ok: true, event: null };
-      const [ev] = await appendEvents(qq, taskId, row.team_id, [event]);
-      return { ok: true, event: ev ?? null };
-    });
+    const upd = `update tasks set progress = ?::jsonb, updated_at = now() where id = ? and task_status = 'running' and lease_epoch = ?`;
+    if (!event) {
+      const rows = await q(this.db)(`${upd} returning id`, [json(p), taskId, epoch]);
+      return { ok: rows.length > 0, event: null };
+    }
+    // one statement: the fenced UPDATE and its event (nothing is appended when the UPDATE is stale)
+    const [row] = await q(this.db)<{ n: number; event: Record<string, any> | null }>(
+      `with u as (${upd} returning id, team_id),
+       e as (insert into task_events (task_id, team_id, event_type, payload) select u.id, u.team_id, ?, ?::jsonb from u returning *)
+       select (select count(*) from u)::int as n, (select row_to_json(e) from e) as event`,
+      [json(p), taskId, epoch, event.type, json(event.data)],
+    );
+    if (!row || Number(row.n) === 0) return { ok: false, event: null };
+    return { ok: true, event: row.event ? rowToEvent(row.event) : null };
   }
 
   async markWaiting(teamId: string, taskIds: readonly string[]): Promise<{ moved: string[]; events: TaskEvent[] }> {
     if (taskIds.length === 0) return { moved: [], events: [] };
-    return inTx(this.db, async (qq) => {
-      const rows = await qq<{ id: string }>(
-        `update tasks set task_status = 'waiting', updated_at = now() where team_id = ? and task_status = 'pending' and id in (${taskIds.map(() => '?').join(',')}) returning id`,
-        [teamId, ...taskIds],
-      );
-      const moved = rows.map((r) => r.id);
-      if (moved.length === 0) return { moved, events: [] };
-      const ts = new Date().toISOString();
-      const evRows = await qq(
-        `insert into task_events (task_id, team_id, event_type, payload)
-         select x.id, ?, 'status', jsonb_build_object('task_id', x.id, 'status', 'waiting', 'timestamp', ?::text)
-         from unnest(?::uuid[]) with ordinality as x(id, n) order by x.n returning *`,
-        [teamId, ts, `{${moved.join(',')}}`],
-      );
-      return { moved, events: evRows.map(rowToEvent) };
-    });
+    // one statement: the fenced batch UPDATE (pending only) and one status event per moved task, FIFO
+    const [row] = await q(this.db)<{ moved: string[]; events: Array<Record<string, any>> }>(
+      `with u as (
+         update tasks set task_status = 'waiting', updated_at = now() where team_id = ? and task_status = 'pending' and id in (${taskIds.map(() => '?').join(',')})
+         returning id, seq),
+       e as (
+         insert into task_events (task_id, team_id, event_type, payload)
+         select u.id, ?, 'status', jsonb_build_object('task_id', u.id, 'status', 'waiting', 'timestamp', ?::text) from u order by u.seq
+         returning *)
+       select (select coalesce(json_agg(u.id order by u.seq), '[]'::json) from u) as moved, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`,
+      [teamId, ...taskIds, teamId, new Date().toISOString()],
+    );
+    return { moved: row?.moved ?? [], events: (row?.events ?? []).map(rowToEvent) };
   }
 
   async schedulable(teamId: string): Promise<TaskRecord[]> {
-    const rows = await q(this.db)(`select * from tasks where team_id = ? and task_status in ('pending','waiting') order by seq`, [teamId]);
+    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where team_id = ? and task_status in ('pending','waiting') order by seq`, [teamId]);
     return rows.map(rowToTask);
   }
 
   async active(teamId: string): Promise<TaskRecord[]> {
-    const rows = await q(this.db)(`select * from tasks where team_id = ? and task_status in ('provisioning','queued','running') order by seq`, [teamId]);
+    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where team_id = ? and task_status in ('provisioning','queued','running') order by seq`, [teamId]);
     return rows.map(rowToTask);
   }
 
   async nonTerminal(): Promise<TaskRecord[]> {
-    const rows = await q(this.db)(`select * from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, NON_TERMINAL);
+    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, NON_TERMINAL);
     return rows.map(rowToTask);
   }
 
   async assignment(taskId: string): Promise<TaskAssignment | null> {
-    const rows = await q(this.db)('select id, attempt, tool_type, resolved_workflow, parameters, input_files, task_timeout_s from tasks where id = ?', [taskId]);
-    const r = rows[0];
-    if (!r) return null;
-    return {
-      taskId: r.id,
-      attempt: Number(r.attempt),
-      toolType: r.tool_type,
-      workflow: r.resolved_workflow,
-      parameters: r.parameters ?? {},
-      inputFiles: r.input_files ?? [],
-      timeoutS: Number(r.task_timeout_s),
-    };
+    const rows = await q(this.db)(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s from tasks where id = ?`, [taskId]);
+    return rows[0] ? rowToAssignment(rows[0]) : null;
   }
 }

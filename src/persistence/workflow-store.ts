@@ -4,7 +4,7 @@
  * same transaction as the change that made it. Every method takes the caller's team id and scopes
  * every query by it: a foreign team's workflow is indistinguishable from a missing one (null / 404).
  *
- * Decisions (docs/workflows.md):
+ * Decisions (docs/api.md):
  * - workflow_slug is unique across all teams (unique index workflows_slug_uq); a violation on create,
  *   import or a slug-changing update is 409 `slug_taken`.
  * - Every successful update (including a status-only one) bumps `version` by one and writes the

@@ -22,7 +22,7 @@ export const configSchema = z.object({
   GANTRY_GRPC_PORT: int(50051, 0, 65535),
   GANTRY_DATA_DIR: z.string().min(1).default('./data'),
   DATABASE_URL: optStr.pipe(z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL').optional()),
-  GANTRY_DB_POOL_MAX: int(10, 1, 200),
+  GANTRY_DB_POOL_MAX: int(20, 1, 200),
   REDIS_URL: optStr.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
   GANTRY_REDIS_PREFIX: z.string().default('gantry:'),
   GANTRY_STORAGE: optStr.pipe(z.string().regex(/^(local|s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](\/.*)?)$/, 'must be "local" or s3://bucket[/prefix]').optional()),

@@ -92,7 +92,10 @@ test('SIGKILL the node with tasks waiting, running, completed and cancelled; res
     const until = async (what: string, fn: () => Promise<boolean>, ms = 60_000) => {
       const end = Date.now() + ms;
       while (!(await fn())) {
-        if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+        if (Date.now() > end) {
+          const rows = (await sql.query('select id, task_status, agent_id, attempt, lease_epoch, task_error from tasks order by seq')).rows;
+          throw new Error(`timed out waiting for ${what}; tasks: ${JSON.stringify(rows)}`);
+        }
         await new Promise((r) => setTimeout(r, 100));
       }
     };

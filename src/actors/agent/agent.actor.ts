@@ -14,6 +14,8 @@ export interface AgentActorDeps {
   graceMs: number;
 }
 
+type StatusRow = { status: 'online' | 'busy' | 'draining' | 'offline'; currentTaskId: string | null };
+
 export const parseAgentMsg = (m: unknown): AgentMsg => AgentMsg.parse(m);
 
 /**
@@ -27,6 +29,10 @@ export class AgentActor implements Actor {
   private connected = false;
   /** taskId -> epoch of what this agent holds */
   private tasks = new Map<string, { attempt: number; epoch: number }>();
+  /** agent_status / current_task_id: what was last written, what is wanted, and the one writer. */
+  private statusWritten: StatusRow | null = null;
+  private statusWanted: StatusRow | null = null;
+  private statusWriter: Promise<void> | null = null;
 
   constructor(
     private readonly agentId: string,
@@ -56,6 +62,57 @@ export class AgentActor implements Actor {
     return this.connected && this.d.transport.send(this.agentId, msg);
   }
 
+  async onPassivate(): Promise<void> {
+    await this.statusWriter;
+  }
+
+  /** The row the live view implies: idle or busy (naming a task it holds), or draining. */
+  private liveStatus(): StatusRow {
+    const draining = this.info?.draining ?? false;
+    if (this.tasks.size === 0) return { status: draining ? 'draining' : 'online', currentTaskId: null };
+    const shown = (this.statusWanted ?? this.statusWritten)?.currentTaskId ?? null;
+    const current = shown !== null && this.tasks.has(shown) ? shown : [...this.tasks.keys()].pop()!;
+    return { status: draining ? 'draining' : 'busy', currentTaskId: current };
+  }
+
+  /**
+   * The agents row (agent_status, current_task_id) displays the live view; it is not a source of
+   * truth for tasks (the scheduler learns agents from agent_up/agent_down). It is written only when
+   * it changes (idle <-> busy, or the task it names is no longer held), by one writer per actor
+   * outside the mailbox turn, so dispatches and results are not serialised behind an UPDATE. The
+   * writer always writes the latest wanted row, in order.
+   */
+  private wantStatus(): void {
+    const row = this.liveStatus();
+    const last = this.statusWanted ?? this.statusWritten;
+    if (last && last.status === row.status && last.currentTaskId === row.currentTaskId) return;
+    this.statusWanted = row;
+    if (this.statusWriter) return;
+    this.statusWriter = (async () => {
+      while (this.statusWanted) {
+        const w = this.statusWanted;
+        this.statusWanted = null;
+        try {
+          await this.d.store.setStatus(this.agentId, w.status, w.currentTaskId);
+          this.statusWritten = w;
+        } catch (e) {
+          this.statusWritten = null; // unknown now: the next change writes again
+          this.ctx.log.warn({ agent_id: this.agentId, err: e }, 'agent status write failed');
+        }
+      }
+      this.statusWriter = null;
+    })();
+  }
+
+  /** Lifecycle writes (connected, update, lost, revoke): after any queued write, awaited in the turn, errors propagate. */
+  private async writeStatusNow(row: StatusRow): Promise<void> {
+    this.statusWanted = null;
+    await this.statusWriter;
+    this.statusWritten = null;
+    await this.d.store.setStatus(this.agentId, row.status, row.currentTaskId);
+    this.statusWritten = row;
+  }
+
   async receive(raw: unknown): Promise<unknown> {
     const m = raw as AgentMsg;
     const fromSession = 'sessionId' in m && m.type !== 'lost' ? m.sessionId : null;
@@ -69,7 +126,7 @@ export class AgentActor implements Actor {
         this.sessionId = m.sessionId;
         this.connected = true;
         this.ctx.cancelTimer('grace');
-        await this.d.store.setStatus(this.agentId, m.info.draining ? 'draining' : 'online');
+        await this.writeStatusNow({ status: m.info.draining ? 'draining' : 'online', currentTaskId: null });
         const reported = new Set<string>();
         for (const r of m.running) {
           reported.add(r.taskId);
@@ -86,7 +143,7 @@ export class AgentActor implements Actor {
       }
       case 'update':
         this.info = m.info;
-        await this.d.store.setStatus(this.agentId, m.info.draining ? 'draining' : this.tasks.size > 0 ? 'busy' : 'online');
+        await this.writeStatusNow(this.liveStatus());
         this.tellScheduler({ type: 'agent_up', agent: m.info });
         return { ok: true };
       case 'disconnected':
@@ -96,23 +153,24 @@ export class AgentActor implements Actor {
         return { ok: true };
       case 'lost':
         if (this.connected || m.sessionId !== this.sessionId) return { ok: false };
-        await this.d.store.setStatus(this.agentId, 'offline', null);
+        await this.writeStatusNow({ status: 'offline', currentTaskId: null });
         for (const [taskId, t] of this.tasks) this.lose(taskId, t.epoch);
         this.ctx.stop();
         return { ok: true };
       case 'revoke':
         this.connected = false;
         this.tellScheduler({ type: 'agent_down', agentId: this.agentId });
-        await this.d.store.setStatus(this.agentId, 'offline', null);
+        await this.writeStatusNow({ status: 'offline', currentTaskId: null });
         for (const [taskId, t] of this.tasks) this.lose(taskId, t.epoch);
         this.ctx.stop();
         return { ok: true };
       case 'dispatch': {
-        const assignment = await this.d.tasks.assignment(m.taskId);
+        // the task actor passes the payload its assigning statement returned; read it only when absent
+        const assignment = m.assignment ?? (await this.d.tasks.assignment(m.taskId));
         this.tasks.set(m.taskId, { attempt: m.attempt, epoch: m.epoch });
         const sent = assignment !== null && this.send({ type: 'assign', taskId: m.taskId, attempt: m.attempt, epoch: m.epoch, assignment, provision: m.provision });
         if (!sent) this.lose(m.taskId, m.epoch);
-        else await this.d.store.setStatus(this.agentId, 'busy', m.taskId);
+        else this.wantStatus();
         return { ok: sent };
       }
       case 'server_msg': {
@@ -121,7 +179,7 @@ export class AgentActor implements Actor {
         if (msg.type === 'cancel') {
           // the task was cancelled or timed out: the agent is told to interrupt; its slot is free
           this.tasks.delete(msg.taskId);
-          if (this.tasks.size === 0) await this.d.store.setStatus(this.agentId, this.info?.draining ? 'draining' : 'online', null);
+          this.wantStatus();
         }
         return { ok: true };
       }
@@ -139,7 +197,7 @@ export class AgentActor implements Actor {
         this.tellTask(m.taskId, m.type === 'finished' ? { type: 'finish', epoch: m.epoch, output: m.output } : { type: 'fail', epoch: m.epoch, error: m.error });
         const held = this.tasks.get(m.taskId);
         if (held && held.epoch === m.epoch) this.tasks.delete(m.taskId);
-        if (this.tasks.size === 0) await this.d.store.setStatus(this.agentId, this.info?.draining ? 'draining' : 'online', null);
+        this.wantStatus();
         return { ok: true };
       }
       case 'get':

@@ -1,20 +1,11 @@
 import { z } from 'zod';
+import { AgentInfoMsg, TaskAssignmentMsg } from '../task-record.js';
+
+export { AgentInfoMsg };
 
 const epoch = z.number().int().nonnegative();
 const taskRef = { taskId: z.string(), attempt: z.number().int().positive(), epoch };
 
-export const AgentInfoMsg = z.object({
-  agentId: z.string(),
-  teamId: z.string(),
-  labels: z.array(z.string()),
-  gpuType: z.string().nullable(),
-  gpuCount: z.number().int().nonnegative(),
-  vramTotalGb: z.number().nonnegative(),
-  models: z.array(z.string()),
-  slots: z.number().int().nonnegative(),
-  draining: z.boolean(),
-  needsSync: z.boolean(),
-});
 
 /** Every message an agent actor accepts: from its transport session, from task actors, timers. */
 export const AgentMsg = z.discriminatedUnion('type', [
@@ -40,7 +31,8 @@ export const AgentMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('finished'), sessionId: z.string(), ...taskRef, output: z.record(z.string(), z.unknown()) }),
   z.object({ type: z.literal('failed'), sessionId: z.string(), ...taskRef, error: z.string() }),
   // task actor -> agent actor
-  z.object({ type: z.literal('dispatch'), ...taskRef, provision: z.boolean() }),
+  // assignment: read by the assigning transition's own statement (absent: the agent actor reads it)
+  z.object({ type: z.literal('dispatch'), ...taskRef, provision: z.boolean(), assignment: TaskAssignmentMsg.optional() }),
   z.object({ type: z.literal('server_msg'), msg: z.any() }),
   // admin / timers
   z.object({ type: z.literal('revoke') }),

@@ -113,11 +113,13 @@ export class TeamSchedulerActor implements Actor {
       if (!agent) continue;
       // optimistic reservation; the task actor applies the fenced transition concurrently and
       // answers assign_rejected if it cannot (so one slow transaction never stalls the team)
+      const task = this.queue.get(step.taskId);
       this.queue.delete(step.taskId);
       this.active.set(step.taskId, agent.agentId);
       agent.free -= 1;
       agent.lastAssignedAt = this.ctx.clock.now();
-      this.ctx.system.tell({ kind: TASK, id: step.taskId }, { type: 'assign', agentId: agent.agentId, provision: agent.needsSync });
+      // the record rides along so an idle task actor does not read it again (its write is fenced anyway)
+      this.ctx.system.tell({ kind: TASK, id: step.taskId }, { type: 'assign', agentId: agent.agentId, provision: agent.needsSync, ...(task ? { task } : {}) });
     }
     const toWait = p.wait.filter((id) => this.queue.get(id)?.status === 'pending');
     if (toWait.length > 0) {

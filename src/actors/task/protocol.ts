@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { TaskRecordMsg } from '../task-record.js';
 
 const epoch = z.number().int().nonnegative();
 const progress = z.object({
@@ -12,7 +13,8 @@ const progress = z.object({
 
 /** Every message a task actor accepts. */
 export const TaskMsg = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('assign'), agentId: z.string(), provision: z.boolean() }),
+  // task: the scheduler's copy of the record, so an idle task actor need not load it (fencing still decides)
+  z.object({ type: z.literal('assign'), agentId: z.string(), provision: z.boolean(), task: TaskRecordMsg.optional() }),
   z.object({ type: z.literal('mark_waiting') }),
   z.object({ type: z.literal('provisioned'), epoch }),
   z.object({ type: z.literal('ack'), attempt: z.number().int().positive(), epoch }),

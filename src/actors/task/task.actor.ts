@@ -1,6 +1,6 @@
 import type { ActorContext, Actor } from '../runtime/system.js';
 import { conflict, notFound } from '../../shared/errors.js';
-import type { EventBusPort, TaskRecord, TaskStorePort } from '../ports.js';
+import type { EventBusPort, TaskAssignment, TaskRecord, TaskStorePort } from '../ports.js';
 import { decide, type DecideConfig, type TaskEffect } from './decide.js';
 import { TaskMsg, type TaskProgressMsg } from './protocol.js';
 
@@ -25,6 +25,8 @@ export const parseTaskMsg = (m: unknown): TaskMsg => TaskMsg.parse(m);
 export class TaskActor implements Actor {
   private t: TaskRecord | null = null;
   private pendingProgress: TaskProgressMsg | null = null;
+  /** The payload returned by the last assigning transition (handed to the dispatch effect). */
+  private assignment: TaskAssignment | null = null;
   private lastProgressAt = 0;
 
   constructor(
@@ -33,12 +35,14 @@ export class TaskActor implements Actor {
     private readonly d: TaskActorDeps,
   ) {}
 
-  async onActivate(): Promise<void> {
-    this.t = await this.d.store.load(this.id);
-  }
-
+  /**
+   * The record is loaded by the first message, not on activation: an assignment carries the
+   * scheduler's copy, which saves a read per task. A stale copy is harmless — the transition is
+   * fenced by (from-states, lease_epoch) in PostgreSQL, and a rejected one re-reads the truth.
+   */
   async receive(raw: unknown): Promise<unknown> {
     const m = raw as TaskMsg;
+    if (!this.t && m.type === 'assign' && m.task && m.task.id === this.id) this.t = m.task;
     if (!this.t) {
       this.t = await this.d.store.load(this.id);
       if (!this.t) {
@@ -66,6 +70,7 @@ export class TaskActor implements Actor {
         return { ok: false };
       }
       this.t = res.task;
+      this.assignment = res.assignment ?? null;
       this.d.events.publish(res.events);
       if (res.retryTaskId) this.ctx.system.tell({ kind: SCHEDULER, id: res.task.teamId }, { type: 'task_submitted', taskId: res.retryTaskId });
     }
@@ -78,9 +83,13 @@ export class TaskActor implements Actor {
     if (!t) return;
     for (const e of effects) {
       switch (e.type) {
-        case 'dispatch':
-          this.ctx.system.tell({ kind: AGENT, id: e.agentId }, { type: 'dispatch', taskId: t.id, attempt: t.attempt, epoch: e.epoch, provision: e.provision });
+        case 'dispatch': {
+          // the assigning statement returned the payload: the agent actor need not read it again
+          const assignment = this.assignment?.taskId === t.id ? this.assignment : undefined;
+          this.assignment = null;
+          this.ctx.system.tell({ kind: AGENT, id: e.agentId }, { type: 'dispatch', taskId: t.id, attempt: t.attempt, epoch: e.epoch, provision: e.provision, ...(assignment ? { assignment } : {}) });
           break;
+        }
         case 'tell_agent':
           this.ctx.system.tell({ kind: AGENT, id: e.agentId }, { type: 'server_msg', msg: e.msg });
           break;

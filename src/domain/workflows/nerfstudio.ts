@@ -1,7 +1,7 @@
 /**
  * nerfstudio pipeline spec: the workflow_json of a tool_type nerfstudio workflow. The agent's
  * nerfstudio executor turns it into ns-process-data, ns-train and ns-export invocations.
- * See NERFSTUDIO_SPEC.md for the user-facing description.
+ * See docs/api.md ("nerfstudio pipeline spec") for the user-facing description.
  */
 import { z } from 'zod';
 import { fromZodIssues, invalidParameter } from '../../shared/errors.js';

@@ -1,10 +1,10 @@
 /**
  * The agent gRPC server: one bidi stream per agent process (AgentService.Connect) plus unary
- * presign calls. It authenticates the ak- from call metadata, registers the agent record per
+ * presign calls and the sync manifest (GetSyncManifest). It authenticates the ak- from call metadata, registers the agent record per
  * (team, machine_id), opens an AgentSessions session (the integration point with the agent actor)
  * and forwards what the agent says, faithfully (the actors fence stale attempts/epochs).
  *
- * Flow control: see src/agent/wire.ts and docs/agents.md. Server->agent messages wait for credit
+ * Flow control: see src/agent/wire.ts and docs/api.md. Server->agent messages wait for credit
  * (the agent's window); agent->server messages are processed one at a time, in order, and returned
  * as credit once processed. An agent that exceeds our window is cut off (RESOURCE_EXHAUSTED).
  */
@@ -26,6 +26,7 @@ import type { PresignOutputsRequest__Output } from '../../gen/gantry/agent/v1/Pr
 import type { PresignOutputsResponse } from '../../gen/gantry/agent/v1/PresignOutputsResponse.js';
 import type { PresignInputsRequest__Output } from '../../gen/gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse } from '../../gen/gantry/agent/v1/PresignInputsResponse.js';
+import type { SyncManifest as SyncManifestMsg } from '../../gen/gantry/agent/v1/SyncManifest.js';
 
 /** What the server needs from the agent records (PgAgentStore implements it). */
 export interface AgentRecords {
@@ -34,6 +35,19 @@ export interface AgentRecords {
   updateInventory(agentId: string, models: string[], customNodes: string[]): Promise<void>;
   count(teamId: string): Promise<number>;
   list(teamId: string, limit: number, offset: number): Promise<{ rows: AgentRow[]; total: number }>;
+}
+
+/** The inventory needsSync compares: model paths and custom nodes as `<package_name>@<node_version>`. */
+export interface SyncInventory {
+  models: string[];
+  customNodes: string[];
+}
+
+/** files.sync.syncManifest's shape (src/files/sync.ts): every active model and custom node of a team. */
+export interface TeamSyncManifest {
+  models: Array<{ id: string; model_path: string; model_type: string; size: number; sha256: string; download_url: string }>;
+  custom_nodes: Array<{ id: string; package_name: string; node_version: string; inventory_name: string; size: number; sha256: string; download_url: string }>;
+  expires_at: string;
 }
 
 /** The verified ak- (identity.verifyAgentCredential); throws unauthorized AppErrors. */
@@ -57,6 +71,14 @@ export interface AgentGrpcServerOptions {
   verifyCredential: VerifyAgentCredential;
   /** Absent until the object store is wired: the presign RPCs fail with UNAVAILABLE. */
   objectStore?: ObjectStore | undefined;
+  /**
+   * Whether an agent with this inventory lacks an active model/custom node of its team
+   * (files.sync.needsSync). Evaluated before the session opens (hello) and on every inventory
+   * report, so AgentInfo.needsSync is right from the start. Absent: false.
+   */
+  needsSync?: (teamId: string, inventory: SyncInventory) => Promise<boolean>;
+  /** The team's sync manifest (files.sync.syncManifest); absent: GetSyncManifest is UNAVAILABLE. */
+  syncManifest?: (teamId: string) => Promise<TeamSyncManifest>;
   /** Maps a staged input's file_key to its object key (default: the file_key is the object key). */
   inputObjectKey?: (teamId: string, fileKey: string) => string;
   /** Agent->server window (default 256). */
@@ -165,6 +187,7 @@ export class AgentGrpcServer {
         this.unary(call.metadata, cb, (ident) => this.presignOutputs(ident, call.request)),
       PresignInputs: (call: grpc.ServerUnaryCall<PresignInputsRequest__Output, PresignInputsResponse>, cb: grpc.sendUnaryData<PresignInputsResponse>) =>
         this.unary(call.metadata, cb, (ident) => this.presignInputs(ident, call.request)),
+      GetSyncManifest: (call: grpc.ServerUnaryCall<unknown, SyncManifestMsg>, cb: grpc.sendUnaryData<SyncManifestMsg>) => this.unary(call.metadata, cb, (ident) => this.getSyncManifest(ident)),
     });
     let creds: grpc.ServerCredentials;
     if (this.o.tlsCertFile && this.o.tlsKeyFile) {
@@ -209,6 +232,17 @@ export class AgentGrpcServer {
     this.o.sessions.revoke(agentId);
     // a stream still in hello (no session yet) ends too
     for (const c of [...this.conns]) if (c.agentId === agentId) this.endConn(c, { status: grpc.status.NOT_FOUND, code, message, fatal: true });
+  }
+
+  /**
+   * After a change to a team's active models or custom nodes (files onRegistryChange): every live
+   * stream of the team on this node gets a `sync` hint (the agent fetches the manifest now rather
+   * than at its next periodic check). Returns how many streams were told.
+   */
+  syncHint(teamId: string): number {
+    let n = 0;
+    for (const c of this.conns) if (c.teamId === teamId && c.sessionId && !c.closed && this.send(c, { sync: {} })) n++;
+    return n;
   }
 
   /** Hook for identity.onCredentialsRevoked: streams authenticated with these credentials end now. */
@@ -364,14 +398,15 @@ export class AgentGrpcServer {
         const nodes = (inv?.custom_nodes ?? []).map((x) => str(x, 200)).filter(Boolean).slice(0, 10_000);
         await this.o.agents.updateInventory(agentId, models, nodes);
         if (c.info) {
-          c.info = { ...c.info, models };
+          const needsSync = await this.needsSync(c.teamId, models, nodes);
+          c.info = { ...this.currentInfo(c), models, needsSync };
           this.o.sessions.update(agentId, sessionId, c.info);
         }
         return;
       }
       case 'status': {
         if (c.info) {
-          c.info = { ...c.info, draining: Boolean(m.status?.draining) };
+          c.info = { ...this.currentInfo(c), draining: Boolean(m.status?.draining) };
           this.o.sessions.update(agentId, sessionId, c.info);
         }
         return;
@@ -409,8 +444,11 @@ export class AgentGrpcServer {
       credentialId: c.credentialId,
       nodeId: this.o.nodeId,
     });
+    // before the session opens: the first AgentInfo the scheduler sees already says whether a task
+    // sent to this agent must provision first
+    const needsSync = await this.needsSync(c.teamId, models, customNodes);
     if (c.closed) return;
-    const info: AgentInfo = { ...agentInfoOf(row), draining: Boolean(h.draining), needsSync: false };
+    const info: AgentInfo = { ...agentInfoOf(row), draining: Boolean(h.draining), needsSync };
     c.agentId = row.id;
     c.machineId = machineId;
     c.info = info;
@@ -432,6 +470,23 @@ export class AgentGrpcServer {
       welcome: { agent_id: row.id, session_id: sessionId, heartbeat_interval_s: this.o.heartbeatIntervalS, window: this.window, team_id: c.teamId, server_version: this.o.serverVersion ?? PROTOCOL_VERSION },
     });
     this.log.info({ agent_id: row.id, machine_id: machineId, session_id: sessionId, peer: c.peer, running: running.length, slots }, 'agent connected');
+  }
+
+  /** needsSync for an inventory; true when the check fails (a needless sync is harmless, a skipped one is not). */
+  private async needsSync(teamId: string, models: string[], customNodes: string[]): Promise<boolean> {
+    if (!this.o.needsSync) return false;
+    try {
+      return await this.o.needsSync(teamId, { models, customNodes });
+    } catch (e) {
+      this.log.warn({ err: e, team_id: teamId }, 'needsSync check failed; assuming the agent must sync');
+      return true;
+    }
+  }
+
+  /** The session's current AgentInfo (its needsSync may have been recomputed since c.info was set). */
+  private currentInfo(c: Conn): AgentInfo {
+    const s = c.agentId ? this.o.sessions.session(c.agentId) : null;
+    return s && s.sessionId === c.sessionId ? s.info : (c.info as AgentInfo);
   }
 
   private reasonOf(reason: string): EndReason {
@@ -532,6 +587,12 @@ export class AgentGrpcServer {
         out = { drain: {} };
         break;
     }
+    return this.send(c, out);
+  }
+
+  /** A window-consuming message: written now when credit allows, else queued. */
+  private send(c: Conn, out: ServerMessage): boolean {
+    if (c.closed || !c.gate) return false;
     if (c.queue.length === 0 && c.gate.take()) return this.write(c, out);
     if (c.queue.length >= MAX_QUEUED_TO_AGENT) {
       this.endConn(c, { status: grpc.status.RESOURCE_EXHAUSTED, code: 'agent_not_reading', message: 'the agent stopped returning credit', fatal: false });
@@ -661,6 +722,25 @@ export class AgentGrpcServer {
       uploads.push({ name, storage_key: key, upload_url: p.url, upload_headers: p.headers, expires_at_ms: p.expiresAt });
     }
     return { uploads };
+  }
+
+  private async getSyncManifest(ident: { credentialId: string; teamId: string }): Promise<SyncManifestMsg> {
+    if (!this.o.syncManifest) throw unavailable('sync_unavailable', 'model sync is not configured on this node');
+    const m = await this.o.syncManifest(ident.teamId);
+    const expires = Date.parse(m.expires_at);
+    return {
+      models: m.models.map((x) => ({ id: x.id, model_path: x.model_path, model_type: x.model_type, size: x.size, sha256: x.sha256, download_url: x.download_url })),
+      custom_nodes: m.custom_nodes.map((x) => ({
+        id: x.id,
+        package_name: x.package_name,
+        node_version: x.node_version,
+        inventory_name: x.inventory_name,
+        size: x.size,
+        sha256: x.sha256,
+        download_url: x.download_url,
+      })),
+      expires_at_ms: Number.isFinite(expires) ? expires : 0,
+    };
   }
 
   private async presignInputs(ident: { credentialId: string; teamId: string }, req: PresignInputsRequest__Output): Promise<PresignInputsResponse> {

@@ -1,5 +1,5 @@
 /**
- * GET /r/tasks/{taskId}/events: the task's Server-Sent Events stream (docs/events.md). Runtime
+ * GET /r/tasks/{taskId}/events: the task's Server-Sent Events stream (docs/api.md). Runtime
  * auth (J, S, D), team-scoped (a foreign or unknown task is a 404), Last-Event-ID (header, or
  * ?last_event_id for clients that cannot set headers) replays what was missed, a per-team cap on
  * open streams answers 429 with Retry-After.

@@ -1,5 +1,5 @@
 /**
- * Input file staging (runtime surface): POST /r/files/presign. See docs/files.md.
+ * Input file staging (runtime surface): POST /r/files/presign. See docs/api.md.
  */
 import type { FileStaging, PresignResult } from '../../files/staging.js';
 import type { StagePurpose } from '../../files/keys.js';

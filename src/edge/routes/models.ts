@@ -1,6 +1,6 @@
 /**
  * The team model registry (management surface: JWT or dk-). Every member reads; creating,
- * presigning, updating and deleting need admin (like workflows). See docs/files.md.
+ * presigning, updating and deleting need admin (like workflows). See docs/api.md.
  */
 import type { FileStaging } from '../../files/staging.js';
 import { MODEL_STATUSES, modelJson, type ModelRegistry } from '../../files/registry.js';

@@ -1,6 +1,6 @@
 /**
  * The team custom node registry (management surface: JWT or dk-). Every member reads; presign,
- * create and delete need admin. See docs/files.md.
+ * create and delete need admin. See docs/api.md.
  */
 import type { FileStaging } from '../../files/staging.js';
 import { nodeJson, type NodeRegistry } from '../../files/registry.js';

@@ -1,5 +1,5 @@
 /**
- * The in-app notification center (docs/events.md): a user's notifications within the current team.
+ * The in-app notification center (docs/api.md): a user's notifications within the current team.
  * Auth: user JWT or dk- (the notifications of the underlying user), team-scoped, any role.
  *
  *   GET   /notifications                       {notification_list, page_meta, unread_count} (?unread_only=true)

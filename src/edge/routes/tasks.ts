@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { ActorSystemPort } from '../../actors/ports.js';
 import { TASK, SCHEDULER } from '../../actors/index.js';
 import type { TaskQueries } from '../../persistence/task-queries.js';
+import { parseSlugRef } from '../../persistence/workflow-store.js';
 import { taskView } from '../../persistence/task-queries.js';
 import type { EventBusPort } from '../../actors/ports.js';
 import { collectFileKeys, resolveRunParameters, type StagedFile } from '../../domain/workflows/parameters.js';
@@ -57,15 +58,6 @@ export const uuidParam = (c: Ctx, name: string): string => {
   return v.toLowerCase();
 };
 
-/** slug or slug@version */
-export function parseSlugRef(raw: string): { slug: string; version?: number } {
-  const at = raw.lastIndexOf('@');
-  if (at < 0) return { slug: raw };
-  const slug = raw.slice(0, at);
-  const v = raw.slice(at + 1);
-  if (!/^[1-9]\d{0,8}$/.test(v)) throw invalidParameter(`workflowSlug: version after @ must be a positive integer (got ${JSON.stringify(v)})`);
-  return { slug, version: Number(v) };
-}
 
 export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
   const run = async (c: Ctx, ref: { id: string } | { slug: string; version?: number }) => {

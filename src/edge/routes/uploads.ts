@@ -1,5 +1,5 @@
 /**
- * Multipart uploads: JWT callers only (sk- and dk- get 401, the spec's rule). See docs/files.md.
+ * Multipart uploads: JWT callers only (sk- and dk- get 401, the spec's rule). See docs/api.md.
  */
 import type { MultipartUploads } from '../../files/multipart.js';
 import type { RouteDef } from '../http.js';

@@ -1,5 +1,5 @@
 /**
- * Webhooks (docs/events.md). Management auth: user JWT or dk- of a team member, sk- rejected.
+ * Webhooks (docs/api.md). Management auth: user JWT or dk- of a team member, sk- rejected.
  * Roles: any member lists webhooks and reads delivery logs; creating, updating, deleting,
  * redelivering and reading the detail record (it carries the signing secret) need admin.
  *

@@ -2,7 +2,7 @@
  * The workflow catalog over HTTP: the management surface (/workflows, user JWT or dk-) and the
  * runtime discovery surface (/r/workflows, also sk-). Run endpoints live with the tasks.
  *
- * Roles (docs/workflows.md): every team member reads (list, get, snapshots, export); creating,
+ * Roles (docs/api.md): every team member reads (list, get, snapshots, export); creating,
  * updating, deleting and importing need admin (api-decisions: "members run and read; admins manage
  * resources"). sk- callers never see workflow_json.
  */

@@ -1,7 +1,7 @@
 import { Migration } from '@mikro-orm/migrations';
 
 /**
- * Live events (docs/events.md): webhooks, their delivery outbox (one row per (webhook, terminal
+ * Live events (docs/api.md): webhooks, their delivery outbox (one row per (webhook, terminal
  * task event), claimed with FOR UPDATE SKIP LOCKED when next_attempt_at is due), the outbox cursor
  * over task_events, and the in-app notifications.
  */

@@ -3,7 +3,7 @@ import { Migration } from '@mikro-orm/migrations';
 /**
  * Files: staged uploads (inputs, model files and custom node packages between presign and use),
  * the team model registry, the custom node registry, and multipart uploads in flight.
- * See docs/files.md.
+ * See docs/api.md.
  */
 export class Migration20261122000500_files extends Migration {
   override up(): void {

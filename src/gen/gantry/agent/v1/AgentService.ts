@@ -3,11 +3,13 @@
 import type * as grpc from '@grpc/grpc-js'
 import type { MethodDefinition } from '@grpc/proto-loader'
 import type { AgentMessage as _gantry_agent_v1_AgentMessage, AgentMessage__Output as _gantry_agent_v1_AgentMessage__Output } from '../../../gantry/agent/v1/AgentMessage.js';
+import type { GetSyncManifestRequest as _gantry_agent_v1_GetSyncManifestRequest, GetSyncManifestRequest__Output as _gantry_agent_v1_GetSyncManifestRequest__Output } from '../../../gantry/agent/v1/GetSyncManifestRequest.js';
 import type { PresignInputsRequest as _gantry_agent_v1_PresignInputsRequest, PresignInputsRequest__Output as _gantry_agent_v1_PresignInputsRequest__Output } from '../../../gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse as _gantry_agent_v1_PresignInputsResponse, PresignInputsResponse__Output as _gantry_agent_v1_PresignInputsResponse__Output } from '../../../gantry/agent/v1/PresignInputsResponse.js';
 import type { PresignOutputsRequest as _gantry_agent_v1_PresignOutputsRequest, PresignOutputsRequest__Output as _gantry_agent_v1_PresignOutputsRequest__Output } from '../../../gantry/agent/v1/PresignOutputsRequest.js';
 import type { PresignOutputsResponse as _gantry_agent_v1_PresignOutputsResponse, PresignOutputsResponse__Output as _gantry_agent_v1_PresignOutputsResponse__Output } from '../../../gantry/agent/v1/PresignOutputsResponse.js';
 import type { ServerMessage as _gantry_agent_v1_ServerMessage, ServerMessage__Output as _gantry_agent_v1_ServerMessage__Output } from '../../../gantry/agent/v1/ServerMessage.js';
+import type { SyncManifest as _gantry_agent_v1_SyncManifest, SyncManifest__Output as _gantry_agent_v1_SyncManifest__Output } from '../../../gantry/agent/v1/SyncManifest.js';
 
 export interface AgentServiceClient extends grpc.Client {
   /**
@@ -20,6 +22,25 @@ export interface AgentServiceClient extends grpc.Client {
    */
   connect(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage__Output>;
   connect(options?: grpc.CallOptions): grpc.ClientDuplexStream<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage__Output>;
+  
+  /**
+   * What the team's agents must hold: every active model and custom node package of the caller's
+   * team (from the ak-), with presigned download URLs. The full active set, not a diff: the agent
+   * compares it with its disk (path, size, SHA-256). Disabled entries are never listed.
+   */
+  GetSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
+  GetSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
+  GetSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
+  GetSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
+  /**
+   * What the team's agents must hold: every active model and custom node package of the caller's
+   * team (from the ak-), with presigned download URLs. The full active set, not a diff: the agent
+   * compares it with its disk (path, size, SHA-256). Disabled entries are never listed.
+   */
+  getSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
+  getSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
+  getSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
+  getSyncManifest(argument: _gantry_agent_v1_GetSyncManifestRequest, callback: grpc.requestCallback<_gantry_agent_v1_SyncManifest__Output>): grpc.ClientUnaryCall;
   
   /**
    * Presigned GET URLs for a task's input files (only for the agent holding the task at that epoch).
@@ -60,6 +81,13 @@ export interface AgentServiceHandlers extends grpc.UntypedServiceImplementation 
   Connect: grpc.handleBidiStreamingCall<_gantry_agent_v1_AgentMessage__Output, _gantry_agent_v1_ServerMessage>;
   
   /**
+   * What the team's agents must hold: every active model and custom node package of the caller's
+   * team (from the ak-), with presigned download URLs. The full active set, not a diff: the agent
+   * compares it with its disk (path, size, SHA-256). Disabled entries are never listed.
+   */
+  GetSyncManifest: grpc.handleUnaryCall<_gantry_agent_v1_GetSyncManifestRequest__Output, _gantry_agent_v1_SyncManifest>;
+  
+  /**
    * Presigned GET URLs for a task's input files (only for the agent holding the task at that epoch).
    */
   PresignInputs: grpc.handleUnaryCall<_gantry_agent_v1_PresignInputsRequest__Output, _gantry_agent_v1_PresignInputsResponse>;
@@ -73,6 +101,7 @@ export interface AgentServiceHandlers extends grpc.UntypedServiceImplementation 
 
 export interface AgentServiceDefinition extends grpc.ServiceDefinition {
   Connect: MethodDefinition<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_ServerMessage, _gantry_agent_v1_AgentMessage__Output, _gantry_agent_v1_ServerMessage__Output>
+  GetSyncManifest: MethodDefinition<_gantry_agent_v1_GetSyncManifestRequest, _gantry_agent_v1_SyncManifest, _gantry_agent_v1_GetSyncManifestRequest__Output, _gantry_agent_v1_SyncManifest__Output>
   PresignInputs: MethodDefinition<_gantry_agent_v1_PresignInputsRequest, _gantry_agent_v1_PresignInputsResponse, _gantry_agent_v1_PresignInputsRequest__Output, _gantry_agent_v1_PresignInputsResponse__Output>
   PresignOutputs: MethodDefinition<_gantry_agent_v1_PresignOutputsRequest, _gantry_agent_v1_PresignOutputsResponse, _gantry_agent_v1_PresignOutputsRequest__Output, _gantry_agent_v1_PresignOutputsResponse__Output>
 }

@@ -28,7 +28,8 @@ export interface Assign {
    */
   'timeout_s'?: (number);
   /**
-   * Prepare first (model/custom node sync), then send provisioned, then ack.
+   * Prepare first (model/custom node sync: GetSyncManifest, download, verify, report inventory),
+   * then send provisioned, then ack. A failed sync is reported as failure (code download_failed).
    */
   'provision'?: (boolean);
 }
@@ -58,7 +59,8 @@ export interface Assign__Output {
    */
   'timeout_s': (number);
   /**
-   * Prepare first (model/custom node sync), then send provisioned, then ack.
+   * Prepare first (model/custom node sync: GetSyncManifest, download, verify, report inventory),
+   * then send provisioned, then ack. A failed sync is reported as failure (code download_failed).
    */
   'provision': (boolean);
 }

@@ -6,6 +6,7 @@ import type { Cancel as _gantry_agent_v1_Cancel, Cancel__Output as _gantry_agent
 import type { Drain as _gantry_agent_v1_Drain, Drain__Output as _gantry_agent_v1_Drain__Output } from '../../../gantry/agent/v1/Drain.js';
 import type { Credit as _gantry_agent_v1_Credit, Credit__Output as _gantry_agent_v1_Credit__Output } from '../../../gantry/agent/v1/Credit.js';
 import type { ServerError as _gantry_agent_v1_ServerError, ServerError__Output as _gantry_agent_v1_ServerError__Output } from '../../../gantry/agent/v1/ServerError.js';
+import type { SyncHint as _gantry_agent_v1_SyncHint, SyncHint__Output as _gantry_agent_v1_SyncHint__Output } from '../../../gantry/agent/v1/SyncHint.js';
 
 export interface ServerMessage {
   'welcome'?: (_gantry_agent_v1_Welcome | null);
@@ -14,7 +15,11 @@ export interface ServerMessage {
   'drain'?: (_gantry_agent_v1_Drain | null);
   'credit'?: (_gantry_agent_v1_Credit | null);
   'error'?: (_gantry_agent_v1_ServerError | null);
-  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error";
+  /**
+   * The team's active models or custom nodes changed: call GetSyncManifest and sync.
+   */
+  'sync'?: (_gantry_agent_v1_SyncHint | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync";
 }
 
 export interface ServerMessage__Output {
@@ -24,5 +29,9 @@ export interface ServerMessage__Output {
   'drain'?: (_gantry_agent_v1_Drain__Output | null);
   'credit'?: (_gantry_agent_v1_Credit__Output | null);
   'error'?: (_gantry_agent_v1_ServerError__Output | null);
-  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error";
+  /**
+   * The team's active models or custom nodes changed: call GetSyncManifest and sync.
+   */
+  'sync'?: (_gantry_agent_v1_SyncHint__Output | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync";
 }
