@@ -250,6 +250,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         logger.info('shutting down');
         await http.shutdown(config.GANTRY_SHUTDOWN_TIMEOUT_MS);
         await liveEvents.stop();
+        sessions.stop();
         await agentGrpc.stop();
         await files.sweepers.stop();
         await actors.shutdown();

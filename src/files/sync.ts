@@ -157,12 +157,20 @@ export class SyncAwareSessions extends AgentSessions {
     void this.recheck(agentId, sessionId);
   }
 
+  private stopped = false;
+
+  /** Node shutdown: no more rechecks (the database is about to close; in-flight ones are moot). */
+  stop(): void {
+    this.stopped = true;
+  }
+
   /** After a registry change: recompute every live session of the team. */
   refreshTeam(teamId: string): void {
     for (const s of this.all()) if (s.info.teamId === teamId) void this.recheck(s.agentId, s.sessionId);
   }
 
   private async recheck(agentId: string, sessionId: string): Promise<void> {
+    if (this.stopped) return;
     try {
       const s = this.session(agentId);
       if (!s || s.sessionId !== sessionId) return;
@@ -172,6 +180,7 @@ export class SyncAwareSessions extends AgentSessions {
       if (!cur || cur.sessionId !== sessionId || cur.info.needsSync === need) return;
       super.update(agentId, sessionId, { ...cur.info, needsSync: need });
     } catch (e) {
+      if (this.stopped) return;
       this.sync.logger.warn({ err: e, agent_id: agentId }, 'needsSync check failed');
     }
   }
