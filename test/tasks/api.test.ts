@@ -143,3 +143,16 @@ test('an archived workflow cannot be run (409)', async () => {
   assert.equal(r.status, 409);
   assert.equal(r.body.error_code, 'workflow_archived');
 });
+
+test('comfy_cloud dispatch is refused with 409 while no cloud provider is configured (never a task stuck in waiting)', async () => {
+  const r = await t.http.post(`/r/workflows/${wfId}/run`, { parameters: { prompt: 'x' }, dispatch_target: 'comfy_cloud' }, as(alice));
+  assert.equal(r.status, 409);
+  assert.equal(r.body.error_code, 'cloud_provider_not_configured');
+  const before = (await sql.query('select count(*)::int as n from tasks')).rows[0].n;
+  const body = comfyBody({ required_labels: [], required_models: [], min_vram_gb: 0, default_dispatch_target: 'comfy_cloud' });
+  const w = await t.http.post('/workflows', body, as(alice));
+  assert.equal(w.status, 200);
+  assert.equal((await t.http.post(`/r/workflows/${w.body.id}/run`, { parameters: { prompt: 'x' } }, as(alice))).status, 409);
+  assert.equal((await t.http.post(`/r/workflows/${w.body.id}/run`, { parameters: { prompt: 'x' }, dispatch_target: 'agent' }, as(alice))).status, 202);
+  assert.equal((await sql.query('select count(*)::int as n from tasks')).rows[0].n, before + 1);
+});

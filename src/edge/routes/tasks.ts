@@ -72,6 +72,10 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     const resolved = resolveRunParameters({ toolType: def.tool_type, workflowJson: def.workflow_json, parameters: def.parameters, input, files, teamId: p.teamId, now: d.now() });
     const taskId = uuidv7();
     const dispatchTarget = parsed.data.dispatch_target ?? def.default_dispatch_target;
+    // hosted cloud dispatch is not available on this node yet: refuse rather than accept a task
+    // that could never leave `waiting`
+    if (dispatchTarget === 'comfy_cloud')
+      throw conflict('cloud_provider_not_configured', 'dispatch_target comfy_cloud needs a hosted cloud provider, and none is configured on this deployment; run on agents (dispatch_target "agent")');
     const events = await d.tasks.insert({
       id: taskId,
       teamId: p.teamId,
