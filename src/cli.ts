@@ -46,7 +46,7 @@ async function main(argv: string[]): Promise<number> {
         const hard = setTimeout(() => {
           logger.error('graceful shutdown timed out; exiting');
           process.exit(1);
-        }, config.GANTRY_SHUTDOWN_TIMEOUT_MS + 2000);
+        }, config.GANTRY_SHUTDOWN_TIMEOUT_MS);
         hard.unref();
         node.close().then(resolve, (e: unknown) => {
           logger.error({ err: e }, 'shutdown failed');

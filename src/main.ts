@@ -126,6 +126,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     events,
     quotas: { maxConcurrentTasks: () => config.quotas.maxConcurrentTasks },
     timeoutMaxS: config.GANTRY_TASK_TIMEOUT_MAX_S,
+    ackTimeoutMs: config.GANTRY_ACK_TIMEOUT_S * 1000,
     agentGraceMs: config.GANTRY_AGENT_GRACE_S * 1000,
     progressIntervalMs: 500,
     askTimeoutMs: 15_000,
@@ -248,7 +249,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     close() {
       closing ??= (async () => {
         logger.info('shutting down');
-        await http.shutdown(config.GANTRY_SHUTDOWN_TIMEOUT_MS);
+        // in-flight requests get the budget minus what closing the rest needs, so the whole stop
+        // stays within GANTRY_SHUTDOWN_TIMEOUT_MS
+        await http.shutdown(Math.max(0, config.GANTRY_SHUTDOWN_TIMEOUT_MS - 2000));
         await liveEvents.stop();
         sessions.stop();
         await agentGrpc.stop();

@@ -13,6 +13,7 @@ export interface ActorDeps {
   events: EventBusPort;
   quotas: QuotaPort;
   timeoutMaxS: number;
+  ackTimeoutMs: number;
   agentGraceMs: number;
   progressIntervalMs: number;
   askTimeoutMs: number;
@@ -20,7 +21,7 @@ export interface ActorDeps {
 
 /** Registers every actor kind with its protocol parser. */
 export function registerActors(sys: LocalActorSystem, d: ActorDeps): void {
-  sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS }, progressIntervalMs: d.progressIntervalMs }), {
+  sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS, ackTimeoutMs: d.ackTimeoutMs }, progressIntervalMs: d.progressIntervalMs }), {
     parse: parseTaskMsg,
     idleMs: 60_000,
   });

@@ -37,6 +37,8 @@ export const configSchema = z.object({
   GANTRY_SHUTDOWN_TIMEOUT_MS: int(10_000, 0, 120_000),
   GANTRY_TASK_TIMEOUT_MAX_S: int(86_400, 1, 30 * 86_400),
   GANTRY_AGENT_GRACE_S: int(30, 1, 3600),
+  /** A queued task not acknowledged by its agent within this goes back to waiting (dispatch is at-least-once). */
+  GANTRY_ACK_TIMEOUT_S: int(60, 1, 3600),
   GANTRY_HEARTBEAT_INTERVAL_S: int(10, 1, 300),
   GANTRY_INPUT_RETENTION_S: int(86_400, 60, 365 * 86_400),
   GANTRY_OUTPUT_RETENTION_S: int(7 * 86_400, 60, 365 * 86_400),

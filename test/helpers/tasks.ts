@@ -43,8 +43,17 @@ export async function submitTask(node: GantryNode, teamId: string, o: SubmitOpti
   return id;
 }
 
-/** Waits (on committed events, not sleeps) until the task is in `status`. */
-export function waitForStatus(node: GantryNode, taskId: string, status: TaskStatus | TaskStatus[], timeoutMs = 10_000): Promise<void> {
+/**
+ * Waits (on committed events, not sleeps) until the task is in `status`, then until the task
+ * actor's turn that made the transition has finished (its timers are armed): a row can be visible
+ * in PostgreSQL a moment before the actor has run the transition's effects.
+ */
+export async function waitForStatus(node: GantryNode, taskId: string, status: TaskStatus | TaskStatus[], timeoutMs = 10_000): Promise<void> {
+  await reachStatus(node, taskId, status, timeoutMs);
+  await node.actors.ask({ kind: 'task', id: taskId }, { type: 'get' });
+}
+
+function reachStatus(node: GantryNode, taskId: string, status: TaskStatus | TaskStatus[], timeoutMs: number): Promise<void> {
   const want = Array.isArray(status) ? status : [status];
   return new Promise((resolve, reject) => {
     let done = false;

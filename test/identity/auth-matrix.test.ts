@@ -225,3 +225,33 @@ test('the matrix reaches each kind of caller somewhere (routes accepting sk-, dk
   for (const k of ['user', 'integration', 'device'] as const) assert.ok(routes.some((r) => has(r.auth, k)), `no route accepts ${k}`);
   assert.ok(routes.some((r) => r.auth.kinds !== 'public' && r.auth.team), 'no team-scoped route');
 });
+
+test("the spec's surface rules hold for every route: sk- only on /r/* (and /mcp), multipart JWT-only with 401, ak- nowhere", () => {
+  for (const r of t.node.routes()) {
+    if (r.auth.kinds === 'public') continue;
+    const where = `${r.method} ${r.path}`;
+    if (r.auth.kinds.includes('integration')) assert.match(r.path, /^\/api\/v1\/(r\/|mcp$|_debug\/r\/)/, `${where} accepts sk- outside the runtime surface`);
+    assert.ok(!r.auth.kinds.includes('agent'), `${where} accepts ak- on REST`);
+    if (r.path.startsWith('/api/v1/uploads/multipart/')) {
+      assert.equal(r.auth.jwtOnly401, true, `${where} must answer 401 to sk-/dk-`);
+      assert.deepEqual([...r.auth.kinds], ['user'], `${where} is JWT only`);
+    }
+    if (r.path.startsWith('/api/v1/r/')) assert.equal(r.auth.team, true, `${where} is team-scoped`);
+  }
+});
+
+test('sk- and dk- take the team from the credential and ignore a foreign X-Team-ID', async () => {
+  const me = await registerUser(t.http);
+  const other = await registerUser(t.http);
+  const key = await createCredential(t.http, me, 'integration');
+  const r = await t.http.get('/_debug/r/whoami', { token: key.value, team: other.teamId });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.body.team_id, me.teamId);
+  assert.equal(r.body.kind, 'integration');
+  const device = await pairDevice(t.http, me);
+  const d = await t.http.get('/_debug/r/whoami', { token: device.deviceCredential, team: other.teamId });
+  assert.equal(d.status, 200, d.text);
+  assert.equal(d.body.team_id, me.teamId);
+  assert.equal(d.body.kind, 'device');
+  assert.equal(d.body.user_id, me.userId);
+});

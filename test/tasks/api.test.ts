@@ -156,3 +156,22 @@ test('comfy_cloud dispatch is refused with 409 while no cloud provider is config
   assert.equal((await t.http.post(`/r/workflows/${w.body.id}/run`, { parameters: { prompt: 'x' }, dispatch_target: 'agent' }, as(alice))).status, 202);
   assert.equal((await sql.query('select count(*)::int as n from tasks')).rows[0].n, before + 1);
 });
+
+test('a later edit of the workflow never changes a task that is already queued (the run pins its version)', async () => {
+  const body = comfyBody({ required_labels: ['pin-test'], required_models: [], min_vram_gb: 0 });
+  const w = await t.http.post('/workflows', body, as(alice));
+  const r = await t.http.post(`/r/workflows/${w.body.id}/run`, { parameters: { prompt: 'original prompt' } }, as(alice));
+  assert.equal(r.status, 202);
+  await waitForStatus(t.node, r.body.task_id, 'waiting'); // no agent with the label yet
+  const edited = structuredClone(body.workflow_json);
+  edited['3'].inputs.steps = 99;
+  edited['9'].inputs.filename_prefix = 'edited';
+  assert.equal((await t.http.put(`/workflows/${w.body.id}`, { workflow_json: edited }, as(alice))).status, 200);
+  const agent = await new FakeAgent(t.node, { teamId: alice.teamId, labels: ['pin-test'], slots: 50 }).connect();
+  const a = await agent.assignment(r.body.task_id);
+  const graph = a.assignment.workflow as Record<string, any>;
+  assert.equal(graph['6'].inputs.text, 'original prompt');
+  assert.equal(graph['3'].inputs.steps, body.workflow_json['3'].inputs.steps);
+  assert.equal(graph['9'].inputs.filename_prefix, body.workflow_json['9'].inputs.filename_prefix);
+  assert.equal((await t.http.get(`/r/tasks/${r.body.task_id}`, as(alice))).body.workflow_version, 1);
+});

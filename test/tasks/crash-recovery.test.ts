@@ -59,6 +59,7 @@ test('SIGKILL the node with tasks waiting, running, completed and cancelled; res
     GANTRY_GRPC_HOST: '127.0.0.1',
     GANTRY_GRPC_PORT: String(grpcPort),
     GANTRY_AGENT_GRACE_S: '20',
+    GANTRY_ACK_TIMEOUT_S: '10',
     GANTRY_HEARTBEAT_INTERVAL_S: '1',
     LOG_LEVEL: 'info',
   };

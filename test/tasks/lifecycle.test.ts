@@ -11,7 +11,7 @@ let clock: FakeClock;
 let sql: pg.Client;
 before(async () => {
   clock = new FakeClock(Date.now());
-  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 5, GANTRY_TASK_TIMEOUT_MAX_S: 3600 }, 'life', { clock });
+  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 5, GANTRY_TASK_TIMEOUT_MAX_S: 3600, GANTRY_ACK_TIMEOUT_S: 30 }, 'life', { clock });
   sql = new pg.Client({ connectionString: t.db.url });
   await sql.connect();
 });
@@ -66,7 +66,7 @@ test('timeout counts from ACK, not from submission', async () => {
   const agent = await new FakeAgent(t.node, { teamId: team }).connect();
   const id = await submitTask(t.node, team, { timeoutS: 10 });
   const a = await agent.assignment(id);
-  clock.advance(60_000); // a minute in the queue: no timeout before ACK
+  clock.advance(25_000); // 25 s queued (more than task_timeout 10 s, less than the ACK deadline): no timeout before ACK
   await settle(id);
   assert.equal((await row(id)).task_status, 'queued');
   agent.ack(a);
@@ -206,4 +206,49 @@ test('cancel works from every non-terminal state and tells a running agent to in
   await settle(r);
   assert.equal((await row(r)).task_status, 'cancelled');
   assert.deepEqual((await events(r)).map((e) => e.event_type).slice(-1), ['cancelled']);
+});
+
+test('progress ticks are coalesced on the server: a burst writes one row, the latest tick wins after the interval', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team);
+  const a = await agent.assignment(id);
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  for (let i = 1; i <= 100; i++) agent.progress(a, { progress: i / 100, step_current: i, step_total: 100, current_node: '3 KSampler' });
+  await settle(id);
+  const burst = (await events(id)).filter((e) => e.event_type === 'progress');
+  assert.equal(burst.length, 1, 'one persisted tick for the burst');
+  clock.advance(1000); // the coalescing interval: the pending latest tick is flushed
+  await settle(id);
+  const after = (await events(id)).filter((e) => e.event_type === 'progress');
+  assert.equal(after.length, 2);
+  assert.equal(after[1]!.payload.step_current, 100, 'the latest tick wins');
+  assert.equal((await row(id)).progress.step_current, 100);
+  agent.finish(a);
+  await waitForStatus(t.node, id, 'completed');
+});
+
+test('an assignment the agent never acknowledges goes back to waiting after the ACK deadline and is assigned again', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team);
+  const a1 = await agent.assignment(id);
+  await waitForStatus(t.node, id, 'queued');
+  clock.advance(29_000);
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'queued');
+  clock.advance(2_000); // past GANTRY_ACK_TIMEOUT_S=30
+  await agent.next((m) => m.type === 'cancel' && m.taskId === id && m.epoch === a1.epoch);
+  const a2 = await agent.next((m) => m.type === 'assign' && m.taskId === id && m.epoch === a1.epoch + 1);
+  assert.equal((a2 as { attempt: number }).attempt, 1, 'no retry consumed');
+  agent.ack(a1); // the late ACK of the old epoch is stale
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'queued');
+  agent.ack(a2 as never);
+  await waitForStatus(t.node, id, 'running');
+  agent.finish(a2 as never);
+  await waitForStatus(t.node, id, 'completed');
+  const statuses = (await events(id)).filter((e) => e.event_type === 'status').map((e) => e.payload.status);
+  assert.deepEqual(statuses, ['pending', 'queued', 'waiting', 'queued', 'running']);
 });

@@ -114,7 +114,8 @@ test('task state machine: invariants hold under random interleavings (fast-check
           case 'finish': {
             const a = ag && assignOf(ag, k.pick);
             if (!ag || !a || !connected.has(ag)) break;
-            const m = k.stale ? { ...a, epoch: a.epoch + 1 } : a;
+            // stale: an epoch the task is not at (an older assignment's, or one from the future)
+            const m = k.stale ? { ...a, epoch: k.pick % 2 === 0 ? a.epoch - 1 : a.epoch + 1 } : a;
             if (k.c === 'ack') ag.ack(m);
             else ag.finish(m, k.stale ? { stale_write: true } : { storage_key: `outputs/${a.taskId}/${a.epoch}.png`, image_count: 1 });
             break;

@@ -32,6 +32,12 @@ export interface Decision {
 
 export interface DecideConfig {
   timeoutMaxS: number;
+  /**
+   * How long a queued task waits for its agent's ACK. Dispatch is at-least-once: an assignment the
+   * agent never acknowledges (lost on a dying stream, refused) goes back to waiting instead of
+   * staying queued forever; the late ACK of that epoch is stale.
+   */
+  ackTimeoutMs: number;
 }
 
 const OPEN_AGENT: readonly TaskStatus[] = ['provisioning', 'queued', 'running'];
@@ -71,7 +77,10 @@ export function decide(t: TaskRecord, m: TaskMsg, now: number, cfg: DecideConfig
       const to: TaskStatus = m.provision ? 'provisioning' : 'queued';
       return {
         transition: { taskId: t.id, from: ['pending', 'waiting'], epoch: t.leaseEpoch, to, patch: { agentId: m.agentId, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, to, now)] },
-        effects: [{ type: 'dispatch', agentId: m.agentId, epoch, provision: m.provision }],
+        effects: [
+          { type: 'dispatch', agentId: m.agentId, epoch, provision: m.provision },
+          ...(m.provision ? [] : [{ type: 'set_timer' as const, name: 'ack', ms: cfg.ackTimeoutMs, msg: { type: 'ack_timeout' as const, epoch } }]),
+        ],
         reply: { ok: true, epoch },
       };
     }
@@ -80,14 +89,32 @@ export function decide(t: TaskRecord, m: TaskMsg, now: number, cfg: DecideConfig
       return { transition: { taskId: t.id, from: ['pending'], to: 'waiting', patch: {}, events: [statusEvent(t, 'waiting', now)] }, effects: [] };
     case 'provisioned':
       if (t.status !== 'provisioning' || !epochOk(m.epoch)) return { effects: [], stale: `provisioned for epoch ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
-      return { transition: { taskId: t.id, from: ['provisioning'], epoch: m.epoch, to: 'queued', patch: {}, events: [statusEvent(t, 'queued', now)] }, effects: [] };
+      return {
+        transition: { taskId: t.id, from: ['provisioning'], epoch: m.epoch, to: 'queued', patch: {}, events: [statusEvent(t, 'queued', now)] },
+        effects: [{ type: 'set_timer', name: 'ack', ms: cfg.ackTimeoutMs, msg: { type: 'ack_timeout', epoch: m.epoch } }],
+      };
+    case 'ack_timeout':
+      if (t.status !== 'queued' || !epochOk(m.epoch)) return { effects: [] };
+      // never acknowledged: back to waiting (no retry consumed); the agent is told to drop it
+      return {
+        transition: { taskId: t.id, from: ['queued'], epoch: m.epoch, to: 'waiting', patch: { agentId: null, queuedAt: null }, events: [statusEvent(t, 'waiting', now)] },
+        effects: [
+          ...(t.agentId ? [{ type: 'tell_agent' as const, agentId: t.agentId, msg: { type: 'cancel' as const, taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : []),
+          { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } },
+          { type: 'scheduler', msg: { type: 'task_requeued', taskId: t.id } },
+        ],
+      };
     case 'ack': {
       if (t.status === 'running' && epochOk(m.epoch)) return { effects: [] }; // duplicate ACK: idempotent
       if (t.status !== 'queued' || !epochOk(m.epoch) || m.attempt !== t.attempt) return { effects: [], stale: `ack ${m.attempt}/${m.epoch} in ${t.status}/${t.attempt}/${t.leaseEpoch}` };
       const running = { ...t, status: 'running' as const, startedAt: now };
       return {
         transition: { taskId: t.id, from: ['queued'], epoch: m.epoch, to: 'running', patch: { startedAt: now }, events: [statusEvent(t, 'running', now)] },
-        effects: [{ type: 'set_timer', name: 'timeout', ms: timeoutMs(running, cfg), msg: { type: 'timeout', epoch: m.epoch } }, { type: 'cancel_timer', name: 'grace' }],
+        effects: [
+          { type: 'set_timer', name: 'timeout', ms: timeoutMs(running, cfg), msg: { type: 'timeout', epoch: m.epoch } },
+          { type: 'cancel_timer', name: 'grace' },
+          { type: 'cancel_timer', name: 'ack' },
+        ],
       };
     }
     case 'progress':

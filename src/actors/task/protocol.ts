@@ -18,6 +18,7 @@ export const TaskMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('mark_waiting') }),
   z.object({ type: z.literal('provisioned'), epoch }),
   z.object({ type: z.literal('ack'), attempt: z.number().int().positive(), epoch }),
+  z.object({ type: z.literal('ack_timeout'), epoch }),
   z.object({ type: z.literal('progress'), epoch, progress }),
   z.object({ type: z.literal('flush_progress') }),
   z.object({ type: z.literal('finish'), epoch, output: z.record(z.string(), z.unknown()) }),
