@@ -48,6 +48,12 @@ const safeName = (s: string, fallback: string): string => {
 
 export class AgentRunner {
   private tasks = new Map<string, Running>();
+  /**
+   * Assignments that arrived while every slot was busy (the server frees a slot when it cancels a
+   * task, a moment before this agent's executor has wound the cancelled run down): started in order
+   * as slots free up. The server's ACK deadline bounds how long one may wait here.
+   */
+  private waitingForSlot: Assign__Output[] = [];
   private client: AgentClient | null = null;
   private idleWaiters: Array<() => void> = [];
   draining = false;
@@ -83,6 +89,7 @@ export class AgentRunner {
         return;
       case 'cancel': {
         const c = m.cancel;
+        if (c) this.waitingForSlot = this.waitingForSlot.filter((h) => !(h.task_id === c.task_id && h.epoch === c.epoch));
         const t = c ? this.tasks.get(c.task_id) : undefined;
         if (!t || !c || t.ref.epoch !== c.epoch || t.ref.attempt !== c.attempt) return;
         this.o.logger.info({ task_id: c.task_id }, 'task cancelled by the server');
@@ -147,13 +154,18 @@ export class AgentRunner {
       return;
     }
     if (this.tasks.size >= this.o.slots) {
-      this.o.logger.warn({ task_id: a.task_id, slots: this.o.slots }, 'assignment beyond our slots: not accepted');
+      if (this.waitingForSlot.some((h) => h.task_id === a.task_id && h.epoch === a.epoch)) return;
+      this.waitingForSlot = this.waitingForSlot.filter((h) => h.task_id !== a.task_id);
+      this.o.logger.info({ task_id: a.task_id, slots: this.o.slots }, 'every slot busy: assignment held until one frees');
+      this.waitingForSlot.push(a);
       return;
     }
     const t: Running = { ref, toolType: a.tool_type, abort: new AbortController(), cancelled: false, shuttingDown: false, done: Promise.resolve() };
     this.tasks.set(a.task_id, t);
     t.done = this.run(a, t).finally(() => {
       this.tasks.delete(a.task_id);
+      const next = this.draining ? undefined : this.waitingForSlot.shift();
+      if (next) this.onAssign(next);
       if (this.tasks.size === 0) for (const w of this.idleWaiters.splice(0)) w();
     });
   }

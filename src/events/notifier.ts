@@ -11,8 +11,7 @@
 import type { TaskEvent } from '../actors/ports.js';
 import type { Clock, TimerHandle } from '../shared/clock.js';
 import type { Logger } from '../shared/logger.js';
-import type { Q } from '../persistence/sql.js';
-import type { EventsStore } from './store.js';
+import type { EventsStore, TerminalNotice } from './store.js';
 
 export interface SystemNotice {
   title: string;
@@ -31,29 +30,21 @@ export class Notifier {
     private readonly logger: Logger,
   ) {}
 
-  /** The task's terminal notification, written in the caller's transaction (the outbox feeder's). */
-  async forTerminalEvent(qq: Q, e: TaskEvent): Promise<number> {
-    const task = await this.store.taskCreator(qq, e.taskId);
-    if (!task) return 0;
-    const recipients = task.userId ? [task.userId] : await this.store.teamAdmins(qq, e.teamId);
-    if (recipients.length === 0) return 0;
+  /**
+   * The text of a task's terminal notification (the outbox writer inserts it, in the same statement
+   * as the webhook deliveries, for the user who ran the task or, for sk- runs, the owner and admins).
+   * The message is "<workflow slug> task <id> ..." : the slug is read from the task row in SQL.
+   */
+  terminalNotice(e: TaskEvent): TerminalNotice {
     const d = e.data as { error?: string; retry_task_id?: string };
-    const name = `${task.workflowSlug} task ${e.taskId}`;
+    const name = ` task ${e.taskId}`;
     const text =
       e.type === 'completed'
-        ? { title: 'Task completed', message: `${name} completed.` }
+        ? { title: 'Task completed', messageSuffix: `${name} completed.` }
         : e.type === 'failed'
-          ? { title: 'Task failed', message: `${name} failed: ${d.error ?? 'unknown error'}${d.retry_task_id ? ` (retrying as task ${d.retry_task_id})` : ''}` }
-          : { title: 'Task cancelled', message: `${name} was cancelled.` };
-    return this.store.insertNotifications(qq, {
-      teamId: e.teamId,
-      userIds: recipients,
-      kind: `task_${e.type}`,
-      ...text,
-      taskId: e.taskId,
-      dedupeKey: `task:${e.taskId}:${e.type}`,
-      now: this.clock.now(),
-    });
+          ? { title: 'Task failed', messageSuffix: `${name} failed: ${d.error ?? 'unknown error'}${d.retry_task_id ? ` (retrying as task ${d.retry_task_id})` : ''}` }
+          : { title: 'Task cancelled', messageSuffix: `${name} was cancelled.` };
+    return { kind: `task_${e.type}`, ...text, dedupeKey: `task:${e.taskId}:${e.type}` };
   }
 
   /** A system alert for the team's owner and admins (agent offline, webhook failing, ...). */

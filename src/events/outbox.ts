@@ -8,6 +8,10 @@
  *   - a periodic scan of task_events after a persisted cursor: catches what a crash between commit
  *     and publish lost. The cursor only moves past events older than a settle window (bigserial ids
  *     can commit out of order), and events already handled in memory are skipped.
+ * Each write is ONE autocommit statement for a whole batch of events (store.enqueueTerminal): the
+ * bus path queues events and keeps at most one write in flight, so a burst of completions arriving
+ * while a write runs goes out together in the next one; the scan writes its page in one statement.
+ * A batch that fails is retried event by event, so one bad event never holds back the others.
  */
 import type { TaskEvent } from '../actors/ports.js';
 import type { Clock, TimerHandle } from '../shared/clock.js';
@@ -29,12 +33,16 @@ export interface OutboxFeederOptions {
 }
 
 const CURSOR = 'outbox';
+/** Events per statement (bus batches and scan pages). */
+const BATCH = 200;
 
 export class OutboxFeeder {
   private unsub: (() => void) | null = null;
   private timer: TimerHandle | null = null;
   private processed = new Set<number>();
-  private inflight = new Set<Promise<void>>();
+  /** Bus events waiting for the next write (by id: a re-published event is queued once). */
+  private pending = new Map<number, TaskEvent>();
+  private flushing: Promise<void> | null = null;
   private scanning: Promise<void> | null = null;
   private stopped = false;
 
@@ -43,10 +51,8 @@ export class OutboxFeeder {
   async start(): Promise<void> {
     this.unsub = this.o.bus.subscribeAll((e) => {
       if (!TERMINAL_EVENTS.has(e.type) || this.processed.has(e.id) || this.stopped) return;
-      const p = this.handle(e)
-        .catch((err: unknown) => this.o.logger.warn({ err, task_event_id: e.id }, 'outbox enqueue failed; the scan will retry'))
-        .finally(() => this.inflight.delete(p));
-      this.inflight.add(p);
+      this.pending.set(e.id, e);
+      this.kick();
     });
     await this.scan();
     this.arm();
@@ -59,15 +65,64 @@ export class OutboxFeeder {
     }, this.o.scanIntervalMs);
   }
 
-  /** Enqueues deliveries and the notification for one terminal event (one transaction). */
-  async handle(e: TaskEvent): Promise<void> {
-    const n = await this.o.store.inTx(async (qq) => {
-      const created = await this.o.store.enqueue(qq, e, this.o.clock.now(), this.o.maxAttempts);
-      await this.o.notifier.forTerminalEvent(qq, e);
-      return created;
+  /** Starts the bus writer unless it runs (it drains the queue, BATCH events per statement). */
+  private kick(): void {
+    if (this.flushing || this.pending.size === 0) return;
+    this.flushing = this.drain().finally(() => {
+      this.flushing = null;
+      this.kick();
     });
-    this.processed.add(e.id);
-    if (n > 0) this.o.onEnqueued();
+  }
+
+  private async drain(): Promise<void> {
+    await Promise.resolve(); // let a synchronous burst (one publish of several events) join the first batch
+    while (this.pending.size > 0) {
+      const batch: TaskEvent[] = [];
+      for (const [id, e] of this.pending) {
+        this.pending.delete(id);
+        if (!this.processed.has(id)) batch.push(e);
+        if (batch.length === BATCH) break;
+      }
+      try {
+        await this.handleBatch(batch);
+      } catch (err) {
+        this.o.logger.warn({ err, task_event_ids: batch.map((e) => e.id) }, 'outbox enqueue failed; the scan will retry');
+      }
+    }
+  }
+
+  /** Enqueues deliveries and the notification for one terminal event (one statement). */
+  handle(e: TaskEvent): Promise<void> {
+    return this.handleBatch([e]);
+  }
+
+  /**
+   * Enqueues deliveries and notifications for terminal events, one statement for all of them; if
+   * that fails, one statement per event (the first failure is rethrown once all were tried).
+   */
+  private async handleBatch(events: readonly TaskEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    try {
+      await this.write(events);
+    } catch (err) {
+      if (events.length === 1) throw err;
+      let first: unknown = null;
+      for (const e of events) {
+        try {
+          await this.write([e]);
+        } catch (err1) {
+          first ??= err1;
+        }
+      }
+      if (first !== null) throw first;
+    }
+  }
+
+  private async write(events: readonly TaskEvent[]): Promise<void> {
+    const items = events.map((e) => ({ e, notice: this.o.notifier.terminalNotice(e) }));
+    const { deliveries } = await this.o.store.enqueueTerminal(items, this.o.clock.now(), this.o.maxAttempts);
+    for (const e of events) this.processed.add(e.id);
+    if (deliveries > 0) this.o.onEnqueued();
   }
 
   /** One pass over task_events after the cursor (also callable from tests). */
@@ -84,8 +139,9 @@ export class OutboxFeeder {
       let settledPrefix = true;
       for (;;) {
         const { events, settledBefore } = await this.o.store.terminalEventsAfter(after, 500);
+        const todo = events.filter((e) => !this.processed.has(e.id));
+        for (let i = 0; i < todo.length; i += BATCH) await this.handleBatch(todo.slice(i, i + BATCH));
         for (const e of events) {
-          if (!this.processed.has(e.id)) await this.handle(e);
           if (settledPrefix && e.createdAt < settledBefore) advanceTo = e.id;
           else settledPrefix = false;
         }
@@ -106,6 +162,7 @@ export class OutboxFeeder {
     this.unsub?.();
     this.timer?.cancel();
     await this.scanning;
-    await Promise.allSettled([...this.inflight]);
+    // queued bus events are written before the node goes (the scan would recover them anyway)
+    while (this.flushing) await this.flushing;
   }
 }

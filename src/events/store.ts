@@ -127,6 +127,20 @@ export function deliveryBody(e: TaskEvent): string {
   });
 }
 
+/** One terminal event for the outbox writer, with its notification text (see Notifier.terminalNotice). */
+export interface TerminalItem {
+  e: TaskEvent;
+  notice: TerminalNotice;
+}
+
+/** A terminal task notification; the message is the task's workflow slug followed by messageSuffix. */
+export interface TerminalNotice {
+  kind: string;
+  title: string;
+  messageSuffix: string;
+  dedupeKey: string;
+}
+
 export class EventsStore {
   constructor(private readonly db: Database) {}
 
@@ -190,23 +204,69 @@ export class EventsStore {
 
   // --- the outbox
   /**
-   * Enqueues one delivery per active webhook of the team subscribed to this terminal event
-   * (idempotent: unique (webhook_id, task_event_id)). Disabled webhooks, and webhooks created after
-   * the event, get nothing. Returns the number of new deliveries.
+   * The outbox writer: for every terminal event of the batch, in ONE statement (one round trip,
+   * atomic, no explicit transaction holding a pooled connection):
+   *   - one delivery per active webhook of the event's team subscribed to it (idempotent: unique
+   *     (webhook_id, task_event_id) + on conflict do nothing); disabled webhooks, and webhooks
+   *     created after the event, get nothing; events without a webhook type (cancelled) get none;
+   *   - the task's notification for the user who ran it, or for sk- runs (no user) the team's owner
+   *     and admins (idempotent: unique (user_id, dedupe_key)).
+   * Notification ids are the item's uuidv7 with the recipient's index in the last 6 hex digits, so
+   * they stay time-ordered like ids minted one by one. Returns the number of new rows.
    */
-  async enqueue(qq: Q, e: TaskEvent, now: number, maxAttempts: number): Promise<number> {
-    const type = WEBHOOK_EVENT_OF[e.type];
-    if (!type) return 0;
-    const rows = await qq(
-      `insert into webhook_deliveries (id, webhook_id, team_id, task_event_id, task_id, event_type, body, delivery_status, attempt, max_attempts, next_attempt_at, created_at, updated_at)
-       select gen_random_uuid(), w.id, w.team_id, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?
-         from webhooks w
-        where w.team_id = ? and w.webhook_status = 'active' and w.webhook_events @> ?::jsonb and w.created_at <= ?
-       on conflict do nothing
-       returning id`,
-      [e.id, e.taskId, type, deliveryBody(e), maxAttempts, new Date(now), new Date(now), new Date(now), e.teamId, json([type]), new Date(e.createdAt)],
+  async enqueueTerminal(items: readonly TerminalItem[], now: number, maxAttempts: number): Promise<{ deliveries: number; notifications: number }> {
+    if (items.length === 0) return { deliveries: 0, notifications: 0 };
+    const rows = items.map(({ e, notice }) => {
+      const type = WEBHOOK_EVENT_OF[e.type] ?? null;
+      return {
+        id: e.id,
+        task_id: e.taskId,
+        team_id: e.teamId,
+        webhook_event: type,
+        body: type ? deliveryBody(e) : null,
+        created_at: new Date(e.createdAt).toISOString(),
+        kind: notice.kind,
+        title: notice.title,
+        suffix: notice.messageSuffix,
+        dedupe_key: notice.dedupeKey,
+        nid: uuidv7(),
+      };
+    });
+    const at = new Date(now);
+    const r = await this.q<{ deliveries: number; notifications: number }>(
+      `with ev as (
+         select * from jsonb_to_recordset(?::jsonb)
+           as x(id bigint, task_id uuid, team_id uuid, webhook_event text, body text, created_at timestamptz, kind text, title text, suffix text, dedupe_key text, nid text)
+       ),
+       d as (
+         insert into webhook_deliveries (id, webhook_id, team_id, task_event_id, task_id, event_type, body, delivery_status, attempt, max_attempts, next_attempt_at, created_at, updated_at)
+         select gen_random_uuid(), w.id, w.team_id, ev.id, ev.task_id, ev.webhook_event, ev.body, 'pending', 0, ?, ?, ?, ?
+           from ev join webhooks w on w.team_id = ev.team_id
+          where ev.webhook_event is not null and w.webhook_status = 'active' and w.webhook_events @> jsonb_build_array(ev.webhook_event) and w.created_at <= ev.created_at
+         on conflict do nothing
+         returning 1
+       ),
+       r as (
+         select ev.*, t.workflow_slug, u.user_id, row_number() over (partition by ev.id order by u.user_id) - 1 as k
+           from ev
+           join tasks t on t.id = ev.task_id
+           cross join lateral (
+             select t.created_by_user_id as user_id where t.created_by_user_id is not null
+             union
+             select m.user_id from team_members m where t.created_by_user_id is null and m.team_id = ev.team_id and m.member_role in ('owner', 'admin')
+           ) u
+       ),
+       n as (
+         insert into notifications (id, team_id, user_id, notification_kind, title, message, task_id, agent_id, webhook_id, dedupe_key, created_at)
+         select overlay(r.nid placing lpad(to_hex(r.k), 6, '0') from 31 for 6)::uuid, r.team_id, r.user_id, r.kind, r.title, r.workflow_slug || r.suffix, r.task_id, null, null, r.dedupe_key, ?
+           from r
+         on conflict do nothing
+         returning 1
+       )
+       select (select count(*) from d)::int as deliveries, (select count(*) from n)::int as notifications`,
+      [json(rows), maxAttempts, at, at, at, at],
     );
-    return rows.length;
+    return { deliveries: Number(r[0]?.deliveries ?? 0), notifications: Number(r[0]?.notifications ?? 0) };
   }
 
   /** Terminal events after the cursor (oldest first) and the database's notion of "settled" time. */
@@ -317,12 +377,6 @@ export class EventsStore {
   async teamAdmins(qq: Q, teamId: string): Promise<string[]> {
     const rows = await qq<{ user_id: string }>(`select user_id from team_members where team_id = ? and member_role in ('owner', 'admin')`, [teamId]);
     return rows.map((r) => r.user_id);
-  }
-
-  async taskCreator(qq: Q, taskId: string): Promise<{ userId: string | null; workflowSlug: string; retryTaskId: string | null } | null> {
-    const r = await qq<{ created_by_user_id: string | null; workflow_slug: string; retry_task_id: string | null }>('select created_by_user_id, workflow_slug, retry_task_id from tasks where id = ?', [taskId]);
-    const row = r[0];
-    return row ? { userId: row.created_by_user_id, workflowSlug: row.workflow_slug, retryTaskId: row.retry_task_id } : null;
   }
 
   async insertNotifications(
