@@ -90,6 +90,12 @@ test('SIGKILL the node with tasks waiting, running, completed and cancelled; res
       return r.body.task_id as string;
     };
     const status = async (id: string) => (await sql.query('select task_status from tasks where id = $1', [id])).rows[0]?.task_status as string;
+    /** One pg client runs one query at a time: read the statuses one after another. */
+    const statuses = async (ids: string[]) => {
+      const out: string[] = [];
+      for (const id of ids) out.push(await status(id));
+      return out;
+    };
     const until = async (what: string, fn: () => Promise<boolean>, ms = 60_000) => {
       const end = Date.now() + ms;
       while (!(await fn())) {
@@ -110,10 +116,10 @@ test('SIGKILL the node with tasks waiting, running, completed and cancelled; res
     await until('quick task completed', async () => (await status(done)) === 'completed');
     // two running (6 s each) on the agent's two slots
     const running = [await run(wfGpu, 6000), await run(wfGpu, 6000)];
-    await until('two tasks running', async () => (await Promise.all(running.map(status))).every((s) => s === 'running'));
+    await until('two tasks running', async () => (await statuses(running)).every((s) => s === 'running'));
     // waiting: no free slot, and no agent with the label at all
     const waiting = [await run(wfGpu, 0), await run(wfLate, 0), await run(wfLate, 0)];
-    await until('tasks waiting', async () => (await Promise.all(waiting.map(status))).every((s) => s === 'waiting'));
+    await until('tasks waiting', async () => (await statuses(waiting)).every((s) => s === 'waiting'));
     // cancelled
     const cancelled = await run(wfLate, 0);
     await until('waiting', async () => (await status(cancelled)) === 'waiting');
