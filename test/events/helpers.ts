@@ -6,10 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { GantryNode } from '../../src/main.js';
-import { TaskQueries } from '../../src/persistence/task-queries.js';
-import { SCHEDULER } from '../../src/actors/index.js';
-import { uuidv7 } from '../../src/shared/ids.js';
-import { randomUUID } from 'node:crypto';
+import { submitTask } from '../helpers/tasks.js';
 
 export interface SseMessage {
   id: string | undefined;
@@ -131,32 +128,8 @@ export class SseClient {
 export const label = (m: SseMessage): string => (m.event === 'status' ? m.data.status : m.event);
 
 /** Inserts a pending task like the run endpoint (optionally "run by" a user), then tells the scheduler. */
-export async function submitAs(node: GantryNode, teamId: string, userId: string | null, o: { maxRetries?: number } = {}): Promise<string> {
-  const id = uuidv7();
-  const events = await new TaskQueries(node.db).insert({
-    id,
-    teamId,
-    workflowId: randomUUID(),
-    workflowSlug: 'events-wf',
-    workflowVersion: 1,
-    snapshotId: null,
-    dispatchTarget: 'agent',
-    toolType: 'comfyui',
-    parameters: {},
-    resolvedWorkflow: { '1': { class_type: 'SaveImage', inputs: {} } },
-    inputFiles: [],
-    maxRetries: o.maxRetries ?? 0,
-    timeoutS: 0,
-    requiredLabels: [],
-    minVramGb: 0,
-    requiredModels: [],
-    preferredGpu: null,
-    createdByUserId: userId,
-    createdByCredentialId: null,
-  });
-  node.events.publish(events);
-  node.actors.tell({ kind: SCHEDULER, id: teamId }, { type: 'task_submitted', taskId: id });
-  return id;
+export function submitAs(node: GantryNode, teamId: string, userId: string | null, o: { maxRetries?: number } = {}): Promise<string> {
+  return submitTask(node, teamId, { ...o, createdByUserId: userId, workflowSlug: 'events-wf' });
 }
 
 // ------------------------------------------------------------------------------------------

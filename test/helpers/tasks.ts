@@ -12,6 +12,9 @@ export interface SubmitOptions {
   minVramGb?: number;
   requiredModels?: string[];
   preferredGpu?: string | null;
+  /** The user the task is "run by" (null: an integration credential's run). */
+  createdByUserId?: string | null;
+  workflowSlug?: string;
 }
 
 /** Inserts a pending task exactly as the run endpoint does (commit, then tell the scheduler). */
@@ -21,7 +24,7 @@ export async function submitTask(node: GantryNode, teamId: string, o: SubmitOpti
     id,
     teamId,
     workflowId: randomUUID(),
-    workflowSlug: 'test-wf',
+    workflowSlug: o.workflowSlug ?? 'test-wf',
     workflowVersion: 1,
     snapshotId: null,
     dispatchTarget: 'agent',
@@ -35,7 +38,7 @@ export async function submitTask(node: GantryNode, teamId: string, o: SubmitOpti
     minVramGb: o.minVramGb ?? 0,
     requiredModels: o.requiredModels ?? [],
     preferredGpu: o.preferredGpu ?? null,
-    createdByUserId: null,
+    createdByUserId: o.createdByUserId ?? null,
     createdByCredentialId: null,
   });
   node.events.publish(events);
