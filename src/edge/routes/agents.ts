@@ -1,3 +1,4 @@
+import { teamOf, uuidParam } from '../params.js';
 /**
  * Agent records over REST:
  *   GET    /r/agents                  runtime (J, S, D): the team's agents; system_stats reduced for sk-
@@ -9,11 +10,10 @@
  */
 import type { AgentRow } from '../../persistence/agent-store.js';
 import { agentJson } from '../../persistence/agent-store.js';
-import { invalidParameter, notFound } from '../../shared/errors.js';
-import { isUuid } from '../../shared/ids.js';
+import { notFound } from '../../shared/errors.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
-import type { RouteAuth, TeamPrincipal } from '../principal.js';
+import type { RouteAuth } from '../principal.js';
 
 const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
@@ -31,17 +31,11 @@ export interface AgentRouteDeps {
   kick(agentId: string): void;
 }
 
-const teamOf = (c: Ctx): string => (c.principal as TeamPrincipal).teamId;
 
-const agentIdParam = (c: Ctx): string => {
-  const v = c.params.agentId ?? '';
-  if (!isUuid(v)) throw invalidParameter('agentId: must be a UUID');
-  return v.toLowerCase();
-};
 
 export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
   const load = async (c: Ctx): Promise<AgentRow> => {
-    const row = await d.agents.get(teamOf(c), agentIdParam(c));
+    const row = await d.agents.get(teamOf(c), uuidParam(c, 'agentId'));
     if (!row) throw notFound('agent', 'agent_not_found');
     return row;
   };

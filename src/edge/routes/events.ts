@@ -8,7 +8,8 @@ import type { SseHub } from '../../events/sse.js';
 import { TooManyStreams } from '../../events/sse.js';
 import { invalidParameter, notFound, rateLimited } from '../../shared/errors.js';
 import type { Ctx, RouteDef } from '../http.js';
-import { RUNTIME, principalOf, uuidParam } from './tasks.js';
+import { RUNTIME } from './tasks.js';
+import { teamPrincipalOf, uuidParam } from '../params.js';
 
 export interface EventRouteDeps {
   sse: SseHub;
@@ -32,7 +33,7 @@ export function eventRoutes(d: EventRouteDeps): RouteDef[] {
       stream: async (c, res) => {
         const taskId = uuidParam(c, 'taskId');
         const after = lastEventId(c);
-        const team = principalOf(c).teamId;
+        const team = teamPrincipalOf(c).teamId;
         let release: () => void;
         try {
           release = d.sse.reserve(team);

@@ -1,33 +1,13 @@
+import { parseBody, principalOf, teamPrincipalOf, uuidParam } from '../params.js';
 import { z } from 'zod';
-import type { RouteDef, Ctx, TeamCtx } from '../http.js';
-import type { Principal, RouteAuth, TeamPrincipal } from '../principal.js';
-import { fromZodIssues, invalidParameter } from '../../shared/errors.js';
-import { isUuid } from '../../shared/ids.js';
+import type { RouteDef, TeamCtx } from '../http.js';
+import type { RouteAuth } from '../principal.js';
 import { parsePage } from '../../shared/pagination.js';
 import type { IdentityService } from '../../identity/service.js';
 
 /** Parses a JSON body with a strict zod schema; a failure is a 400 naming the field. */
-export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
-  const r = schema.safeParse(body ?? {});
-  if (!r.success) throw fromZodIssues(r.error.issues);
-  return r.data;
-}
 
-export function uuidParam(c: Ctx, name: string): string {
-  const v = c.params[name] ?? '';
-  if (!isUuid(v)) throw invalidParameter(`${name}: must be a uuid`);
-  return v.toLowerCase();
-}
 
-export const principalOf = (c: Ctx): Principal => {
-  if (!c.principal) throw new Error('route without a principal');
-  return c.principal;
-};
-export const teamPrincipalOf = (c: Ctx): TeamPrincipal => {
-  const p = principalOf(c);
-  if (!p.teamId) throw new Error('team route without a team');
-  return p as TeamPrincipal;
-};
 
 const email = z.email().max(254);
 const password = z.string().min(10, 'must be at least 10 characters').max(256);

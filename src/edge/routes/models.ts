@@ -1,3 +1,4 @@
+import { teamOf, uuidParam } from '../params.js';
 /**
  * The team model registry (management surface: JWT or dk-). Every member reads; creating,
  * presigning, updating and deleting need admin (like workflows). See docs/api.md.
@@ -5,22 +6,15 @@
 import type { FileStaging } from '../../files/staging.js';
 import { MODEL_STATUSES, modelJson, type ModelRegistry } from '../../files/registry.js';
 import { invalidParameter } from '../../shared/errors.js';
-import { isUuid } from '../../shared/ids.js';
 import { paged, parsePage } from '../../shared/pagination.js';
-import type { Ctx, RouteDef } from '../http.js';
-import type { RouteAuth, TeamPrincipal } from '../principal.js';
+import type { RouteDef } from '../http.js';
+import type { RouteAuth } from '../principal.js';
 import { callerOf, presignHandler } from './files.js';
 
 export const REGISTRY_READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 export const REGISTRY_MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
 
-export const idParam = (c: Ctx, name: string): string => {
-  const v = c.params[name] ?? '';
-  if (!isUuid(v)) throw invalidParameter(`${name}: must be a UUID`);
-  return v.toLowerCase();
-};
 
-const teamOf = (c: Ctx): string => (c.principal as TeamPrincipal).teamId;
 
 export function modelRoutes(d: { models: ModelRegistry; staging: FileStaging }): RouteDef[] {
   return [
@@ -39,14 +33,14 @@ export function modelRoutes(d: { models: ModelRegistry; staging: FileStaging }):
         return paged('model_list', r.rows.map(modelJson), pg, r.total);
       },
     },
-    { method: 'GET', path: '/models/{modelId}', auth: REGISTRY_READ, handler: async (c) => modelJson(await d.models.get(teamOf(c), idParam(c, 'modelId'))) },
-    { method: 'PUT', path: '/models/{modelId}', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.models.update(teamOf(c), idParam(c, 'modelId'), c.body)).id }) },
+    { method: 'GET', path: '/models/{modelId}', auth: REGISTRY_READ, handler: async (c) => modelJson(await d.models.get(teamOf(c), uuidParam(c, 'modelId'))) },
+    { method: 'PUT', path: '/models/{modelId}', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.models.update(teamOf(c), uuidParam(c, 'modelId'), c.body)).id }) },
     {
       method: 'DELETE',
       path: '/models/{modelId}',
       auth: REGISTRY_MANAGE,
       handler: async (c) => {
-        await d.models.delete(teamOf(c), idParam(c, 'modelId'));
+        await d.models.delete(teamOf(c), uuidParam(c, 'modelId'));
         return { is_success: true };
       },
     },

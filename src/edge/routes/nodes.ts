@@ -6,9 +6,9 @@ import type { FileStaging } from '../../files/staging.js';
 import { nodeJson, type NodeRegistry } from '../../files/registry.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { RouteDef } from '../http.js';
-import type { TeamPrincipal } from '../principal.js';
 import { callerOf, presignHandler } from './files.js';
-import { idParam, REGISTRY_MANAGE, REGISTRY_READ } from './models.js';
+import { REGISTRY_MANAGE, REGISTRY_READ } from './models.js';
+import { teamOf, uuidParam } from '../params.js';
 
 export function nodeRoutes(d: { nodes: NodeRegistry; staging: FileStaging }): RouteDef[] {
   return [
@@ -20,17 +20,17 @@ export function nodeRoutes(d: { nodes: NodeRegistry; staging: FileStaging }): Ro
       auth: REGISTRY_READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
-        const r = await d.nodes.list((c.principal as TeamPrincipal).teamId, pg.perPage, pg.offset);
+        const r = await d.nodes.list(teamOf(c), pg.perPage, pg.offset);
         return paged('node_list', r.rows.map(nodeJson), pg, r.total);
       },
     },
-    { method: 'GET', path: '/nodes/{nodeId}', auth: REGISTRY_READ, handler: async (c) => nodeJson(await d.nodes.get((c.principal as TeamPrincipal).teamId, idParam(c, 'nodeId'))) },
+    { method: 'GET', path: '/nodes/{nodeId}', auth: REGISTRY_READ, handler: async (c) => nodeJson(await d.nodes.get(teamOf(c), uuidParam(c, 'nodeId'))) },
     {
       method: 'DELETE',
       path: '/nodes/{nodeId}',
       auth: REGISTRY_MANAGE,
       handler: async (c) => {
-        await d.nodes.delete((c.principal as TeamPrincipal).teamId, idParam(c, 'nodeId'));
+        await d.nodes.delete(teamOf(c), uuidParam(c, 'nodeId'));
         return { is_success: true };
       },
     },

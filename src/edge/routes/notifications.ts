@@ -12,12 +12,12 @@ import { invalidParameter, notFound } from '../../shared/errors.js';
 import { parsePage, pageMeta } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { principalOf, uuidParam } from './tasks.js';
+import { teamPrincipalOf, uuidParam } from '../params.js';
 
 const AUTH: RouteAuth = { kinds: ['user', 'device'], team: true };
 
 const userOf = (c: Ctx): { teamId: string; userId: string } => {
-  const p = principalOf(c);
+  const p = teamPrincipalOf(c);
   if (!p.userId) throw new Error('notification route reached without a user principal');
   return { teamId: p.teamId, userId: p.userId };
 };

@@ -1,3 +1,4 @@
+import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
 import { z } from 'zod';
 import type { ActorSystemPort } from '../../actors/ports.js';
 import { TASK, SCHEDULER } from '../../actors/index.js';
@@ -7,11 +8,11 @@ import { taskView } from '../../persistence/task-queries.js';
 import type { EventBusPort } from '../../actors/ports.js';
 import { collectFileKeys, resolveRunParameters, type StagedFile } from '../../domain/workflows/parameters.js';
 import type { WorkflowDefinition } from '../../domain/workflows/schema.js';
-import { conflict, fromZodIssues, gone, invalidParameter, notFound } from '../../shared/errors.js';
+import { conflict, gone, invalidParameter, notFound } from '../../shared/errors.js';
 import { isUuid, uuidv7 } from '../../shared/ids.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import { Reply, type Ctx, type RouteDef } from '../http.js';
-import type { RouteAuth, TeamPrincipal } from '../principal.js';
+import type { RouteAuth } from '../principal.js';
 
 export const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
 
@@ -50,28 +51,20 @@ const runBody = z
 
 const TASK_STATUS = ['pending', 'waiting', 'provisioning', 'queued', 'running', 'completed', 'failed', 'cancelled'] as const;
 
-export const principalOf = (c: Ctx): TeamPrincipal => c.principal as TeamPrincipal;
-
-export const uuidParam = (c: Ctx, name: string): string => {
-  const v = c.params[name] ?? '';
-  if (!isUuid(v)) throw invalidParameter(`${name}: must be a UUID`);
-  return v.toLowerCase();
-};
 
 
 export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
   const run = async (c: Ctx, ref: { id: string } | { slug: string; version?: number }) => {
-    const p = principalOf(c);
-    const parsed = runBody.safeParse(c.body ?? {});
-    if (!parsed.success) throw fromZodIssues(parsed.error.issues);
+    const p = teamPrincipalOf(c);
+    const body = parseBody(runBody, c.body);
     const w = await d.workflows.resolveForRun(p.teamId, ref);
     const def = w.workflow;
-    const input = parsed.data.parameters ?? {};
+    const input = body.parameters ?? {};
     const keys = collectFileKeys(def.parameters, input);
     const files = keys.length ? await d.files.lookup(p.teamId, keys) : new Map<string, StagedFile>();
     const resolved = resolveRunParameters({ toolType: def.tool_type, workflowJson: def.workflow_json, parameters: def.parameters, input, files, teamId: p.teamId, now: d.now() });
     const taskId = uuidv7();
-    const dispatchTarget = parsed.data.dispatch_target ?? def.default_dispatch_target;
+    const dispatchTarget = body.dispatch_target ?? def.default_dispatch_target;
     // hosted cloud dispatch is not available on this node yet: refuse rather than accept a task
     // that could never leave `waiting`
     if (dispatchTarget === 'comfy_cloud')
@@ -105,7 +98,7 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
 
   const loadTask = async (c: Ctx) => {
     const id = uuidParam(c, 'taskId');
-    const row = await d.tasks.get(principalOf(c).teamId, id);
+    const row = await d.tasks.get(teamPrincipalOf(c).teamId, id);
     if (!row) throw notFound('task', 'task_not_found');
     return row;
   };
@@ -123,7 +116,7 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
         if (status !== undefined && !(TASK_STATUS as readonly string[]).includes(status)) throw invalidParameter(`task_status: must be one of ${TASK_STATUS.join(', ')}`);
         const workflowId = c.query.get('workflow_id') ?? undefined;
         if (workflowId !== undefined && !isUuid(workflowId)) throw invalidParameter('workflow_id: must be a UUID');
-        const r = await d.tasks.list(principalOf(c).teamId, { status, workflowId }, pg.perPage, pg.offset);
+        const r = await d.tasks.list(teamPrincipalOf(c).teamId, { status, workflowId }, pg.perPage, pg.offset);
         return paged('task_list', r.rows.map(taskView), pg, r.total);
       },
     },

@@ -3,7 +3,7 @@ import type { RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parsePage } from '../../shared/pagination.js';
 import type { IdentityService } from '../../identity/service.js';
-import { parseBody, principalOf, teamPrincipalOf, uuidParam } from './identity.js';
+import { parseBody, principalOf, teamPrincipalOf, uuidParam } from '../params.js';
 
 const S = {
   team: z.strictObject({ display_name: z.string().trim().min(1).max(255) }),

@@ -15,11 +15,11 @@ import { z } from 'zod';
 import type { LiveEvents } from '../../events/index.js';
 import { OutboundRefused } from '../../events/outbound.js';
 import { WEBHOOK_EVENTS, deliveryView, webhookView } from '../../events/store.js';
-import { badRequest, conflict, fromZodIssues, invalidParameter, notFound } from '../../shared/errors.js';
+import { badRequest, conflict, invalidParameter, notFound } from '../../shared/errors.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { principalOf, uuidParam } from './tasks.js';
+import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -40,11 +40,6 @@ const updateBody = z
 
 const DELIVERY_STATUSES = ['pending', 'delivering', 'succeeded', 'failed'];
 
-function parse<T>(schema: z.ZodType<T>, body: unknown): T {
-  const r = schema.safeParse(body ?? {});
-  if (!r.success) throw fromZodIssues(r.error.issues);
-  return r.data;
-}
 
 export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
   const checkUrl = async (u: string): Promise<void> => {
@@ -56,7 +51,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     }
   };
   const load = async (c: Ctx) => {
-    const w = await live.store.getWebhook(principalOf(c).teamId, uuidParam(c, 'webhookId'));
+    const w = await live.store.getWebhook(teamPrincipalOf(c).teamId, uuidParam(c, 'webhookId'));
     if (!w) throw notFound('webhook', 'webhook_not_found');
     return w;
   };
@@ -66,9 +61,9 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       path: '/webhooks',
       auth: MANAGE,
       handler: async (c) => {
-        const b = parse(createBody, c.body);
+        const b = parseBody(createBody, c.body);
         await checkUrl(b.webhook_url);
-        const p = principalOf(c);
+        const p = teamPrincipalOf(c);
         const id = await live.store.createWebhook({ teamId: p.teamId, displayName: b.display_name, url: b.webhook_url, events: [...new Set(b.webhook_events)], createdBy: p.userId ?? null });
         return { id };
       },
@@ -79,7 +74,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
-        const r = await live.store.listWebhooks(principalOf(c).teamId, pg.perPage, pg.offset);
+        const r = await live.store.listWebhooks(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
         return paged('webhook_list', r.rows.map((w) => webhookView(w, false)), pg, r.total);
       },
     },
@@ -90,10 +85,10 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const id = uuidParam(c, 'webhookId');
-        const b = parse(updateBody, c.body);
+        const b = parseBody(updateBody, c.body);
         if (b.webhook_url !== undefined) await checkUrl(b.webhook_url);
         const ok = await live.store.updateWebhook(
-          principalOf(c).teamId,
+          teamPrincipalOf(c).teamId,
           id,
           { displayName: b.display_name, url: b.webhook_url, events: b.webhook_events ? [...new Set(b.webhook_events)] : undefined, status: b.webhook_status },
           now(),
@@ -107,7 +102,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       path: '/webhooks/{webhookId}',
       auth: MANAGE,
       handler: async (c) => {
-        if (!(await live.store.deleteWebhook(principalOf(c).teamId, uuidParam(c, 'webhookId')))) throw notFound('webhook', 'webhook_not_found');
+        if (!(await live.store.deleteWebhook(teamPrincipalOf(c).teamId, uuidParam(c, 'webhookId')))) throw notFound('webhook', 'webhook_not_found');
         return { is_success: true };
       },
     },

@@ -1,3 +1,4 @@
+import { teamOf, uuidParam } from '../params.js';
 /**
  * The workflow catalog over HTTP: the management surface (/workflows, user JWT or dk-) and the
  * runtime discovery surface (/r/workflows, also sk-). Run endpoints live with the tasks.
@@ -9,7 +10,6 @@
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { invalidParameter, notFound, type AppError } from '../../shared/errors.js';
-import { isUuid } from '../../shared/ids.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import { parseWorkflowCreate, parseWorkflowUpdate, TOOL_TYPES, WORKFLOW_STATUSES, type ToolType, type WorkflowStatus } from '../../domain/workflows/schema.js';
 import { parseSlugRef, WORKFLOW_NOT_FOUND, type WorkflowListFilter, type WorkflowRecord, type WorkflowStore } from '../../persistence/workflow-store.js';
@@ -24,18 +24,7 @@ const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: tru
 
 const workflowNotFound = (): AppError => notFound('workflow', WORKFLOW_NOT_FOUND);
 
-function teamOf(ctx: Ctx): string {
-  const t = ctx.principal?.teamId;
-  // team: true routes only run with a resolved team; reaching here without one is a wiring bug.
-  if (!t) throw new Error('team-scoped route reached without a team');
-  return t;
-}
 
-function workflowIdOf(ctx: Ctx): string {
-  const id = ctx.params.workflowId ?? '';
-  if (!isUuid(id)) throw invalidParameter(`workflowId: must be a uuid (got ${JSON.stringify(id.slice(0, 80))})`);
-  return id.toLowerCase();
-}
 
 function enumQuery<T extends string>(ctx: Ctx, name: string, allowed: readonly T[]): T | undefined {
   const v = ctx.query.get(name);
@@ -102,21 +91,22 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
   };
 
   const getById = async (ctx: Ctx): Promise<unknown> => {
-    const w = await store.get(teamOf(ctx), workflowIdOf(ctx));
+    const w = await store.get(teamOf(ctx), uuidParam(ctx, 'workflowId'));
     if (!w) throw workflowNotFound();
     return workflowRead(w, { includeJson: includeJson(ctx) });
   };
 
-  const create = async (ctx: Ctx): Promise<unknown> => {
+  /** Create and import take the same shape (the export shape is the create shape); only the note differs. */
+  const create = (note: 'created' | 'imported') => async (ctx: Ctx): Promise<unknown> => {
     const def = parseWorkflowCreate(ctx.body);
-    const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note: 'created' });
+    const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note });
     return { id: r.id };
   };
 
   return [
     // ---- management ----
     { method: 'GET', path: '/workflows', auth: READ, handler: list },
-    { method: 'POST', path: '/workflows', auth: MANAGE, handler: create },
+    { method: 'POST', path: '/workflows', auth: MANAGE, handler: create('created') },
     {
       method: 'POST',
       path: '/workflows/import',
@@ -134,7 +124,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       path: '/workflows/{workflowId}',
       auth: MANAGE,
       handler: async (ctx) => {
-        const id = workflowIdOf(ctx);
+        const id = uuidParam(ctx, 'workflowId');
         const patch = parseWorkflowUpdate(ctx.body);
         const r = await store.update(teamOf(ctx), id, patch);
         if (!r) throw workflowNotFound();
@@ -146,7 +136,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       path: '/workflows/{workflowId}',
       auth: MANAGE,
       handler: async (ctx) => {
-        if (!(await store.delete(teamOf(ctx), workflowIdOf(ctx)))) throw workflowNotFound();
+        if (!(await store.delete(teamOf(ctx), uuidParam(ctx, 'workflowId')))) throw workflowNotFound();
         return { is_success: true };
       },
     },
@@ -155,7 +145,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       path: '/workflows/{workflowId}/snapshots',
       auth: READ,
       handler: async (ctx) => {
-        const id = workflowIdOf(ctx);
+        const id = uuidParam(ctx, 'workflowId');
         const page = parsePage(ctx.query);
         const r = await store.listSnapshots(teamOf(ctx), id, page);
         if (!r) throw workflowNotFound();
@@ -168,7 +158,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       path: '/workflows/{workflowId}/export',
       auth: READ,
       handler: async (ctx) => {
-        const id = workflowIdOf(ctx);
+        const id = uuidParam(ctx, 'workflowId');
         const def = await store.exportDefinition(teamOf(ctx), id, versionQuery(ctx));
         if (!def) throw workflowNotFound();
         return def;
