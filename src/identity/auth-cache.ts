@@ -82,9 +82,10 @@ const userKey = (userId: string, teamId: string | null): string => `${userId}/${
  *   the write committed can never repopulate the cache with the old answer;
  * - what changes with time alone (expires_at) is checked against the clock by the authenticator on
  *   every hit, so expiry needs no invalidation;
- * - only rows found are cached (an unknown hash or user always goes to the database, so garbage
- *   credentials cannot flush good entries out), and both maps are bounded (LRU) with a TTL as the
- *   backstop for changes made outside the identity service (e.g. SQL by hand).
+ * - only rows found are cached (an unknown hash or user, or a user who is not a member of the
+ *   X-Team-ID team, always goes to the database, so garbage cannot flush good entries out), and
+ *   both maps are bounded (LRU) with a TTL as the backstop for changes made outside the identity
+ *   service (e.g. SQL by hand).
  */
 export class CachedAuthLookup implements AuthLookup {
   readonly stats: AuthCacheStats = { credentialHits: 0, credentialLookups: 0, userHits: 0, userLookups: 0, invalidations: 0, evictions: 0 };
@@ -129,7 +130,16 @@ export class CachedAuthLookup implements AuthLookup {
       this.stats.userHits++;
       return hit;
     }
-    return this.load(this.inflightUsers, key, () => this.inner.userAuth(userId, teamId), (row) => this.users.set(key, Object.freeze({ ...row, teamId }), this.clock.now()), () => this.stats.userLookups++);
+    return this.load(
+      this.inflightUsers,
+      key,
+      () => this.inner.userAuth(userId, teamId),
+      (row) => {
+        // "not a member of the team asked for" is not kept: any X-Team-ID would otherwise fill the LRU
+        if (teamId === null || row.member_role !== null) this.users.set(key, Object.freeze({ ...row, teamId }), this.clock.now());
+      },
+      () => this.stats.userLookups++,
+    );
   }
 
   flushLastUsed(entries: Array<[string, Date]>): Promise<void> {

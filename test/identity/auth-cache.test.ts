@@ -126,10 +126,15 @@ test('bounded: least recently used entries are evicted; entries expire after the
   await cache.credentialByHash('b');
   assert.equal(src.reads.credential, m + 1, 'TTL reached: read again');
 
-  // unknown hashes are not cached (garbage cannot push good entries out)
+  // unknown hashes and "not a member of that team" are not cached (garbage cannot push good entries out)
   await cache.credentialByHash('nope');
   await cache.credentialByHash('nope');
   assert.equal(src.reads.credential, m + 3);
+  src.users.set('u9/t-other', { id: 'u9', session_version: 0, member_role: null });
+  await cache.userAuth('u9', 't-other');
+  await cache.userAuth('u9', 't-other');
+  assert.equal(src.reads.user, 2);
+  assert.equal(cache.size().users, 0);
   cache.close();
 });
 
