@@ -52,7 +52,7 @@ export interface Identity {
   invalidation: CacheInvalidationPort;
   /** For the agent gRPC stream: verifies an ak- value (checksum, then lookup by hash); throws 401 AppErrors. */
   verifyAgentCredential(value: string): Promise<AgentIdentity>;
-  /** Called with the ids of credentials revoked through the API (device revoke, DELETE /credentials). */
+  /** Called with the ids of revoked credentials (device revoke, DELETE /credentials, team deletion), fed by the invalidation port; returns the unsubscribe. */
   onCredentialsRevoked(cb: (ids: string[]) => void): () => void;
   start(): void;
   /** Flushes last_used_at and stops the outbox sender; call before closing the database. */
