@@ -136,7 +136,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const recovered = await recoverTasks(actors, taskStore, config.GANTRY_AGENT_GRACE_S * 1000);
   if (recovered) logger.info({ open_tasks: recovered }, 'recovering open tasks');
 
-  const identity = createIdentity({ config, db, logger, dataDir });
+  const identity = createIdentity({ config, db, logger, dataDir, clock });
   identity.start();
 
   // --- agent gRPC streams (after the actors: sessions feed the agent actors)

@@ -1,5 +1,5 @@
-import type { Authenticator, AuthRequest, Principal, PrincipalKind, RouteAuth, TeamRole } from '../edge/principal.js';
-import { ROLE_RANK } from '../edge/principal.js';
+import type { Authenticator, AuthRequest, Principal, PrincipalKind, RouteAuth, TeamRole } from './principal.js';
+import { ROLE_RANK } from './principal.js';
 import { badRequest, forbidden, unauthorized } from '../shared/errors.js';
 import { isUuid } from '../shared/ids.js';
 import type { Logger } from '../shared/logger.js';
@@ -8,7 +8,10 @@ import { hasCredentialPrefix, parseCredential, sha256Hex, type CredentialKind } 
 import type { CredentialAuthRow, UserAuthRow } from './store.js';
 import { looksLikeJwt, type AccessClaims } from './tokens.js';
 
-/** What the authenticator needs from the database (a port, so unit tests can count lookups). */
+/**
+ * What the authenticator needs from the database (a port, so unit tests can count lookups). In a
+ * node it is CachedAuthLookup over IdentityStore: warm requests are answered from memory.
+ */
 export interface AuthLookup {
   credentialByHash(hash: string): Promise<CredentialAuthRow | null>;
   userAuth(userId: string, teamId: string | null): Promise<UserAuthRow | null>;
@@ -34,7 +37,9 @@ export interface AgentIdentity {
 
 /**
  * last_used_at is kept in memory and written in one batched statement every flushMs (and on
- * stop), never a database write per request.
+ * stop), never a database write per request: a request only sets a Map entry, so each credential
+ * is written at most once per flushMs whatever its request rate, off the request path. Lists of
+ * credentials overlay the pending value (peek), so this node shows the current time at once.
  */
 export class LastUsedTracker {
   private pending = new Map<string, Date>();
@@ -86,8 +91,10 @@ export class LastUsedTracker {
  * - JWT (EdDSA, issuer and audience pinned) -> user; `sk-` -> integration (team from the
  *   credential); `dk-` -> device (the user's identity, team from the credential); `ak-` -> 401 on
  *   every REST route;
- * - credentials are looked up by hash on every request (revocation and expiry are effective on the
- *   next request: 401 credential_revoked / credential_expired);
+ * - credentials are looked up by hash (from the identity cache when warm, see auth-cache.ts);
+ *   revocation is effective on the next request because every revoking write invalidates the cache,
+ *   and expiry because expires_at is compared with the clock on every request, cached or not
+ *   (401 credential_revoked / credential_expired);
  * - a route that does not list the caller's kind: 403 (`jwtOnly401` routes: 401 for sk- and dk-);
  * - team routes: a JWT caller must send X-Team-ID (400 team_header_missing / team_header_invalid)
  *   and be a member (403 not_a_member); sk- and dk- ignore X-Team-ID; `role` is owner > admin >
@@ -166,7 +173,7 @@ export class GantryAuthenticator implements Authenticator {
     return { kind, teamId: row.team_id, credentialId: row.id };
   }
 
-  /** Lookup by hash on every request: revoked / expired / deleted team are 401 at once. */
+  /** Lookup by hash (cached or not, the checks run on every request): revoked / expired / deleted team are 401 at once. */
   private async valid(token: string, ck: CredentialKind): Promise<CredentialAuthRow> {
     const row = await this.lookup.credentialByHash(sha256Hex(token));
     if (!row || row.credential_type !== ck) throw unauthorized('credential_invalid', 'invalid credential');

@@ -1,4 +1,5 @@
 import type { Config } from '../shared/config.js';
+import { systemClock, type Clock } from '../shared/clock.js';
 import type { Logger } from '../shared/logger.js';
 import type { Database } from '../persistence/db.js';
 import { GantryAuthenticator, LastUsedTracker, type AgentIdentity } from './authenticator.js';
@@ -7,6 +8,8 @@ import { JwtService, loadSigningKey } from './tokens.js';
 import { Mailer } from './mailer.js';
 import { RateLimiter, perMinute, type BucketSpec } from './rate-limit.js';
 import { IdentityService } from './service.js';
+import { CachedAuthLookup, DEFAULT_AUTH_CACHE, type AuthCacheOptions } from './auth-cache.js';
+import { InMemoryInvalidation, type CacheInvalidationPort } from './invalidation.js';
 
 export { GantryAuthenticator, LastUsedTracker, type AgentIdentity, type AuthLookup } from './authenticator.js';
 export { IdentityService } from './service.js';
@@ -14,6 +17,9 @@ export { IdentityStore } from './store.js';
 export { JwtService } from './tokens.js';
 export { RateLimiter, perMinute } from './rate-limit.js';
 export { maskEmail, parseCredential, generateCredential } from './credentials.js';
+export { CachedAuthLookup, DEFAULT_AUTH_CACHE, type AuthCacheOptions, type AuthCacheStats } from './auth-cache.js';
+export { InMemoryInvalidation, InvalidationSchema, encodeInvalidation, decodeInvalidation, type CacheInvalidationPort, type Invalidation } from './invalidation.js';
+export { ROLE_RANK, type Principal, type PrincipalKind, type TeamPrincipal, type TeamRole, type RouteAuth, type AuthRequest, type Authenticator } from './principal.js';
 
 export interface IdentityOptions {
   config: Config;
@@ -25,6 +31,12 @@ export interface IdentityOptions {
   limits?: Record<string, BucketSpec>;
   /** last_used_at flush period. */
   lastUsedFlushMs?: number;
+  /** The node's clock: credential expiry, cache TTL and last_used_at read it (default: system time). */
+  clock?: Clock;
+  /** Where identity writes publish cache invalidations (default: in memory, this node only). */
+  invalidation?: CacheInvalidationPort;
+  /** Credential/membership cache bounds (default DEFAULT_AUTH_CACHE; ttlMs 0 turns it off). */
+  authCache?: Omit<AuthCacheOptions, 'clock'>;
 }
 
 export interface Identity {
@@ -34,10 +46,14 @@ export interface Identity {
   jwt: JwtService;
   mailer: Mailer;
   lastUsed: LastUsedTracker;
+  /** The in-memory cache of verified credentials and users' team roles (stats for tests and diagnostics). */
+  authCache: CachedAuthLookup;
+  /** The port identity writes publish invalidations on (the cluster layer broadcasts it). */
+  invalidation: CacheInvalidationPort;
   /** For the agent gRPC stream: verifies an ak- value (checksum, then lookup by hash); throws 401 AppErrors. */
   verifyAgentCredential(value: string): Promise<AgentIdentity>;
-  /** Called with the ids of credentials revoked through the API (device revoke, DELETE /credentials). */
-  onCredentialsRevoked(cb: (ids: string[]) => void): void;
+  /** Called with the ids of revoked credentials (device revoke, DELETE /credentials, team deletion), fed by the invalidation port; returns the unsubscribe. */
+  onCredentialsRevoked(cb: (ids: string[]) => void): () => void;
   start(): void;
   /** Flushes last_used_at and stops the outbox sender; call before closing the database. */
   stop(): Promise<void>;
@@ -49,8 +65,11 @@ export function createIdentity(o: IdentityOptions): Identity {
   const store = new IdentityStore(o.db);
   const key = loadSigningKey(c.GANTRY_JWT_PRIVATE_KEY, o.dataDir, o.logger);
   const jwt = new JwtService(key, { issuer: c.GANTRY_JWT_ISSUER, audience: c.GANTRY_JWT_AUDIENCE, ttlS: c.GANTRY_ACCESS_TOKEN_TTL_S });
+  const clock = o.clock ?? systemClock;
   const lastUsed = new LastUsedTracker(store, o.logger, o.lastUsedFlushMs ?? 30_000);
-  const authenticator = new GantryAuthenticator(store, jwt, lastUsed);
+  const invalidation = o.invalidation ?? new InMemoryInvalidation((e) => o.logger.warn({ err: e }, 'cache invalidation subscriber failed'));
+  const authCache = new CachedAuthLookup(store, invalidation, { ...DEFAULT_AUTH_CACHE, ...o.authCache, clock });
+  const authenticator = new GantryAuthenticator(authCache, jwt, lastUsed, clock);
   const mailer = new Mailer(store, { smtpUrl: c.SMTP_URL, from: c.GANTRY_MAIL_FROM, logger: o.logger });
   const n = c.GANTRY_AUTH_RATE_LIMIT_PER_MIN;
   const limiter = new RateLimiter(
@@ -63,7 +82,7 @@ export function createIdentity(o: IdentityOptions): Identity {
       refresh: perMinute(Math.max(n, 60)),
     },
   );
-  const service = new IdentityService({ config: c, store, jwt, mailer, limiter, lastUsed, logger: o.logger, pollIntervalS: c.GANTRY_PAIRING_POLL_INTERVAL_S });
+  const service = new IdentityService({ config: c, store, jwt, mailer, limiter, lastUsed, logger: o.logger, pollIntervalS: c.GANTRY_PAIRING_POLL_INTERVAL_S, invalidation });
   let sweepTimer: NodeJS.Timeout | null = null;
   return {
     authenticator,
@@ -72,6 +91,8 @@ export function createIdentity(o: IdentityOptions): Identity {
     jwt,
     mailer,
     lastUsed,
+    authCache,
+    invalidation,
     verifyAgentCredential: (v) => authenticator.verifyAgentCredential(v),
     onCredentialsRevoked: (cb) => service.onCredentialsRevoked(cb),
     start() {
@@ -87,6 +108,7 @@ export function createIdentity(o: IdentityOptions): Identity {
       sweepTimer = null;
       await mailer.stop();
       await lastUsed.stop();
+      authCache.close();
     },
   };
 }

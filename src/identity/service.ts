@@ -1,7 +1,7 @@
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
-import type { Principal, TeamPrincipal, TeamRole } from '../edge/principal.js';
-import { ROLE_RANK } from '../edge/principal.js';
+import type { Principal, TeamPrincipal, TeamRole } from './principal.js';
+import { ROLE_RANK } from './principal.js';
 import { AppError, badRequest, conflict, forbidden, gone, notFound, unauthorized } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import { paged, type PageRequest } from '../shared/pagination.js';
@@ -12,6 +12,7 @@ import type { JwtService } from './tokens.js';
 import type { Mailer } from './mailer.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { LastUsedTracker } from './authenticator.js';
+import type { CacheInvalidationPort, Invalidation } from './invalidation.js';
 import { timingSafeEqual } from 'node:crypto';
 
 export const PAIRING_TTL_S = 600;
@@ -38,30 +39,48 @@ export interface IdentityServiceDeps {
   lastUsed: LastUsedTracker;
   logger: Logger;
   pollIntervalS: number;
+  /** Every write that changes what the authenticator may have cached publishes here after it commits. */
+  invalidation: CacheInvalidationPort;
 }
 
 const quotaExceeded = (what: string, n: number): AppError => forbidden('quota_exceeded', `${what} quota reached (${n})`);
 
-/** Users, sessions, teams, members, invitations, credentials and device pairing. */
+/**
+ * Users, sessions, teams, members, invitations, credentials and device pairing.
+ *
+ * Cache invalidation: each write below that changes an answer the authenticator caches (credential
+ * revoked, membership or role changed, password reset, team deleted) publishes an Invalidation on
+ * the port once its statement or transaction has committed, before the HTTP reply is sent.
+ */
 export class IdentityService {
-  private readonly revokedListeners: Array<(ids: string[]) => void> = [];
-
   constructor(private readonly d: IdentityServiceDeps) {}
 
-  /** Other modules (the agent stream) learn which credentials were revoked to drop live sessions. */
-  onCredentialsRevoked(cb: (ids: string[]) => void): void {
-    this.revokedListeners.push(cb);
-  }
-
-  private emitRevoked(ids: string[]): void {
-    if (ids.length === 0) return;
-    for (const cb of this.revokedListeners) {
+  /**
+   * Other modules (the agent stream) learn which credentials were revoked to drop live sessions.
+   * Fed by the invalidation port, so a cluster implementation reaches every node's streams.
+   */
+  onCredentialsRevoked(cb: (ids: string[]) => void): () => void {
+    return this.d.invalidation.subscribe((ev) => {
+      if (ev.type !== 'credential') return;
       try {
-        cb(ids);
+        cb(ev.ids);
       } catch (e) {
         this.d.logger.warn({ err: e }, 'credential revocation listener failed');
       }
+    });
+  }
+
+  private publish(ev: Invalidation): void {
+    try {
+      this.d.invalidation.publish(ev);
+    } catch (e) {
+      // the write has committed; a lost event leaves a stale entry until the cache TTL
+      this.d.logger.error({ err: e, invalidation: ev.type }, 'cache invalidation failed to publish');
     }
+  }
+
+  private emitRevoked(ids: string[]): void {
+    if (ids.length > 0) this.publish({ type: 'credential', ids });
   }
 
   rateLimit(route: string, ip: string): void {
@@ -168,6 +187,7 @@ export class IdentityService {
     const userId = await this.d.store.consumeOneTime('password_reset', sha256Hex(b.reset_token), now);
     if (!userId) throw badRequest('reset_token_invalid', 'reset_token is invalid, expired or already used');
     await this.d.store.setPassword(userId, hash, now);
+    this.publish({ type: 'user', userId });
     await this.d.store.markEmailVerified(userId, now);
   }
 
@@ -240,6 +260,7 @@ export class IdentityService {
       }
       await this.d.store.insertTeam(q, { id, displayName: b.display_name.trim(), ownerId: userId, isPersonal: false, now: new Date() });
     });
+    this.publish({ type: 'membership', teamId: id, userId });
     return { id };
   }
 
@@ -272,6 +293,7 @@ export class IdentityService {
     const revoked = await this.d.store.deleteTeam(p.teamId, new Date());
     if (!revoked) throw notFound('team', 'team_not_found');
     this.emitRevoked(revoked);
+    this.publish({ type: 'team', teamId: p.teamId });
   }
 
   async members(p: TeamPrincipal, page: PageRequest): Promise<Record<string, unknown>> {
@@ -290,6 +312,7 @@ export class IdentityService {
     if (!current) throw notFound('member', 'member_not_found');
     if (current === 'owner') throw forbidden('owner_role_immutable', "the owner's role changes only by transferring ownership");
     await this.d.store.setMemberRole(p.teamId, userId, role);
+    this.publish({ type: 'membership', teamId: p.teamId, userId });
     return { id: userId };
   }
 
@@ -300,12 +323,17 @@ export class IdentityService {
     if (target === 'owner') throw self ? conflict('owner_cannot_leave', 'the owner cannot leave the team; transfer ownership first') : forbidden('owner_cannot_be_removed', 'the owner cannot be removed');
     if (!self && ROLE_RANK[p.role ?? 'member'] < ROLE_RANK.admin) throw forbidden('insufficient_role', 'requires the admin role');
     if (!(await this.d.store.removeMember(p.teamId, userId))) throw notFound('member', 'member_not_found');
+    this.publish({ type: 'membership', teamId: p.teamId, userId });
   }
 
   async transfer(p: TeamPrincipal, newOwnerId: string): Promise<void> {
     const from = requireUser(p);
     if (newOwnerId === from) throw badRequest('invalid_parameter', 'new_owner_id: you already own this team');
     const r = await this.d.store.transferOwnership(p.teamId, from, newOwnerId, new Date(), this.d.config.quotas.maxOwnedTeams);
+    if (r === 'ok') {
+      this.publish({ type: 'membership', teamId: p.teamId, userId: from });
+      this.publish({ type: 'membership', teamId: p.teamId, userId: newOwnerId });
+    }
     if (r === 'not_owner') throw forbidden('insufficient_role', 'only the owner may transfer the team');
     if (r === 'not_member') throw notFound('member', 'member_not_found');
     if (r === 'quota') throw quotaExceeded('max_owned_teams', this.d.config.quotas.maxOwnedTeams);
@@ -357,10 +385,11 @@ export class IdentityService {
     const user = await this.d.store.userById(requireUser(p));
     if (!user) throw unauthorized('credential_invalid', 'the account no longer exists');
     const r = await this.d.store.acceptInvitation(sha256Hex(b.invitation_token), { id: user.id, emailNorm: user.email_normalized }, new Date());
-    if (r === 'not_found') throw notFound('invitation', 'invitation_not_found');
-    if (r === 'expired') throw gone('invitation_expired', 'this invitation has expired; ask for a new one');
-    if (r === 'email_mismatch') throw forbidden('invitation_email_mismatch', 'this invitation was sent to another email address');
-    if (r === 'already_member') throw conflict('already_member', 'you are already a member of this team');
+    if (r.outcome === 'ok') this.publish({ type: 'membership', teamId: r.teamId, userId: user.id });
+    if (r.outcome === 'not_found') throw notFound('invitation', 'invitation_not_found');
+    if (r.outcome === 'expired') throw gone('invitation_expired', 'this invitation has expired; ask for a new one');
+    if (r.outcome === 'email_mismatch') throw forbidden('invitation_email_mismatch', 'this invitation was sent to another email address');
+    if (r.outcome === 'already_member') throw conflict('already_member', 'you are already a member of this team');
   }
 
   // ---- credentials ---------------------------------------------------------------------------

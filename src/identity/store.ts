@@ -1,6 +1,6 @@
 import type { Database, Em } from '../persistence/db.js';
-import { Credential, RefreshToken } from '../persistence/entities/identity.js';
-import type { TeamRole } from '../edge/principal.js';
+import { RefreshToken } from '../persistence/entities/identity.js';
+import type { TeamRole } from './principal.js';
 import type { PageRequest } from '../shared/pagination.js';
 import type { CredentialKind } from './credentials.js';
 
@@ -288,19 +288,23 @@ export class IdentityStore {
   }
 
   /** Accepts a pending invitation for this user (email must match); the outcome names what went wrong. */
-  async acceptInvitation(tokenHash: string, user: { id: string; emailNorm: string }, now: Date): Promise<'ok' | 'not_found' | 'expired' | 'email_mismatch' | 'already_member'> {
+  async acceptInvitation(
+    tokenHash: string,
+    user: { id: string; emailNorm: string },
+    now: Date,
+  ): Promise<{ outcome: 'ok' | 'already_member'; teamId: string } | { outcome: 'not_found' | 'expired' | 'email_mismatch' }> {
     return this.tx(async (q) => {
       const r = await q<{ id: string; team_id: string; email_normalized: string; member_role: TeamRole; expires_at: Date; invitation_status: string }>(
         `select i.* from invitations i join teams t on t.id = i.team_id and t.deleted_at is null where i.token_hash = ? for update of i`,
         [tokenHash],
       );
       const inv = r[0];
-      if (!inv || inv.invitation_status !== 'pending') return 'not_found';
-      if (inv.expires_at.getTime() <= now.getTime()) return 'expired';
-      if (inv.email_normalized !== user.emailNorm) return 'email_mismatch';
+      if (!inv || inv.invitation_status !== 'pending') return { outcome: 'not_found' };
+      if (inv.expires_at.getTime() <= now.getTime()) return { outcome: 'expired' };
+      if (inv.email_normalized !== user.emailNorm) return { outcome: 'email_mismatch' };
       const added = await this.addMember(q, inv.team_id, user.id, inv.member_role, now);
       await q(`update invitations set invitation_status = 'accepted', accepted_by = ?, accepted_at = ? where id = ?`, [user.id, now, inv.id]);
-      return added ? 'ok' : 'already_member';
+      return { outcome: added ? 'ok' : 'already_member', teamId: inv.team_id };
     });
   }
 
@@ -316,7 +320,7 @@ export class IdentityStore {
     );
   }
 
-  /** The lookup the authenticator makes on every credential request (by hash, no cache). */
+  /** The authenticator's credential lookup by hash (behind CachedAuthLookup: only on a cache miss). */
   async credentialByHash(hash: string): Promise<CredentialAuthRow | null> {
     const r = await this.q<CredentialAuthRow>(
       `select c.id, c.credential_type, c.team_id, c.user_id, c.display_name, c.linked_to, c.expires_at, c.revoked_at,
@@ -352,22 +356,27 @@ export class IdentityStore {
 
   /**
    * Revokes one credential of this team, and when it is a device credential minted by pairing, the
-   * agent credential minted with it. Returns the ids revoked (empty: not found in this team).
+   * agent credential minted with it, in one transaction. Returns the ids revoked (empty: not found
+   * in this team).
    */
   async revokeCredential(teamId: string, id: string, now: Date): Promise<string[]> {
-    const em = this.db.em();
-    const n = await em.nativeUpdate(Credential, { id, teamId, revokedAt: null }, { revokedAt: now });
-    if (n === 0) return [];
-    const revoked = [id];
-    const row = await em.findOne(Credential, { id, teamId }, { fields: ['credentialType', 'linkedTo'] });
-    if (row?.credentialType === 'device' && row.linkedTo) {
-      const linked = await this.q<{ id: string }>(
-        `update credentials set revoked_at = ? where team_id = ? and linked_to = ? and credential_type = 'agent' and revoked_at is null returning id`,
-        [now, teamId, row.linkedTo],
+    return this.tx(async (q) => {
+      const r = await q<{ credential_type: CredentialKind; linked_to: string | null }>(
+        `update credentials set revoked_at = ? where id = ? and team_id = ? and revoked_at is null returning credential_type, linked_to`,
+        [now, id, teamId],
       );
-      revoked.push(...linked.map((l) => l.id));
-    }
-    return revoked;
+      const row = r[0];
+      if (!row) return [];
+      const revoked = [id];
+      if (row.credential_type === 'device' && row.linked_to) {
+        const linked = await q<{ id: string }>(
+          `update credentials set revoked_at = ? where team_id = ? and linked_to = ? and credential_type = 'agent' and revoked_at is null returning id`,
+          [now, teamId, row.linked_to],
+        );
+        revoked.push(...linked.map((l) => l.id));
+      }
+      return revoked;
+    });
   }
 
   /** Writes the batched last_used_at values (one statement). */

@@ -1,0 +1,220 @@
+import { systemClock, type Clock } from '../shared/clock.js';
+import type { AuthLookup } from './authenticator.js';
+import type { CacheInvalidationPort, Invalidation } from './invalidation.js';
+import type { CredentialAuthRow, UserAuthRow } from './store.js';
+
+export interface AuthCacheOptions {
+  /** Entries per map (credentials, user x team); the least recently used is evicted beyond it. */
+  maxEntries: number;
+  /** Backstop age of an entry (ms): invalidation is the mechanism, the TTL only bounds a missed one. 0 disables the cache. */
+  ttlMs: number;
+  clock?: Clock;
+}
+
+export const DEFAULT_AUTH_CACHE: Readonly<Omit<AuthCacheOptions, 'clock'>> = { maxEntries: 10_000, ttlMs: 60_000 };
+
+/** Counters for tests and diagnostics (a warm request shows as a hit and no lookup). */
+export interface AuthCacheStats {
+  credentialHits: number;
+  credentialLookups: number;
+  userHits: number;
+  userLookups: number;
+  invalidations: number;
+  evictions: number;
+}
+
+interface Entry<V> {
+  value: V;
+  at: number;
+}
+
+/** A Map in least-recently-used order (a hit moves the key to the end); evicts from the front. */
+class Lru<V> {
+  readonly map = new Map<string, Entry<V>>();
+
+  constructor(
+    private readonly max: number,
+    private readonly onEvict: () => void,
+  ) {}
+
+  get(key: string, now: number, ttlMs: number): V | undefined {
+    const e = this.map.get(key);
+    if (!e) return undefined;
+    this.map.delete(key);
+    if (now - e.at >= ttlMs) return undefined;
+    this.map.set(key, e);
+    return e.value;
+  }
+
+  set(key: string, value: V, now: number): void {
+    this.map.delete(key);
+    this.map.set(key, { value, at: now });
+    while (this.map.size > this.max) {
+      const oldest = this.map.keys().next();
+      if (oldest.done) break;
+      this.map.delete(oldest.value);
+      this.onEvict();
+    }
+  }
+
+  deleteWhere(pred: (key: string, v: V) => boolean): void {
+    for (const [k, e] of this.map) if (pred(k, e.value)) this.map.delete(k);
+  }
+
+  clear(): void {
+    this.map.clear();
+  }
+}
+
+const userKey = (userId: string, teamId: string | null): string => `${userId}/${teamId ?? ''}`;
+
+/**
+ * The authenticator's lookups, answered from memory when warm: a verified credential by the SHA-256
+ * of its value (the key is the hash, never the secret), and a user's session version plus their
+ * role in the requested team. A warm request reads no PostgreSQL at all.
+ *
+ * Correctness rests on invalidation, not on the TTL:
+ * - every identity write that changes a cached answer publishes an Invalidation after it commits
+ *   (CacheInvalidationPort); this cache drops the affected entries synchronously, so the next
+ *   request on this node reads PostgreSQL again;
+ * - a lookup that was in flight when any invalidation arrived is not stored (an epoch check), and
+ *   in-flight lookups are not shared with requests that arrive after it: a read that began before
+ *   the write committed can never repopulate the cache with the old answer;
+ * - what changes with time alone (expires_at) is checked against the clock by the authenticator on
+ *   every hit, so expiry needs no invalidation;
+ * - only rows found are cached (an unknown hash or user, or a user who is not a member of the
+ *   X-Team-ID team, always goes to the database, so garbage cannot flush good entries out), and
+ *   both maps are bounded (LRU) with a TTL as the backstop for changes made outside the identity
+ *   service (e.g. SQL by hand).
+ */
+export class CachedAuthLookup implements AuthLookup {
+  readonly stats: AuthCacheStats = { credentialHits: 0, credentialLookups: 0, userHits: 0, userLookups: 0, invalidations: 0, evictions: 0 };
+  private readonly creds: Lru<CredentialAuthRow>;
+  private readonly users: Lru<UserAuthRow & { teamId: string | null }>;
+  private readonly inflightCreds = new Map<string, Promise<CredentialAuthRow | null>>();
+  private readonly inflightUsers = new Map<string, Promise<UserAuthRow | null>>();
+  private epoch = 0;
+  private readonly clock: Clock;
+  private readonly ttlMs: number;
+  private readonly unsubscribe: () => void;
+
+  constructor(
+    private readonly inner: AuthLookup,
+    invalidation: CacheInvalidationPort,
+    o: AuthCacheOptions = DEFAULT_AUTH_CACHE,
+  ) {
+    this.clock = o.clock ?? systemClock;
+    this.ttlMs = Math.max(0, o.ttlMs);
+    const max = Math.max(1, Math.floor(o.maxEntries));
+    const evicted = (): void => {
+      this.stats.evictions++;
+    };
+    this.creds = new Lru(max, evicted);
+    this.users = new Lru(max, evicted);
+    this.unsubscribe = invalidation.subscribe((ev) => this.invalidate(ev));
+  }
+
+  async credentialByHash(hash: string): Promise<CredentialAuthRow | null> {
+    const hit = this.creds.get(hash, this.clock.now(), this.ttlMs);
+    if (hit) {
+      this.stats.credentialHits++;
+      return hit;
+    }
+    return this.load(this.inflightCreds, hash, () => this.inner.credentialByHash(hash), (row) => this.creds.set(hash, row, this.clock.now()), () => this.stats.credentialLookups++);
+  }
+
+  async userAuth(userId: string, teamId: string | null): Promise<UserAuthRow | null> {
+    const key = userKey(userId, teamId);
+    const hit = this.users.get(key, this.clock.now(), this.ttlMs);
+    if (hit) {
+      this.stats.userHits++;
+      return hit;
+    }
+    return this.load(
+      this.inflightUsers,
+      key,
+      () => this.inner.userAuth(userId, teamId),
+      (row) => {
+        // "not a member of the team asked for" is not kept: any X-Team-ID would otherwise fill the LRU
+        if (teamId === null || row.member_role !== null) this.users.set(key, Object.freeze({ ...row, teamId }), this.clock.now());
+      },
+      () => this.stats.userLookups++,
+    );
+  }
+
+  flushLastUsed(entries: Array<[string, Date]>): Promise<void> {
+    return this.inner.flushLastUsed(entries);
+  }
+
+  /** Drops what the event makes stale (synchronously: the next request reads PostgreSQL). */
+  invalidate(ev: Invalidation): void {
+    this.stats.invalidations++;
+    this.epoch++;
+    // lookups started before this point may hold the old answer: later requests must not join them
+    this.inflightCreds.clear();
+    this.inflightUsers.clear();
+    switch (ev.type) {
+      case 'credential': {
+        const ids = new Set(ev.ids);
+        this.creds.deleteWhere((_k, r) => ids.has(r.id));
+        return;
+      }
+      case 'membership':
+        // device credentials carry their user's role in their team
+        this.creds.deleteWhere((_k, r) => r.team_id === ev.teamId && r.user_id === ev.userId);
+        this.users.deleteWhere((_k, u) => u.id === ev.userId && u.teamId === ev.teamId);
+        return;
+      case 'user':
+        this.creds.deleteWhere((_k, r) => r.user_id === ev.userId);
+        this.users.deleteWhere((_k, u) => u.id === ev.userId);
+        return;
+      case 'team':
+        this.creds.deleteWhere((_k, r) => r.team_id === ev.teamId);
+        this.users.deleteWhere((_k, u) => u.teamId === ev.teamId);
+        return;
+    }
+  }
+
+  /** Entries held (credentials, user x team). */
+  size(): { credentials: number; users: number } {
+    return { credentials: this.creds.map.size, users: this.users.map.size };
+  }
+
+  clear(): void {
+    this.epoch++;
+    this.inflightCreds.clear();
+    this.inflightUsers.clear();
+    this.creds.clear();
+    this.users.clear();
+  }
+
+  close(): void {
+    this.unsubscribe();
+    this.clear();
+  }
+
+  /**
+   * One database read per key at a time (concurrent misses share it), stored only when no
+   * invalidation arrived while it ran. With ttlMs 0 every call reads the database.
+   */
+  private async load<V extends object>(inflight: Map<string, Promise<V | null>>, key: string, read: () => Promise<V | null>, store: (v: V) => void, counted: () => void): Promise<V | null> {
+    if (this.ttlMs === 0) {
+      counted();
+      return read();
+    }
+    const shared = inflight.get(key);
+    if (shared) return shared;
+    counted();
+    const epoch = this.epoch;
+    const p: Promise<V | null> = read()
+      .then((v) => {
+        if (v && epoch === this.epoch) store(Object.freeze(v));
+        return v;
+      })
+      .finally(() => {
+        if (inflight.get(key) === p) inflight.delete(key);
+      });
+    inflight.set(key, p);
+    return p;
+  }
+}
