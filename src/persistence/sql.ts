@@ -41,7 +41,10 @@ export interface TickBatcherOptions<I> {
   maxBatch?: number;
   /** Batches running at once (default 1): while they run, new items gather into the next one. */
   maxInFlight?: number;
-  /** Items with the same key never share a batch and keep their submission order (e.g. the task id). */
+  /**
+   * Items with the same key never share a batch, never run in two batches at once, and keep their
+   * submission order (e.g. the task id).
+   */
   key?: (item: I) => string;
 }
 
@@ -66,6 +69,8 @@ export class TickBatcher<I, R> {
   private queue: Array<{ item: I; resolve: (r: R) => void; reject: (e: unknown) => void }> = [];
   private scheduled = false;
   private inFlight = 0;
+  /** Keys of the items in running batches: a later item of such a key waits until its batch ends. */
+  private readonly busy = new Map<string, number>();
   private holds = 0;
   private idle: Array<() => void> = [];
   private queuedWaiters: Array<{ n: number; resolve: () => void }> = [];
@@ -134,7 +139,7 @@ export class TickBatcher<I, R> {
     if (!key) return this.queue.splice(0, this.maxBatch);
     const batch: typeof this.queue = [];
     const rest: typeof this.queue = [];
-    const seen = new Set<string>();
+    const seen = new Set<string>(this.busy.keys());
     for (const x of this.queue) {
       const k = key(x.item);
       // a later item of a key already in this batch (or already deferred) waits for the next one
@@ -147,12 +152,18 @@ export class TickBatcher<I, R> {
       batch.push(x);
     }
     this.queue = rest;
+    for (const x of batch) {
+      const k = key(x.item);
+      this.busy.set(k, (this.busy.get(k) ?? 0) + 1);
+    }
     return batch;
   }
 
   private flush(): void {
     if (this.holds > 0 || this.inFlight >= this.maxInFlight || this.queue.length === 0) return;
     const batch = this.take();
+    // every waiting item belongs to a key whose batch is still running: that batch's end reschedules
+    if (batch.length === 0) return;
     this.inFlight += 1;
     this.stats.batches += 1;
     this.stats.items += batch.length;
@@ -175,6 +186,14 @@ export class TickBatcher<I, R> {
       )
       .finally(() => {
         this.inFlight -= 1;
+        const key = this.o.key;
+        if (key)
+          for (const x of batch) {
+            const k = key(x.item);
+            const n = (this.busy.get(k) ?? 1) - 1;
+            if (n <= 0) this.busy.delete(k);
+            else this.busy.set(k, n);
+          }
         if (this.queue.length > 0) this.schedule();
         else if (this.inFlight === 0) for (const r of this.idle.splice(0)) r();
       });
