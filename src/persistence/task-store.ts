@@ -178,6 +178,10 @@ const BATCH_SQL = `with r as (
  * event rows commit together or not at all — the same guarantee as BEGIN/UPDATE/INSERT/COMMIT in one
  * network round trip instead of four, and the pooled connection is held for one statement only.
  * When the UPDATE matches no row (a stale writer), nothing is inserted.
+ *
+ * transition() and progress() calls of the same tick (from many task actors) share that statement:
+ * BATCH_SQL updates all their rows at once, each with its own fence, and inserts the events of the
+ * rows that moved. Retry-creating transitions keep their own statement (above).
  */
 export class PgTaskStore implements TaskStorePort {
   /** Lifecycle writes of the same tick share one statement (per task: one at a time, in order). */
@@ -237,18 +241,22 @@ export class PgTaskStore implements TaskStorePort {
     });
     const runBatched = async (): Promise<void> => {
       if (batched.length === 0) return;
+      let results: Array<Settled<LifecycleResult>>;
       try {
-        const results = await this.batchStatement(batched.map((i) => ops[i] as LifecycleOp));
-        batched.forEach((i, k) => (out[i] = { value: results[k] as LifecycleResult }));
+        results = await this.batchStatement(batched.map((i) => ops[i] as LifecycleOp));
       } catch {
+        // the statement failed as a whole (nothing of it was written): each op alone
         await Promise.all(batched.map((i) => single(i, ops[i] as LifecycleOp)));
+        return;
       }
+      batched.forEach((i, k) => (out[i] = results[k]));
     };
     await Promise.all([runBatched(), ...alone]);
     return out.map((r) => r ?? { error: new Error('lifecycle op produced no result') });
   }
 
-  private async batchStatement(ops: LifecycleOp[]): Promise<LifecycleResult[]> {
+  /** BATCH_SQL for ops; throws only when that statement failed (then nothing of it was written). */
+  private async batchStatement(ops: LifecycleOp[]): Promise<Array<Settled<LifecycleResult>>> {
     const [row] = await q(this.db)<{ tasks: Array<Record<string, any>>; events: Array<Record<string, any>> }>(BATCH_SQL, [JSON.stringify(ops.map((op, i) => batchRow(i, op)))]);
     const updated = new Map<number, Record<string, any>>((row?.tasks ?? []).map((t) => [Number(t.i), t]));
     const eventsOf = new Map<string, TaskEvent[]>();
@@ -258,19 +266,25 @@ export class PgTaskStore implements TaskStorePort {
       if (list) list.push(ev);
       else eventsOf.set(ev.taskId, [ev]);
     }
-    // stale writers: nothing was written; re-read the truth (as of now) in one query
-    const staleIds = ops.filter((_, i) => !updated.has(i) && ops[i]?.kind === 'transition').map(opTaskId);
+    // stale writers: nothing was written; re-read the truth (as of now) in one query. The batch has
+    // committed by now, so a failure of this read is only the stale writers' (never a reason to re-run)
+    const staleIds = ops.filter((op, i) => !updated.has(i) && op.kind === 'transition').map(opTaskId);
     const current = new Map<string, TaskRecord>();
+    let readError: { error: unknown } | null = null;
     if (staleIds.length > 0) {
-      const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id in (select jsonb_array_elements_text(?::jsonb)::uuid)`, [JSON.stringify(staleIds)]);
-      for (const r of rows) current.set(String(r.id), rowToTask(r));
+      try {
+        const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id in (select jsonb_array_elements_text(?::jsonb)::uuid)`, [JSON.stringify(staleIds)]);
+        for (const r of rows) current.set(String(r.id), rowToTask(r));
+      } catch (error) {
+        readError = { error };
+      }
     }
-    return ops.map((op, i): LifecycleResult => {
+    return ops.map((op, i): Settled<LifecycleResult> => {
       const u = updated.get(i);
       const events = eventsOf.get(opTaskId(op)) ?? [];
-      if (op.kind === 'progress') return u ? { ok: true, event: events[0] ?? null } : { ok: false, event: null };
-      if (!u) return { ok: false, current: current.get(op.req.taskId) ?? null };
-      return { ok: true, task: rowToTask(u), events, retryTaskId: null, ...(u.with_assignment ? { assignment: rowToAssignment(u) } : {}) };
+      if (op.kind === 'progress') return { value: u ? { ok: true, event: events[0] ?? null } : { ok: false, event: null } };
+      if (!u) return readError ?? { value: { ok: false, current: current.get(op.req.taskId) ?? null } };
+      return { value: { ok: true, task: rowToTask(u), events, retryTaskId: null, ...(u.with_assignment ? { assignment: rowToAssignment(u) } : {}) } };
     });
   }
 
