@@ -52,6 +52,8 @@ export interface GantryNode {
   liveEvents: LiveEvents;
   agentStore: PgAgentStore;
   taskStore: PgTaskStore;
+  /** Task reads and the group-committed submit insert (its batch stats and hold hook serve tests and bench). */
+  taskQueries: TaskQueries;
   objectStore: ObjectStore;
   /** Staged files, multipart, output links/retention, model and node registries, sync manifest, sweepers. */
   files: Files;
@@ -240,6 +242,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     liveEvents,
     agentStore,
     taskStore,
+    taskQueries,
     objectStore,
     files,
     agentGrpc,

@@ -32,3 +32,170 @@ export const q = (db: Database): Q => {
 export const json = (v: unknown): string => JSON.stringify(v ?? null);
 export const ts = (v: Date | string | null | undefined): number | null => (v === null || v === undefined ? null : new Date(v).getTime());
 export const iso = (v: Date | string | number | null | undefined): string | null => (v === null || v === undefined ? null : new Date(v).toISOString());
+
+/** One item's outcome in a batch: its own value, or its own error. */
+export type Settled<R> = { value: R } | { error: unknown };
+
+export interface TickBatcherOptions<I> {
+  /** Most items per statement (default 500). */
+  maxBatch?: number;
+  /** Batches running at once (default 1): while they run, new items gather into the next one. */
+  maxInFlight?: number;
+  /**
+   * Items with the same key never share a batch, never run in two batches at once, and keep their
+   * submission order (e.g. the task id).
+   */
+  key?: (item: I) => string;
+}
+
+export interface BatcherStats {
+  /** Batches run (each one statement / one transaction for the callers' items). */
+  batches: number;
+  /** Items submitted through them. */
+  items: number;
+  /** Batches whose run threw (every item of it failed). */
+  failedBatches: number;
+  /** The largest batch so far. */
+  maxBatch: number;
+}
+
+/**
+ * Group commit: items submitted in the same event-loop tick (and while earlier batches are still
+ * running) are handed to `run` together, once per tick (setImmediate), so concurrent callers share
+ * one statement. Each caller's promise settles only after `run` returned (its statement finished);
+ * when `run` throws, every item of that batch is rejected with that error.
+ */
+export class TickBatcher<I, R> {
+  private queue: Array<{ item: I; resolve: (r: R) => void; reject: (e: unknown) => void }> = [];
+  private scheduled = false;
+  private inFlight = 0;
+  /** Keys of the items in running batches: a later item of such a key waits until its batch ends. */
+  private readonly busy = new Map<string, number>();
+  private holds = 0;
+  private idle: Array<() => void> = [];
+  private queuedWaiters: Array<{ n: number; resolve: () => void }> = [];
+  readonly stats: BatcherStats = { batches: 0, items: 0, failedBatches: 0, maxBatch: 0 };
+  private readonly maxBatch: number;
+  private readonly maxInFlight: number;
+
+  constructor(
+    private readonly run: (items: I[]) => Promise<Array<Settled<R>>>,
+    private readonly o: TickBatcherOptions<I> = {},
+  ) {
+    this.maxBatch = o.maxBatch ?? 500;
+    this.maxInFlight = o.maxInFlight ?? 1;
+  }
+
+  submit(item: I): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      for (const w of this.queuedWaiters.filter((x) => this.queue.length >= x.n)) {
+        this.queuedWaiters.splice(this.queuedWaiters.indexOf(w), 1);
+        w.resolve();
+      }
+      this.schedule();
+    });
+  }
+
+  /** Items waiting for a batch. */
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  /** Resolves once at least n items are waiting (tests hold the batcher, then wait for their requests). */
+  whenQueued(n: number): Promise<void> {
+    if (this.queue.length >= n) return Promise.resolve();
+    return new Promise((resolve) => this.queuedWaiters.push({ n, resolve }));
+  }
+
+  /** Stops starting batches until the returned function is called (items keep gathering). */
+  hold(): () => void {
+    this.holds += 1;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.holds -= 1;
+      this.schedule();
+    };
+  }
+
+  /** Resolves when nothing is queued or running (shutdown). */
+  async drain(): Promise<void> {
+    while (this.queue.length > 0 || this.inFlight > 0) await new Promise<void>((r) => this.idle.push(r));
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.holds > 0 || this.inFlight >= this.maxInFlight || this.queue.length === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.flush();
+    });
+  }
+
+  private take(): Array<{ item: I; resolve: (r: R) => void; reject: (e: unknown) => void }> {
+    const key = this.o.key;
+    if (!key) return this.queue.splice(0, this.maxBatch);
+    const batch: typeof this.queue = [];
+    const rest: typeof this.queue = [];
+    const seen = new Set<string>(this.busy.keys());
+    for (const x of this.queue) {
+      const k = key(x.item);
+      // a later item of a key already in this batch (or already deferred) waits for the next one
+      if (batch.length >= this.maxBatch || seen.has(k)) {
+        rest.push(x);
+        seen.add(k);
+        continue;
+      }
+      seen.add(k);
+      batch.push(x);
+    }
+    this.queue = rest;
+    for (const x of batch) {
+      const k = key(x.item);
+      this.busy.set(k, (this.busy.get(k) ?? 0) + 1);
+    }
+    return batch;
+  }
+
+  private flush(): void {
+    if (this.holds > 0 || this.inFlight >= this.maxInFlight || this.queue.length === 0) return;
+    const batch = this.take();
+    // every waiting item belongs to a key whose batch is still running: that batch's end reschedules
+    if (batch.length === 0) return;
+    this.inFlight += 1;
+    this.stats.batches += 1;
+    this.stats.items += batch.length;
+    this.stats.maxBatch = Math.max(this.stats.maxBatch, batch.length);
+    const settle = (results: Array<Settled<R>> | null, err: unknown): void => {
+      batch.forEach((x, i) => {
+        const r = results?.[i];
+        if (!r) x.reject(err ?? new Error('batch returned no result for an item'));
+        else if ('error' in r) x.reject(r.error);
+        else x.resolve(r.value);
+      });
+    };
+    this.run(batch.map((x) => x.item))
+      .then(
+        (results) => settle(results, null),
+        (err: unknown) => {
+          this.stats.failedBatches += 1;
+          settle(null, err);
+        },
+      )
+      .finally(() => {
+        this.inFlight -= 1;
+        const key = this.o.key;
+        if (key)
+          for (const x of batch) {
+            const k = key(x.item);
+            const n = (this.busy.get(k) ?? 1) - 1;
+            if (n <= 0) this.busy.delete(k);
+            else this.busy.set(k, n);
+          }
+        if (this.queue.length > 0) this.schedule();
+        else if (this.inFlight === 0) for (const r of this.idle.splice(0)) r();
+      });
+  }
+}

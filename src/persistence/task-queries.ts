@@ -1,5 +1,9 @@
 import type { Database } from './db.js';
-import { q, json, iso, ts } from './sql.js';
+import { q, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
+import { AppError } from '../shared/errors.js';
+
+const submitFailed = (cause?: unknown): AppError =>
+  new AppError('unavailable', 'task_submit_failed', 'the task could not be committed (nothing was accepted); retry the request', { retryAfterS: 1, ...(cause === undefined ? {} : { cause }) });
 import type { TaskEvent, TaskRecord } from '../actors/ports.js';
 
 export interface NewTask {
@@ -24,95 +28,94 @@ export interface NewTask {
   createdByCredentialId: string | null;
 }
 
-export interface TaskView {
-  task_id: string;
-  workflow_id: string;
-  workflow_slug: string;
-  workflow_version: number;
-  task_status: string;
-  dispatch_target: string;
-  agent_id: string | null;
-  parameters: Record<string, unknown>;
-  progress: { progress: number; step_current: number; step_total: number; current_node: string } | null;
-  attempt: number;
-  parent_task_id: string | null;
-  retry_task_id: string | null;
-  task_error: string | null;
-  created_at: string | null;
-  updated_at: string | null;
-  queued_at: string | null;
-  started_at: string | null;
-  finished_at: string | null;
-}
-
-export const taskView = (r: Record<string, any>): TaskView => ({
-  task_id: r.id,
-  workflow_id: r.workflow_id,
-  workflow_slug: r.workflow_slug,
-  workflow_version: Number(r.workflow_version),
-  task_status: r.task_status,
-  dispatch_target: r.dispatch_target,
-  agent_id: r.agent_id ?? null,
-  parameters: r.parameters ?? {},
-  progress: r.progress
-    ? { progress: r.progress.progress, step_current: r.progress.step_current, step_total: r.progress.step_total, current_node: r.progress.current_node }
-    : r.task_status === 'completed'
-      ? { progress: 1, step_current: 0, step_total: 0, current_node: '' }
-      : null,
-  attempt: Number(r.attempt),
-  parent_task_id: r.parent_task_id ?? null,
-  retry_task_id: r.retry_task_id ?? null,
-  task_error: r.task_error ?? null,
-  created_at: iso(r.created_at),
-  updated_at: iso(r.updated_at),
-  queued_at: iso(r.queued_at),
-  started_at: iso(r.started_at),
-  finished_at: iso(r.finished_at),
-});
-
-/** Reads and the one insert of the task API (writes after insert go through the task actor). */
+/** Reads and the one insert of the task API (writes after insert go through the task actor). SQL only: presentation is src/domain/tasks/view.ts. */
 export class TaskQueries {
-  constructor(private readonly db: Database) {}
 
-  /** Inserts the pending task and its first event in one atomic statement; returns the event and the record. */
-  async insert(t: NewTask): Promise<TaskEvent[] & { record?: TaskRecord }> {
-    const rows = await q(this.db)(
-      `with t as (
-         insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type, parameters,
-           resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id)
-         values (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?::jsonb, ?, ?::jsonb, ?, ?, ?)
-         returning id, team_id, seq, created_at),
-       e as (
-         insert into task_events (task_id, team_id, event_type, payload)
-         select id, team_id, 'status', jsonb_build_object('task_id', id, 'status', 'pending', 'timestamp', ?::text) from t
-         returning *)
-       select e.*, t.seq as task_seq, t.created_at as task_created_at from e, t`,
-      [
-        t.id,
-        t.teamId,
-        t.workflowId,
-        t.workflowSlug,
-        t.workflowVersion,
-        t.snapshotId,
-        t.dispatchTarget,
-        t.toolType,
-        json(t.parameters),
-        json(t.resolvedWorkflow),
-        json(t.inputFiles),
-        t.maxRetries,
-        t.timeoutS,
-        json(t.requiredLabels),
-        t.minVramGb,
-        json(t.requiredModels),
-        t.preferredGpu,
-        t.createdByUserId,
-        t.createdByCredentialId,
-        new Date().toISOString(),
-      ],
-    );
-    const events: TaskEvent[] & { record?: TaskRecord } = rows.map((r) => ({ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 }));
-    const p = rows[0] as { task_seq?: number; task_created_at?: string } | undefined;
-    if (p?.task_seq !== undefined)
+  /**
+   * The submit path's group commit: every insert made in the same tick (and while an earlier batch
+   * is still being written) goes into ONE statement that inserts all the tasks and their first
+   * `pending` status events (one implicit transaction). Each caller's promise resolves only after
+   * that statement committed; when it fails, every caller of that batch gets 503 `task_submit_failed`
+   * and none of their rows exist.
+   */
+  private readonly submits: TickBatcher<NewTask & { at: string }, TaskEvent[] & { record?: TaskRecord }>;
+
+  constructor(
+    private readonly db: Database,
+    opts: { maxBatch?: number; maxInFlight?: number } = {},
+  ) {
+    this.submits = new TickBatcher((items) => this.insertBatch(items), { maxBatch: opts.maxBatch ?? 500, maxInFlight: opts.maxInFlight ?? 2 });
+  }
+
+  /** Batches written, items, failed batches, largest batch (bench and tests read it). */
+  get submitStats(): BatcherStats {
+    return this.submits.stats;
+  }
+
+  /** The submit batcher itself: tests hold it to gather a known set of requests into one batch. */
+  get submitBatcher(): Pick<TickBatcher<unknown, unknown>, 'hold' | 'whenQueued' | 'queued' | 'drain'> {
+    return this.submits;
+  }
+
+  /** Inserts the pending task and its first event (group commit); returns the event and the record. */
+  insert(t: NewTask): Promise<TaskEvent[] & { record?: TaskRecord }> {
+    return this.submits.submit({ ...t, at: new Date().toISOString() });
+  }
+
+  private async insertBatch(items: Array<NewTask & { at: string }>): Promise<Array<Settled<TaskEvent[] & { record?: TaskRecord }>>> {
+    const rowsIn = items.map((t, i) => ({
+      ord: i,
+      id: t.id,
+      team_id: t.teamId,
+      workflow_id: t.workflowId,
+      workflow_slug: t.workflowSlug,
+      workflow_version: t.workflowVersion,
+      snapshot_id: t.snapshotId,
+      dispatch_target: t.dispatchTarget,
+      tool_type: t.toolType,
+      parameters: t.parameters ?? {},
+      resolved_workflow: t.resolvedWorkflow ?? null,
+      input_files: t.inputFiles ?? [],
+      max_retries: t.maxRetries,
+      task_timeout_s: t.timeoutS,
+      required_labels: t.requiredLabels ?? [],
+      min_vram_gb: t.minVramGb,
+      required_models: t.requiredModels ?? [],
+      preferred_gpu: t.preferredGpu,
+      created_by_user_id: t.createdByUserId,
+      created_by_credential_id: t.createdByCredentialId,
+      at: t.at,
+    }));
+    let rows: Array<Record<string, any>>;
+    try {
+      rows = await q(this.db)(
+        `with v as (
+           select * from jsonb_to_recordset(?::jsonb) as x(ord int, id uuid, team_id uuid, workflow_id uuid, workflow_slug text, workflow_version int,
+             snapshot_id uuid, dispatch_target text, tool_type text, parameters jsonb, resolved_workflow jsonb, input_files jsonb, max_retries int,
+             task_timeout_s int, required_labels jsonb, min_vram_gb float8, required_models jsonb, preferred_gpu text, created_by_user_id uuid,
+             created_by_credential_id uuid, at text)),
+         t as (
+           insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type, parameters,
+             resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id)
+           select id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, 'pending', dispatch_target, tool_type, parameters,
+             resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id
+           from v order by ord
+           returning id, team_id, seq, created_at),
+         e as (
+           insert into task_events (task_id, team_id, event_type, payload)
+           select t.id, t.team_id, 'status', jsonb_build_object('task_id', t.id, 'status', 'pending', 'timestamp', v.at) from t join v on v.id = t.id order by v.ord
+           returning *)
+         select e.*, t.seq as task_seq, t.created_at as task_created_at from e join t on t.id = e.task_id`,
+        [JSON.stringify(rowsIn)],
+      );
+    } catch (err) {
+      throw submitFailed(err);
+    }
+    const byTask = new Map(rows.map((r) => [String(r.task_id), r]));
+    return items.map((t) => {
+      const r = byTask.get(t.id);
+      if (!r) return { error: submitFailed() };
+      const events: TaskEvent[] & { record?: TaskRecord } = [{ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 }];
       events.record = {
         id: t.id,
         teamId: t.teamId,
@@ -128,13 +131,14 @@ export class TaskQueries {
         minVramGb: t.minVramGb,
         requiredModels: t.requiredModels,
         preferredGpu: t.preferredGpu,
-        seq: Number(p.task_seq),
+        seq: Number(r.task_seq),
         startedAt: null,
-        createdAt: ts(p.task_created_at) ?? Date.now(),
+        createdAt: ts(r.task_created_at) ?? Date.now(),
         parentTaskId: null,
         retryTaskId: null,
       };
-    return events;
+      return { value: events };
+    });
   }
 
   async get(teamId: string, taskId: string): Promise<Record<string, any> | null> {

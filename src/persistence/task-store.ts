@@ -1,5 +1,5 @@
 import type { Database } from './db.js';
-import { q, json, ts } from './sql.js';
+import { q, json, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
 import { uuidv7 } from '../shared/ids.js';
 import type {
   TaskAssignment,
@@ -108,6 +108,66 @@ function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: 
   return { sql: `update tasks set ${sets.join(', ')} where ${where}`, params };
 }
 
+/** A lifecycle write waiting for its tick's batch. */
+type LifecycleOp =
+  | { kind: 'transition'; req: TransitionRequest }
+  | { kind: 'progress'; taskId: string; epoch: number; p: TaskProgress; event: TaskEventInput | null };
+type ProgressResult = { ok: boolean; event: TaskEvent | null };
+type LifecycleResult = TransitionResult | ProgressResult;
+
+const opTaskId = (op: LifecycleOp): string => (op.kind === 'transition' ? op.req.taskId : op.taskId);
+const isAssigning = (req: TransitionRequest): boolean => req.patch.leaseEpoch !== undefined && req.patch.agentId !== undefined && req.patch.agentId !== null;
+const isoOrNull = (v: number | null): string | null => (v === null ? null : new Date(v).toISOString());
+
+/** One row of the batch's VALUES (a jsonb recordset): the fence (from-states, epoch), the target and which columns to set. */
+function batchRow(i: number, op: LifecycleOp): Record<string, unknown> {
+  if (op.kind === 'progress') {
+    return { i, id: op.taskId, from_s: ['running'], epoch: op.epoch, to_s: null, s_progress: true, progress: op.p, events: op.event ? [{ type: op.event.type, data: op.event.data }] : [] };
+  }
+  const { req } = op;
+  const p = req.patch;
+  const row: Record<string, unknown> = { i, id: req.taskId, from_s: [...req.from], epoch: req.epoch ?? null, to_s: req.to, with_assignment: isAssigning(req), events: req.events.map((e) => ({ type: e.type, data: e.data })) };
+  if (p.agentId !== undefined) Object.assign(row, { s_agent: true, agent_id: p.agentId });
+  if (p.leaseEpoch !== undefined) Object.assign(row, { s_lease: true, lease_epoch: p.leaseEpoch });
+  if (p.progress !== undefined) Object.assign(row, { s_progress: true, progress: p.progress });
+  if (p.output !== undefined) Object.assign(row, { s_output: true, output: p.output });
+  if (p.error !== undefined) Object.assign(row, { s_error: true, task_error: p.error });
+  if (p.queuedAt !== undefined) Object.assign(row, { s_queued: true, queued_at: isoOrNull(p.queuedAt) });
+  if (p.startedAt !== undefined) Object.assign(row, { s_started: true, started_at: isoOrNull(p.startedAt) });
+  if (p.finishedAt !== undefined) Object.assign(row, { s_finished: true, finished_at: isoOrNull(p.finishedAt) });
+  return row;
+}
+
+const setIf = (col: string, flag: string): string => `${col} = case when coalesce(r.${flag}, false) then r.${col} else t.${col} end`;
+
+/**
+ * The lifecycle batch: ONE statement for every transition and progress write of a tick. The UPDATE
+ * joins the batch rows and keeps each row's own fence (task_status = any(its from-states) and, when
+ * given, lease_epoch = its epoch), so a stale writer's row matches nothing and gets nothing written;
+ * the INSERT appends the events of exactly the rows that were updated, in request order.
+ */
+const BATCH_SQL = `with r as (
+    select * from jsonb_to_recordset(?::jsonb) as x(i int, id uuid, from_s text[], epoch int, to_s text, with_assignment boolean, events jsonb,
+      s_agent boolean, agent_id uuid, s_lease boolean, lease_epoch int, s_progress boolean, progress jsonb, s_output boolean, output jsonb,
+      s_error boolean, task_error text, s_queued boolean, queued_at timestamptz, s_started boolean, started_at timestamptz, s_finished boolean, finished_at timestamptz)),
+  u as (
+    update tasks t set task_status = coalesce(r.to_s, t.task_status), updated_at = now(),
+      ${setIf('agent_id', 's_agent')}, ${setIf('lease_epoch', 's_lease')}, ${setIf('progress', 's_progress')}, ${setIf('output', 's_output')},
+      ${setIf('task_error', 's_error')}, ${setIf('queued_at', 's_queued')}, ${setIf('started_at', 's_started')}, ${setIf('finished_at', 's_finished')}
+    from r
+    where t.id = r.id and t.task_status = any(r.from_s) and (r.epoch is null or t.lease_epoch = r.epoch)
+    returning r.i, r.with_assignment, ${TASK_COLS.split(',').map((c) => `t.${c.trim()}`).join(', ')},
+      case when r.with_assignment then t.resolved_workflow end as resolved_workflow,
+      case when r.with_assignment then t.parameters end as parameters,
+      case when r.with_assignment then t.input_files end as input_files),
+  e as (
+    insert into task_events (task_id, team_id, event_type, payload)
+    select u.id, u.team_id, x.ev->>'type', x.ev->'data'
+    from u join r on r.i = u.i cross join lateral jsonb_array_elements(r.events) with ordinality as x(ev, n)
+    order by u.i, x.n
+    returning *)
+  select (select coalesce(json_agg(u), '[]'::json) from u) as tasks, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`;
+
 /**
  * PostgreSQL is the source of truth: every transition is one conditional UPDATE fenced by the
  * allowed from-states and the lease epoch, and its events are appended in the same transaction.
@@ -118,20 +178,122 @@ function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: 
  * event rows commit together or not at all — the same guarantee as BEGIN/UPDATE/INSERT/COMMIT in one
  * network round trip instead of four, and the pooled connection is held for one statement only.
  * When the UPDATE matches no row (a stale writer), nothing is inserted.
+ *
+ * transition() and progress() calls of the same tick (from many task actors) share that statement:
+ * BATCH_SQL updates all their rows at once, each with its own fence, and inserts the events of the
+ * rows that moved. Retry-creating transitions keep their own statement (above).
  */
 export class PgTaskStore implements TaskStorePort {
-  constructor(private readonly db: Database) {}
+  /** Lifecycle writes of the same tick share one statement (per task: one at a time, in order). */
+  private readonly lifecycle: TickBatcher<LifecycleOp, LifecycleResult>;
+
+  constructor(
+    private readonly db: Database,
+    opts: { maxBatch?: number; maxInFlight?: number } = {},
+  ) {
+    this.lifecycle = new TickBatcher((ops) => this.runLifecycle(ops), { maxBatch: opts.maxBatch ?? 500, maxInFlight: opts.maxInFlight ?? 2, key: opTaskId });
+  }
+
+  /** Lifecycle batches written, ops, failed batches, largest batch (bench and tests read it). */
+  get lifecycleStats(): BatcherStats {
+    return this.lifecycle.stats;
+  }
+
+  /** The lifecycle batcher: tests hold it to gather a known set of writes into one batch. */
+  get lifecycleBatcher(): Pick<TickBatcher<unknown, unknown>, 'hold' | 'whenQueued' | 'queued' | 'drain'> {
+    return this.lifecycle;
+  }
 
   async load(taskId: string): Promise<TaskRecord | null> {
     const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id = ?`, [taskId]);
     return rows[0] ? rowToTask(rows[0]) : null;
   }
 
-  async transition(req: TransitionRequest): Promise<TransitionResult> {
+  /** Batched with the other lifecycle writes of this tick; the result is this request's own. */
+  transition(req: TransitionRequest): Promise<TransitionResult> {
+    return this.lifecycle.submit({ kind: 'transition', req }) as Promise<TransitionResult>;
+  }
+
+  /** Progress while running with this epoch (batched like transitions). */
+  progress(taskId: string, epoch: number, p: TaskProgress, event: TaskEventInput | null): Promise<ProgressResult> {
+    return this.lifecycle.submit({ kind: 'progress', taskId, epoch, p, event }) as Promise<ProgressResult>;
+  }
+
+  /**
+   * Runs one batch: transitions that create a retry task go through their own statement (in
+   * parallel); everything else goes through BATCH_SQL. If that statement fails (a deadlock, one bad
+   * row), each of its ops is retried alone so one op's failure is only its own.
+   */
+  private async runLifecycle(ops: LifecycleOp[]): Promise<Array<Settled<LifecycleResult>>> {
+    const out: Array<Settled<LifecycleResult> | undefined> = new Array(ops.length);
+    const single = async (i: number, op: LifecycleOp): Promise<void> => {
+      try {
+        out[i] = { value: op.kind === 'transition' ? await this.transitionOne(op.req) : await this.progressOne(op.taskId, op.epoch, op.p, op.event) };
+      } catch (error) {
+        out[i] = { error };
+      }
+    };
+    const batched: number[] = [];
+    const alone: Array<Promise<void>> = [];
+    ops.forEach((op, i) => {
+      if (op.kind === 'transition' && op.req.createRetry) alone.push(single(i, op));
+      else batched.push(i);
+    });
+    const runBatched = async (): Promise<void> => {
+      if (batched.length === 0) return;
+      let results: Array<Settled<LifecycleResult>>;
+      try {
+        results = await this.batchStatement(batched.map((i) => ops[i] as LifecycleOp));
+      } catch {
+        // the statement failed as a whole (nothing of it was written): each op alone
+        await Promise.all(batched.map((i) => single(i, ops[i] as LifecycleOp)));
+        return;
+      }
+      batched.forEach((i, k) => (out[i] = results[k]));
+    };
+    await Promise.all([runBatched(), ...alone]);
+    return out.map((r) => r ?? { error: new Error('lifecycle op produced no result') });
+  }
+
+  /** BATCH_SQL for ops; throws only when that statement failed (then nothing of it was written). */
+  private async batchStatement(ops: LifecycleOp[]): Promise<Array<Settled<LifecycleResult>>> {
+    const [row] = await q(this.db)<{ tasks: Array<Record<string, any>>; events: Array<Record<string, any>> }>(BATCH_SQL, [JSON.stringify(ops.map((op, i) => batchRow(i, op)))]);
+    const updated = new Map<number, Record<string, any>>((row?.tasks ?? []).map((t) => [Number(t.i), t]));
+    const eventsOf = new Map<string, TaskEvent[]>();
+    for (const e of row?.events ?? []) {
+      const ev = rowToEvent(e);
+      const list = eventsOf.get(ev.taskId);
+      if (list) list.push(ev);
+      else eventsOf.set(ev.taskId, [ev]);
+    }
+    // stale writers: nothing was written; re-read the truth (as of now) in one query. The batch has
+    // committed by now, so a failure of this read is only the stale writers' (never a reason to re-run)
+    const staleIds = ops.filter((op, i) => !updated.has(i) && op.kind === 'transition').map(opTaskId);
+    const current = new Map<string, TaskRecord>();
+    let readError: { error: unknown } | null = null;
+    if (staleIds.length > 0) {
+      try {
+        const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id in (select jsonb_array_elements_text(?::jsonb)::uuid)`, [JSON.stringify(staleIds)]);
+        for (const r of rows) current.set(String(r.id), rowToTask(r));
+      } catch (error) {
+        readError = { error };
+      }
+    }
+    return ops.map((op, i): Settled<LifecycleResult> => {
+      const u = updated.get(i);
+      const events = eventsOf.get(opTaskId(op)) ?? [];
+      if (op.kind === 'progress') return { value: u ? { ok: true, event: events[0] ?? null } : { ok: false, event: null } };
+      if (!u) return readError ?? { value: { ok: false, current: current.get(op.req.taskId) ?? null } };
+      return { value: { ok: true, task: rowToTask(u), events, retryTaskId: null, ...(u.with_assignment ? { assignment: rowToAssignment(u) } : {}) } };
+    });
+  }
+
+  /** One transition as its own statement (retry-creating transitions, and the fallback of a failed batch). */
+  private async transitionOne(req: TransitionRequest): Promise<TransitionResult> {
     // the failed event of a task that gets a retry names the retry task (filled in by SQL, since
     // only the UPDATE knows whether attempts are left)
     const retryId = req.createRetry ? uuidv7() : null;
-    const withAssignment = req.patch.leaseEpoch !== undefined && req.patch.agentId !== undefined && req.patch.agentId !== null;
+    const withAssignment = isAssigning(req);
     const extraSets = retryId ? ['retry_task_id = case when attempt <= max_retries then ?::uuid else retry_task_id end'] : [];
     const upd = fencedUpdate(req, extraSets, retryId ? [retryId] : []);
     const returning = withAssignment ? `${TASK_COLS}, ${ASSIGNMENT_COLS}` : TASK_COLS;
@@ -184,7 +346,7 @@ export class PgTaskStore implements TaskStorePort {
     };
   }
 
-  async progress(taskId: string, epoch: number, p: TaskProgress, event: TaskEventInput | null): Promise<{ ok: boolean; event: TaskEvent | null }> {
+  private async progressOne(taskId: string, epoch: number, p: TaskProgress, event: TaskEventInput | null): Promise<ProgressResult> {
     const upd = `update tasks set progress = ?::jsonb, updated_at = now() where id = ? and task_status = 'running' and lease_epoch = ?`;
     if (!event) {
       const rows = await q(this.db)(`${upd} returning id`, [json(p), taskId, epoch]);

@@ -190,8 +190,98 @@ function columnValues(d: WorkflowDefinition): unknown[] {
 }
 const placeholder = (c: string): string => (JSONB_COLUMNS.has(c) ? '?::jsonb' : '?');
 
+/**
+ * The hot-path cache of workflow definitions. A published version never changes, so its
+ * definition and snapshot id are kept without expiry (bounded in count). What a ref points at
+ * (the current version and status of an id or slug: the "head") changes on update and delete: heads
+ * are dropped by every write through a WorkflowStore of this process and expire after a short TTL
+ * (the backstop for writes made by another process). Negative answers are never cached.
+ * A load that raced with an invalidation is not stored (generation check).
+ */
+export class WorkflowCache {
+  private readonly heads = new Map<string, { head: WorkflowRecord; expiresAt: number }>();
+  private readonly versions = new Map<string, { definition: WorkflowDefinition; snapshotId: string; createdAt: string }>();
+  private gen = 0;
+  readonly stats = { hits: 0, misses: 0, invalidations: 0 };
+
+  constructor(
+    private readonly o: { ttlMs: number; maxEntries: number; now: () => number } = { ttlMs: 5_000, maxEntries: 20_000, now: Date.now },
+  ) {}
+
+  generation(): number {
+    return this.gen;
+  }
+
+  private static headKey(teamId: string, ref: { id: string } | { slug: string }): string {
+    return 'id' in ref ? `${teamId}|id|${ref.id}` : `${teamId}|slug|${ref.slug}`;
+  }
+
+  head(teamId: string, ref: { id: string } | { slug: string }): WorkflowRecord | null {
+    const k = WorkflowCache.headKey(teamId, ref);
+    const e = this.heads.get(k);
+    if (!e || e.expiresAt <= this.o.now()) {
+      if (e) this.heads.delete(k);
+      this.stats.misses += 1;
+      return null;
+    }
+    this.stats.hits += 1;
+    return e.head;
+  }
+
+  /** Stores the current record under its id and its slug, unless an invalidation ran since `gen`. */
+  putHead(head: WorkflowRecord, gen: number): void {
+    if (gen !== this.gen) return;
+    const e = { head, expiresAt: this.o.now() + this.o.ttlMs };
+    this.bounded(this.heads, WorkflowCache.headKey(head.teamId, { id: head.id }), e);
+    this.bounded(this.heads, WorkflowCache.headKey(head.teamId, { slug: head.definition.workflow_slug }), e);
+  }
+
+  version(workflowId: string, version: number): { definition: WorkflowDefinition; snapshotId: string; createdAt: string } | null {
+    return this.versions.get(`${workflowId}@${version}`) ?? null;
+  }
+
+  /** A published version is immutable: cached for good (a deleted workflow's versions are dropped). */
+  putVersion(workflowId: string, version: number, v: { definition: WorkflowDefinition; snapshotId: string; createdAt: string }, gen: number): void {
+    if (gen !== this.gen) return;
+    this.bounded(this.versions, `${workflowId}@${version}`, v);
+  }
+
+  /** After a write to the workflow (update, delete) or a new slug (create, import). */
+  invalidate(workflowId: string | null, opts: { dropVersions?: boolean } = {}): void {
+    this.gen += 1;
+    this.stats.invalidations += 1;
+    if (workflowId === null) return;
+    for (const [k, e] of this.heads) if (e.head.id === workflowId) this.heads.delete(k);
+    if (opts.dropVersions) for (const k of this.versions.keys()) if (k.startsWith(`${workflowId}@`)) this.versions.delete(k);
+  }
+
+  private bounded<V>(m: Map<string, V>, k: string, v: V): void {
+    m.delete(k);
+    m.set(k, v);
+    if (m.size > this.o.maxEntries) {
+      const oldest = m.keys().next();
+      if (!oldest.done) m.delete(oldest.value);
+    }
+  }
+}
+
+/** One cache per database per process: every WorkflowStore of a node shares (and invalidates) it. */
+const sharedCaches = new WeakMap<Database, WorkflowCache>();
+
 export class WorkflowStore {
-  constructor(private readonly db: Database) {}
+  readonly cache: WorkflowCache;
+
+  constructor(
+    private readonly db: Database,
+    opts: { cache?: WorkflowCache } = {},
+  ) {
+    let c = opts.cache ?? sharedCaches.get(db);
+    if (!c) {
+      c = new WorkflowCache();
+      sharedCaches.set(db, c);
+    }
+    this.cache = c;
+  }
 
   /**
    * Inserts version 1 of a validated definition (parseWorkflowCreate output) and its snapshot in
@@ -212,6 +302,8 @@ export class WorkflowStore {
     } catch (e) {
       if (isUniqueViolation(e, 'workflows_slug_uq')) throw slugTaken(def.workflow_slug);
       throw e;
+    } finally {
+      this.cache.invalidate(null);
     }
     return { id, version: 1, snapshotId };
   }
@@ -245,8 +337,14 @@ export class WorkflowStore {
   }
 
   async get(teamId: string, id: string): Promise<WorkflowRecord | null> {
+    const hit = this.cache.head(teamId, { id });
+    if (hit) return hit;
+    const gen = this.cache.generation();
     const rows = await q(this.db)('select * from workflows where id = ? and team_id = ?', [id, teamId]);
-    return rows[0] ? rowToRecord(rows[0]) : null;
+    if (!rows[0]) return null;
+    const r = rowToRecord(rows[0]);
+    this.cache.putHead(r, gen);
+    return r;
   }
 
   /**
@@ -255,20 +353,31 @@ export class WorkflowStore {
    * workflow never had.
    */
   async getBySlug(teamId: string, slug: string, version?: number): Promise<WorkflowRecord | null> {
-    const rows = await q(this.db)('select * from workflows where workflow_slug = ? and team_id = ?', [slug, teamId]);
-    const row = rows[0];
-    if (!row) return null;
-    const current = rowToRecord(row);
+    let current = this.cache.head(teamId, { slug });
+    if (!current) {
+      const gen = this.cache.generation();
+      const rows = await q(this.db)('select * from workflows where workflow_slug = ? and team_id = ?', [slug, teamId]);
+      const row = rows[0];
+      if (!row) return null;
+      current = rowToRecord(row);
+      this.cache.putHead(current, gen);
+    }
     if (version === undefined || version === current.version) return current;
     return this.atVersion(current, version);
   }
 
   /** The record as it was at `version` (status stays the current one). */
   private async atVersion(current: WorkflowRecord, version: number): Promise<WorkflowRecord> {
+    const cached = this.cache.version(current.id, version);
+    if (cached) return { ...current, definition: cached.definition, version, updatedAt: cached.createdAt };
+    const gen = this.cache.generation();
     const snaps = await q(this.db)('select * from workflow_snapshots where workflow_id = ? and team_id = ? and workflow_version = ?', [current.id, current.teamId, version]);
     const s = snaps[0];
     if (!s) throw notFound(`version ${version} of workflow ${JSON.stringify(current.definition.workflow_slug)} (latest is ${current.version})`, WORKFLOW_VERSION_NOT_FOUND);
-    return { ...current, definition: normalizeDefinition(s.definition as Record<string, unknown>), version, updatedAt: iso(s.created_at) ?? current.updatedAt };
+    const definition = normalizeDefinition(s.definition as Record<string, unknown>);
+    const createdAt = iso(s.created_at) ?? current.updatedAt;
+    this.cache.putVersion(current.id, version, { definition, snapshotId: s.id, createdAt }, gen);
+    return { ...current, definition, version, updatedAt: createdAt };
   }
 
   async find(teamId: string, ref: WorkflowRef): Promise<WorkflowRecord | null> {
@@ -308,13 +417,19 @@ export class WorkflowStore {
       if (slug !== undefined && isUniqueViolation(e, 'workflows_slug_uq')) throw slugTaken(slug);
       if (isUniqueViolation(e)) throw conflict('workflow_version_conflict', 'workflow was modified concurrently; fetch it and retry');
       throw e;
+    } finally {
+      this.cache.invalidate(id);
     }
   }
 
   /** Hard delete (snapshots cascade). Tasks keep their own resolved copy. false when not in this team. */
   async delete(teamId: string, id: string): Promise<boolean> {
-    const rows = await q(this.db)('delete from workflows where id = ? and team_id = ? returning id', [id, teamId]);
-    return rows.length > 0;
+    try {
+      const rows = await q(this.db)('delete from workflows where id = ? and team_id = ? returning id', [id, teamId]);
+      return rows.length > 0;
+    } finally {
+      this.cache.invalidate(id, { dropVersions: true });
+    }
   }
 
   /** Newest version first; null when the workflow is not in this team. */
@@ -354,9 +469,17 @@ export class WorkflowStore {
   async resolveForRun(teamId: string, ref: WorkflowRef): Promise<RunnableWorkflow> {
     const byId = 'id' in ref;
     const version = byId ? undefined : ref.version;
+    // warm: the head (current version + status) and the immutable version, no PostgreSQL read
+    const head = this.cache.head(teamId, byId ? { id: ref.id } : { slug: ref.slug });
+    if (head) {
+      const v = version ?? head.version;
+      const cached = this.cache.version(head.id, v);
+      if (cached) return runnable(head, v, cached.definition, cached.snapshotId);
+    }
+    const gen = this.cache.generation();
     const rows = await q(this.db)(
-      `select w.id, w.workflow_slug, w.workflow_status, w.version as current_version,
-              s.id as snapshot_id, s.workflow_version, s.definition
+      `select w.*, w.version as current_version,
+              s.id as snapshot_id, s.workflow_version as snapshot_version, s.definition as snapshot_definition, s.created_at as snapshot_created_at
        from workflows w
        left join workflow_snapshots s on s.workflow_id = w.id and s.workflow_version = coalesce(?::int, w.version)
        where w.team_id = ? and ${byId ? 'w.id = ?' : 'w.workflow_slug = ?'}`,
@@ -364,20 +487,22 @@ export class WorkflowStore {
     );
     const r = rows[0];
     if (!r) throw workflowNotFound();
+    const current = rowToRecord(r);
+    this.cache.putHead(current, gen);
     if (r.snapshot_id === null || r.snapshot_id === undefined) {
       throw notFound(`version ${version ?? r.current_version} of workflow ${JSON.stringify(r.workflow_slug)} (latest is ${r.current_version})`, WORKFLOW_VERSION_NOT_FOUND);
     }
-    const status = r.workflow_status as WorkflowStatus;
-    if (status === 'archived') {
-      throw conflict('workflow_archived', `workflow ${JSON.stringify(r.workflow_slug)} is archived and cannot be run; set workflow_status to active to run it again`);
-    }
-    return {
-      workflow: normalizeDefinition(r.definition as Record<string, unknown>),
-      workflowId: r.id,
-      workflowSlug: r.workflow_slug,
-      version: Number(r.workflow_version),
-      snapshotId: r.snapshot_id,
-      status,
-    };
+    const v = Number(r.snapshot_version);
+    const definition = normalizeDefinition(r.snapshot_definition as Record<string, unknown>);
+    this.cache.putVersion(current.id, v, { definition, snapshotId: r.snapshot_id, createdAt: iso(r.snapshot_created_at) ?? current.updatedAt }, gen);
+    return runnable(current, v, definition, r.snapshot_id);
   }
+}
+
+/** The run view of a workflow; an archived workflow cannot run, whatever the version asked for. */
+function runnable(head: WorkflowRecord, version: number, workflow: WorkflowDefinition, snapshotId: string): RunnableWorkflow {
+  if (head.status === 'archived') {
+    throw conflict('workflow_archived', `workflow ${JSON.stringify(head.definition.workflow_slug)} is archived and cannot be run; set workflow_status to active to run it again`);
+  }
+  return { workflow, workflowId: head.id, workflowSlug: head.definition.workflow_slug, version, snapshotId, status: head.status };
 }

@@ -4,7 +4,7 @@ import type { ActorSystemPort } from '../../actors/ports.js';
 import { TASK, SCHEDULER } from '../../actors/index.js';
 import type { TaskQueries } from '../../persistence/task-queries.js';
 import { parseSlugRef } from '../../persistence/workflow-store.js';
-import { taskView } from '../../persistence/task-queries.js';
+import { taskView } from '../../domain/tasks/view.js';
 import type { EventBusPort } from '../../actors/ports.js';
 import { collectFileKeys, resolveRunParameters, type StagedFile } from '../../domain/workflows/parameters.js';
 import type { WorkflowDefinition } from '../../domain/workflows/schema.js';
