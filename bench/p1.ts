@@ -6,18 +6,26 @@
  *   env: BENCH_DURATION_S (10), BENCH_CONNS (64), BENCH_WARMUP_S (2)
  *
  * Processes: the Gantry node (`node bin/gantry.mjs serve`, fresh database), the uWS hello server
- * (bench/peers/uws-hello.ts) and wrk (the load generator, threads = cores). Each target gets a
+ * (bench/proc/uws-hello.ts) and wrk (the load generator, threads = cores). Each target gets a
  * warm-up run, then one measured run. Target: ratio >= 0.3 (aim 0.5).
  * Last line: `P1 gantry_rps=... uws_rps=... ratio=...`.
  */
-import { fmt, jsonLines, machineLine, requireTool, runBench, spawnChild, startGantry, envNum, wrk, BenchError, type WrkResult } from './lib/harness.js';
+import { fmt, jsonLines, machineLine, procCpuS, requireTool, runBench, spawnChild, startGantry, envNum, wrk, BenchError, type WrkResult } from './lib/harness.js';
 
 const SECONDS = envNum('BENCH_DURATION_S', 10);
 const CONNS = envNum('BENCH_CONNS', 64);
 const WARMUP_S = envNum('BENCH_WARMUP_S', 2);
 
-function line(name: string, r: WrkResult): string {
-  return `${name.padEnd(24)} ${fmt(r.okRps).padStart(8)} rps  p50 ${fmt(r.p50Ms, 2)} ms  p99 ${fmt(r.p99Ms, 2)} ms  (${r.requests} requests in ${fmt(r.seconds, 1)} s, non-2xx ${r.non2xx}, socket errors ${r.socketErrors})`;
+function line(name: string, r: WrkResult, cpu: number): string {
+  return `${name.padEnd(24)} ${fmt(r.okRps).padStart(8)} rps  p50 ${fmt(r.p50Ms, 2)} ms  p99 ${fmt(r.p99Ms, 2)} ms  (${r.requests} requests in ${fmt(r.seconds, 1)} s, non-2xx ${r.non2xx}, socket errors ${r.socketErrors}; server CPU ${fmt(cpu)}% of one core)`;
+}
+
+/** wrk against url, with the server process's CPU share over the run. */
+async function measured(pid: number, url: string, headers?: Record<string, string>): Promise<[WrkResult, number]> {
+  const c0 = procCpuS(pid);
+  const t0 = performance.now();
+  const r = await wrk(url, { conns: CONNS, seconds: SECONDS, ...(headers ? { headers } : {}) });
+  return [r, ((procCpuS(pid) - c0) / ((performance.now() - t0) / 1000)) * 100];
 }
 
 function check(name: string, r: WrkResult): void {
@@ -35,18 +43,18 @@ runBench('P1', async () => {
   const probe = await fetch(url, { headers: auth });
   if (probe.status !== 200) throw new BenchError(`GET ${url} answered ${probe.status}: ${await probe.text()}`);
 
-  const hello = spawnChild(process.execPath, ['--import', 'tsx', 'bench/peers/uws-hello.ts', '0']);
+  const hello = spawnChild(process.execPath, ['--import', 'tsx', 'bench/proc/uws-hello.ts', '0']);
   const { port } = await jsonLines(hello).next((o) => typeof o.port === 'number', 'the uWS hello server to listen', 30_000);
   const helloUrl = `http://127.0.0.1:${port}/`;
 
   await wrk(url, { conns: CONNS, seconds: WARMUP_S, headers: auth });
   await wrk(helloUrl, { conns: CONNS, seconds: WARMUP_S });
 
-  const gantry = await wrk(url, { conns: CONNS, seconds: SECONDS, headers: auth });
-  console.log(line('gantry GET (sk-)', gantry));
+  const [gantry, gantryCpu] = await measured(g.pid, url, auth);
+  console.log(line('gantry GET (sk-)', gantry, gantryCpu));
   check('gantry GET', gantry);
-  const uws = await wrk(helloUrl, { conns: CONNS, seconds: SECONDS });
-  console.log(line('uWS hello', uws));
+  const [uws, uwsCpu] = await measured(hello.pid as number, helloUrl);
+  console.log(line('uWS hello', uws, uwsCpu));
   check('uWS hello', uws);
 
   const ratio = gantry.okRps / uws.okRps;

@@ -8,7 +8,7 @@
  *
  * Phases, each with the load generator in its own process:
  *  1. pgbench -n -c 16 -j 2 -T <d> -f <one INSERT of a uuid + jsonb row> on a scratch database;
- *  2. (a) open loop at BENCH_RATE/s for <d> s (bench/loadgen.ts: sends on a schedule, latency from
+ *  2. (a) open loop at BENCH_RATE/s for <d> s (bench/proc/loadgen.ts: sends on a schedule, latency from
  *     the scheduled send time), after a warm-up at the same rate;
  *  3. (b) saturation: wrk, BENCH_CONNS connections (closed loop), <d> s, POST via a Lua script.
  * Targets: >= 3,000 submits/s at saturation; p99 < 20 ms at 1,000/s offered.
@@ -20,7 +20,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { createTestDatabase } from '../test/helpers/pg.js';
-import { BenchError, adminUrl, envNum, fmt, jsonLines, machineLine, onCleanup, requireTool, runBench, runCapture, spawnChild, startGantry, wrk, type GantryProcess } from './lib/harness.js';
+import { BenchError, adminUrl, envNum, fmt, jsonLines, machineLine, onCleanup, procCpuS, requireTool, runBench, quiesce, runCapture, spawnChild, startGantry, wrk, type GantryProcess } from './lib/harness.js';
 
 const SECONDS = envNum('BENCH_DURATION_S', 10);
 const RATE = envNum('BENCH_RATE', 1000);
@@ -60,12 +60,14 @@ interface LoadgenResult {
   maxMs: number;
   statuses: Record<string, number>;
   lateSends: number;
+  unanswered: number;
+  cpuPercent: number;
 }
 
 async function openLoop(url: string, token: string, rate: number, seconds: number): Promise<LoadgenResult> {
-  const child = spawnChild(process.execPath, ['--import', 'tsx', 'bench/loadgen.ts', 'open', url, token, String(rate), String(seconds)]);
+  const child = spawnChild(process.execPath, ['--import', 'tsx', 'bench/proc/loadgen.ts', 'open', url, token, String(rate), String(seconds)]);
   const r = (await jsonLines(child).next((o) => o.mode === 'open', 'the open-loop result', (seconds + 60) * 1000)) as unknown as LoadgenResult;
-  if (r.errors > 0 || r.accepted !== r.sent) throw new BenchError(`open loop: ${r.sent} sent, ${r.accepted} accepted, ${r.errors} socket errors, statuses ${JSON.stringify(r.statuses)}`);
+  if (r.errors > 0 || r.accepted + r.unanswered !== r.sent) throw new BenchError(`open loop: ${r.sent} sent, ${r.accepted} accepted, ${r.errors} socket errors, statuses ${JSON.stringify(r.statuses)}`);
   return r;
 }
 
@@ -92,17 +94,26 @@ runBench('P2', async () => {
   if (probe.status !== 202) throw new BenchError(`POST ${url} answered ${probe.status}: ${probe.text}`);
 
   await openLoop(url, g.sk, RATE, WARMUP_S);
+  await quiesce(g);
+  let cpu0 = procCpuS(g.pid);
+  let t0 = performance.now();
   const open = await openLoop(url, g.sk, RATE, SECONDS);
+  const openNodeCpu = ((procCpuS(g.pid) - cpu0) / ((performance.now() - t0) / 1000)) * 100;
+  await quiesce(g);
   console.log(
-    `(a) open loop ${RATE}/s offered   ${fmt(open.acceptedPerS)} accepted/s  p50 ${fmt(open.p50Ms, 2)} ms  p90 ${fmt(open.p90Ms, 2)} ms  p99 ${fmt(open.p99Ms, 2)} ms  max ${fmt(open.maxMs, 1)} ms  (${open.accepted}/${open.sent} 202; ${open.lateSends} sends > 5 ms behind schedule)`,
+    `(a) open loop ${RATE}/s offered   ${fmt(open.acceptedPerS)} accepted/s  p50 ${fmt(open.p50Ms, 2)} ms  p90 ${fmt(open.p90Ms, 2)} ms  p99 ${fmt(open.p99Ms, 2)} ms  max ${fmt(open.maxMs, 1)} ms  (${open.accepted}/${open.sent} 202; ${open.lateSends} sends > 5 ms behind schedule; node CPU ${fmt(openNodeCpu)}%, generator CPU ${fmt(open.cpuPercent)}% of one core${open.unanswered ? `; ${open.unanswered} unanswered 30 s after the last send, so these percentiles are lower bounds` : ''})`,
   );
 
   const lua = join(tmp, 'run.lua');
   writeFileSync(lua, `wrk.method = "POST"\nwrk.body = '{"parameters":{}}'\nwrk.headers["Content-Type"] = "application/json"\nwrk.headers["Authorization"] = "Bearer ${g.sk}"\n`);
   const before = await taskCount(g);
+  cpu0 = procCpuS(g.pid);
+  t0 = performance.now();
   const sat = await wrk(url, { conns: CONNS, seconds: SECONDS, script: lua });
-  console.log(`(b) saturation, ${CONNS} conns     ${fmt(sat.okRps)} submits/s  p50 ${fmt(sat.p50Ms, 2)} ms  p99 ${fmt(sat.p99Ms, 2)} ms  (${sat.requests} requests in ${fmt(sat.seconds, 1)} s, non-2xx ${sat.non2xx}, socket errors ${sat.socketErrors})`);
+  const satNodeCpu = ((procCpuS(g.pid) - cpu0) / ((performance.now() - t0) / 1000)) * 100;
+  console.log(`(b) saturation, ${CONNS} conns     ${fmt(sat.okRps)} submits/s  p50 ${fmt(sat.p50Ms, 2)} ms  p99 ${fmt(sat.p99Ms, 2)} ms  (${sat.requests} requests in ${fmt(sat.seconds, 1)} s, non-2xx ${sat.non2xx}, socket errors ${sat.socketErrors}; node CPU ${fmt(satNodeCpu)}% of one core)`);
   if (sat.non2xx > 0) throw new BenchError(`saturation: ${sat.non2xx} of ${sat.requests} responses were not 202`);
+  await quiesce(g);
   const stored = (await taskCount(g)) - before;
   // wrk stops mid-flight: requests it did not wait for may still have been committed
   if (stored < sat.requests) throw new BenchError(`saturation: wrk counted ${sat.requests} 202s but only ${stored} new tasks are stored`);

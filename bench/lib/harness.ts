@@ -104,6 +104,10 @@ export function runBench(name: string, main: () => Promise<void>, maxSeconds: nu
   main().then(
     () => stop(0),
     (e: unknown) => {
+      for (const note of failureNotes) {
+        const t = note();
+        if (t) console.error(t);
+      }
       console.error(`${name}: FAILED: ${e instanceof BenchError ? e.message : e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
       stop(1);
     },
@@ -121,11 +125,24 @@ export async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<
 }
 
 /** Spawns a child whose lifetime is bound to the bench (killed in cleanup). */
-export function spawnChild(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; stdout?: 'pipe' | 'inherit' | 'ignore' } = {}): ChildProcess {
-  const child = spawn(cmd, args, { cwd: root, env: opts.env ?? process.env, stdio: ['ignore', opts.stdout ?? 'pipe', 'inherit'] });
+export function spawnChild(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; stdout?: 'pipe' | 'inherit' | 'ignore'; stderr?: 'pipe' | 'inherit' } = {}): ChildProcess {
+  const child = spawn(cmd, args, { cwd: root, env: opts.env ?? process.env, stdio: ['ignore', opts.stdout ?? 'pipe', opts.stderr ?? 'inherit'] });
   onCleanup(() => stopChild(child));
   return child;
 }
+
+/** Keeps the last `max` lines a child writes (stdout and stderr); printed when the bench fails. */
+function keepTail(child: ChildProcess, label: string, max = 40): void {
+  const tail: string[] = [];
+  const take = (c: Buffer): void => {
+    for (const l of c.toString('utf8').split('\n')) if (l) tail.push(l.length > 600 ? `${l.slice(0, 600)}...` : l);
+    if (tail.length > max) tail.splice(0, tail.length - max);
+  };
+  child.stdout?.on('data', take);
+  child.stderr?.on('data', take);
+  failureNotes.push(() => (tail.length ? `--- last ${tail.length} log lines of ${label} (pid ${child.pid})\n${tail.join('\n')}` : ''));
+}
+const failureNotes: Array<() => string> = [];
 
 /** Runs a command to completion and returns its stdout; throws with its stderr when it fails. */
 export function runCapture(cmd: string, args: string[], timeoutMs: number, env: NodeJS.ProcessEnv = process.env): Promise<string> {
@@ -252,8 +269,10 @@ export async function startGantry(label: string, env: Record<string, string> = {
       LOG_LEVEL: 'warn',
       ...env,
     },
-    stdout: 'inherit',
+    stdout: 'pipe',
+    stderr: 'pipe',
   });
+  keepTail(child, 'gantry serve');
   let died = false;
   child.once('exit', () => (died = true));
   const origin = `http://127.0.0.1:${httpPort}`;
@@ -285,6 +304,21 @@ export async function startGantry(label: string, env: Record<string, string> = {
 }
 
 /** utime+stime of a process in seconds (Linux /proc; USER_HZ = 100). */
+/**
+ * Waits until the node has stopped storing tasks (the count is unchanged over 500 ms), so a phase
+ * does not inherit the backlog of the previous one.
+ */
+export async function quiesce(g: GantryProcess, timeoutMs = 60_000): Promise<void> {
+  let last = -1;
+  await waitUntil('the node to finish its submit backlog', async () => {
+    const r = await g.http.get('/r/tasks?per_page=1', { token: g.sk });
+    const n = Number(r.body.page_meta?.total_count);
+    const same = n === last;
+    last = n;
+    return same;
+  }, timeoutMs, 500);
+}
+
 export function procCpuS(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
