@@ -104,6 +104,7 @@ export function runBench(name: string, main: () => Promise<void>, maxSeconds: nu
   main().then(
     () => stop(0),
     (e: unknown) => {
+      if (stopping) return; // interrupted: the cleanup already running ended the processes this error came from
       for (const note of failureNotes) {
         const t = note();
         if (t) console.error(t);
@@ -376,7 +377,13 @@ export async function wrk(url: string, o: { conns: number; seconds: number; head
 
 export async function pgVersion(): Promise<string> {
   const c = new pg.Client({ connectionString: adminUrl() });
-  await c.connect();
+  try {
+    await c.connect();
+  } catch (e) {
+    const u = new URL(adminUrl());
+    if (u.password) u.password = '***';
+    throw new BenchError(`cannot reach PostgreSQL at ${u.toString()} (${(e as Error).message}); set DATABASE_URL to an admin URL of a running server`);
+  }
   try {
     const r = await c.query<{ server_version: string }>('show server_version');
     return (r.rows[0]?.server_version ?? '?').split(' ')[0] as string;
