@@ -84,6 +84,7 @@ async function main(): Promise<void> {
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   const agents: RunningAgent[] = [];
+  const stateDir = tmpDir('gantry-bench-state-');
   try {
     const http = new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`);
     await waitFor('node up', async () => (await fetch(`http://127.0.0.1:${httpPort}/healthz`)).ok, 60_000, 200);
@@ -98,7 +99,6 @@ async function main(): Promise<void> {
 
     // --- connect
     const logger = createLogger('silent');
-    const stateDir = tmpDir('gantry-bench-state-');
     const conn = await measure(pid, async () => {
       for (let i = 0; i < N_AGENTS; i++) {
         const cfg: AgentConfig = {
@@ -167,6 +167,7 @@ async function main(): Promise<void> {
     await new Promise((r) => node.once('exit', r));
     await db.drop();
     rmSync(dataDir, { recursive: true, force: true });
+    rmSync(stateDir, { recursive: true, force: true });
   }
 }
 
