@@ -256,7 +256,9 @@ export async function startGantry(label: string, env: Record<string, string> = {
   onCleanup(async () => rmSync(dataDir, { recursive: true, force: true }));
   const httpPort = await freePort();
   const grpcPort = await freePort();
-  const child = spawnChild(process.execPath, [join(root, 'bin/gantry.mjs'), 'serve'], {
+  // BENCH_NODE_ARGS: extra node flags for the node under test (e.g. --cpu-prof --cpu-prof-dir=/tmp/prof)
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawnChild(process.execPath, [...nodeArgs, join(root, 'bin/gantry.mjs'), 'serve'], {
     env: {
       ...process.env,
       DATABASE_URL: db.url,
