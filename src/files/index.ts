@@ -19,7 +19,7 @@ export type { Caller, PresignResult, StagedRow } from './staging.js';
 export { MultipartUploads } from './multipart.js';
 export { TaskOutputs, outputEntries } from './outputs.js';
 export { ModelRegistry, NodeRegistry, measureObject, modelJson, nodeJson } from './registry.js';
-export { ModelSync, SyncAwareSessions, nodeInventoryName } from './sync.js';
+export { ModelSync, nodeInventoryName } from './sync.js';
 export type { AgentInventory, SyncManifest, SyncModel, SyncCustomNode } from './sync.js';
 export { FileSweepers } from './sweepers.js';
 export { sanitizeFileName, stagedKey, outputPrefix, isTeamKey } from './keys.js';

@@ -4,7 +4,7 @@
  * (team, machine_id), opens an AgentSessions session (the integration point with the agent actor)
  * and forwards what the agent says, faithfully (the actors fence stale attempts/epochs).
  *
- * Flow control: see src/agent/wire.ts and docs/api.md. Server->agent messages wait for credit
+ * Flow control: see src/protocol/agent-wire.ts and docs/api.md. Server->agent messages wait for credit
  * (the agent's window); agent->server messages are processed one at a time, in order, and returned
  * as credit once processed. An agent that exceeds our window is cut off (RESOURCE_EXHAUSTED).
  */
@@ -18,7 +18,7 @@ import { AppError, invalidParameter, unavailable, isAppError } from '../../share
 import type { Logger } from '../../shared/logger.js';
 import { grpcStatusOf } from '../error-map.js';
 import type { AgentSessions } from './sessions.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../agent/wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
 import type { Hello__Output } from '../../gen/gantry/agent/v1/Hello.js';
 import type { Heartbeat__Output } from '../../gen/gantry/agent/v1/Heartbeat.js';
 import type { TaskResult__Output } from '../../gen/gantry/agent/v1/TaskResult.js';
