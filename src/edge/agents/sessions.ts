@@ -1,5 +1,7 @@
 import type { ActorSystemPort, AgentInfo, AgentTransportPort, ServerToAgent } from '../../actors/ports.js';
 import { AGENT } from '../../actors/index.js';
+import type { AgentMsg } from '../../actors/agent/protocol.js';
+import type { AgentReport } from './wire-schema.js';
 import { uuidv7 } from '../../shared/ids.js';
 import type { Logger } from '../../shared/logger.js';
 
@@ -49,9 +51,10 @@ export class AgentSessions implements AgentTransportPort {
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'update', sessionId, info });
   }
 
-  /** What the agent said on its stream (ack, progress, finished, failed, provisioned). */
-  fromAgent(agentId: string, sessionId: string, msg: Record<string, unknown>): void {
-    this.actors.tell({ kind: AGENT, id: agentId }, { ...msg, sessionId });
+  /** What the agent said on its stream (ack, progress, finished, failed, provisioned), decoded by wire-schema.ts. */
+  fromAgent(agentId: string, sessionId: string, msg: AgentReport): void {
+    const m: AgentMsg = { ...msg, sessionId };
+    this.actors.tell({ kind: AGENT, id: agentId }, m);
   }
 
   close(agentId: string, sessionId: string): void {
