@@ -58,6 +58,17 @@ export default tseslint.config(
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ group: ioLibs, message: 'actors talk to ports, not I/O libraries' }] }] },
   },
   {
+    // SQL only in store modules: the files module's SQL lives in src/files/store.ts
+    files: ['src/files/**/*.ts'],
+    ignores: ['src/files/store.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/persistence/sql', '**/persistence/sql.js'], message: 'SQL only in store modules (src/files/store.ts)' }, { group: ['**/persistence/db', '**/persistence/db.js'], allowTypeImports: true, message: 'SQL only in store modules (src/files/store.ts)' }] },
+      ],
+    },
+  },
+  {
     files: ['src/**/*.ts'],
     rules: { 'import-x/no-cycle': ['error', { maxDepth: 10, ignoreExternal: true }] },
   },

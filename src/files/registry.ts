@@ -9,7 +9,6 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { iso } from '../persistence/sql.js';
 import type { ObjectStore } from '../storage/port.js';
 import { modelPathSchema } from '../domain/workflows/schema.js';
 import { AppError, conflict, fromZodIssues, invalidParameter, notFound } from '../shared/errors.js';
@@ -76,8 +75,8 @@ export const modelJson = (m: ModelRecord): Record<string, unknown> => ({
   model_status: m.modelStatus,
   file_size: m.fileSize,
   sha256: m.sha256,
-  created_at: iso(m.createdAt),
-  updated_at: iso(m.updatedAt),
+  created_at: new Date(m.createdAt).toISOString(),
+  updated_at: new Date(m.updatedAt).toISOString(),
 });
 
 /** The spec's custom node list item (plus sha256 and updated_at). */
@@ -89,8 +88,8 @@ export const nodeJson = (n: NodeRecord): Record<string, unknown> => ({
   node_version: n.nodeVersion,
   node_status: n.nodeStatus,
   sha256: n.sha256,
-  created_at: iso(n.createdAt),
-  updated_at: iso(n.updatedAt),
+  created_at: new Date(n.createdAt).toISOString(),
+  updated_at: new Date(n.updatedAt).toISOString(),
 });
 
 const STORAGE_KEY_USED = (): AppError => conflict('storage_key_used', 'storage_key: already used by another model or node (or it expired meanwhile)');

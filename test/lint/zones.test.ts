@@ -75,3 +75,21 @@ test('every forbidden case imports a real module (the zone rule judges only impo
     assert.ok(existsSync(target), `${c.name}: ${c.spec} from ${c.file} does not resolve to a file (${target})`);
   }
 });
+
+/** Messages of one rule for `source` placed at `filePath`. */
+async function ruleErrors(rule: string, filePath: string, source: string): Promise<string[]> {
+  const [r] = await eslint.lintText(source, { filePath: `${root}/${filePath}` });
+  assert.ok(r, 'eslint returned no result');
+  return r.messages.filter((m) => m.ruleId === rule).map((m) => m.message);
+}
+
+test('SQL only in store modules: a files module importing the SQL helpers is reported; the files store may', async () => {
+  const rule = '@typescript-eslint/no-restricted-imports';
+  const bad = await ruleErrors(rule, 'src/files/zone-probe.ts', importing('../persistence/sql.js'));
+  assert.equal(bad.length, 1, JSON.stringify(bad));
+  assert.match(bad[0] ?? '', /SQL only in store modules/);
+  assert.equal((await ruleErrors(rule, 'src/files/zone-probe.ts', `import { Database } from '../persistence/db.js';\nexport const d = Database;\n`)).length, 1);
+  // a type-only import of the Database (to hand it to the store) is fine
+  assert.deepEqual(await ruleErrors(rule, 'src/files/zone-probe.ts', `import type { Database } from '../persistence/db.js';\nexport type D = Database;\n`), []);
+  assert.deepEqual(await ruleErrors(rule, 'src/files/store.ts', importing('../persistence/sql.js')), []);
+});
