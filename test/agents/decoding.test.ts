@@ -10,7 +10,8 @@ import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { LOADER_OPTIONS, PROTO_PATH, type AgentMessage, type AgentMessage__Output, type ServerMessage__Output } from '../../src/protocol/agent-wire.js';
-import { decodeAgentMessage, type AgentStreamMessage } from '../../src/edge/agents/wire-schema.js';
+import { PresignOutputsRequest, decodeAgentMessage, decodeRequest, type AgentStreamMessage } from '../../src/edge/agents/wire-schema.js';
+import { AppError } from '../../src/shared/errors.js';
 import { AgentMsg } from '../../src/actors/agent/protocol.js';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { hello, rawClient, rawStream, setupTeam, type RawStream } from './helpers.js';
@@ -104,6 +105,26 @@ test('heartbeat: telemetry normalised (NaN counts as 0, utilisation within 0-100
   assert.deepEqual(decoded({ inventory: { models: [{ path: 'a' }, { path: '' }], custom_nodes: ['n@1', ''] } }), { msg: 'inventory', inventory: { models: ['a'], custom_nodes: ['n@1'] } });
   assert.deepEqual(decoded({ status: { draining: true } }), { msg: 'status', status: { draining: true } });
   assert.deepEqual(decoded({}), {});
+});
+
+test('PresignOutputs requests: decoded by the same schemas; bad file lists are INVALID_ARGUMENT naming the field', () => {
+  const base = { session_id: 's', ...ref };
+  const ok = decodeRequest(PresignOutputsRequest, { ...base, files: [{ name: 'a.png', size: 3, content_type: '' }] });
+  assert.deepEqual(ok.files, [{ name: 'a.png', size: 3, content_type: 'application/octet-stream' }]);
+  const bad: Array<[unknown[], RegExp]> = [
+    [[], /^files: must list 1-100 files/],
+    [[{ name: '..', size: 1, content_type: '' }], /^files\.0\.name: must not be \. or \.\./],
+    [[{ name: 'a/b.png', size: 1, content_type: '' }], /^files\.0\.name: must be 1-200 characters/],
+    [[{ name: 'a.png', size: 5 * 1024 ** 3 + 1, content_type: '' }], /^files\.0\.size: must be at most 5 GB/],
+    [[{ name: 'a.png', size: 1, content_type: '' }, { name: 'a.png', size: 2, content_type: '' }], /^files: a file name appears twice/],
+  ];
+  for (const [files, says] of bad) {
+    assert.throws(
+      () => decodeRequest(PresignOutputsRequest, { ...base, files } as never),
+      (e: unknown) => e instanceof AppError && e.kind === 'bad_request' && says.test(e.message),
+      String(says),
+    );
+  }
 });
 
 // ---------------------------------------------------------------------------------------------

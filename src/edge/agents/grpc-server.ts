@@ -19,7 +19,7 @@ import type { Logger } from '../../shared/logger.js';
 import { toGrpcError } from '../error-map.js';
 import type { AgentSessions } from './sessions.js';
 import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
-import { MAX_OUTPUT_FILES, decodeAgentMessage, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
+import { PresignInputsRequest, PresignOutputsRequest, decodeAgentMessage, decodeRequest, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
 import type { PresignOutputsRequest__Output } from '../../gen/gantry/agent/v1/PresignOutputsRequest.js';
 import type { PresignOutputsResponse } from '../../gen/gantry/agent/v1/PresignOutputsResponse.js';
 import type { PresignInputsRequest__Output } from '../../gen/gantry/agent/v1/PresignInputsRequest.js';
@@ -123,9 +123,7 @@ interface Conn {
   pendingEnd: EndReason | null;
 }
 
-const OUTPUT_NAME_RE = /^[A-Za-z0-9._-]{1,200}$/;
 const MAX_QUEUED_TO_AGENT = 10_000;
-const MAX_OUTPUT_BYTES = 5 * 1024 ** 3;
 
 const bearer = (md: grpc.Metadata): string | null => {
   const v = md.get('authorization')[0];
@@ -134,9 +132,6 @@ const bearer = (md: grpc.Metadata): string | null => {
   return m?.[1] ?? null;
 };
 
-const str = (v: unknown, max: number): string => (typeof v === 'string' ? v.slice(0, max) : '');
-const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
-const int = (v: unknown): number => Math.max(0, Math.floor(num(v)));
 
 export class AgentGrpcServer {
   private server: grpc.Server | null = null;
@@ -633,16 +628,16 @@ export class AgentGrpcServer {
   }
 
   /** The task, if this session's agent holds it at this attempt and epoch. */
-  private async heldTask(ident: { teamId: string }, req: { session_id?: string; task_id?: string; attempt?: number; epoch?: number }): Promise<{ conn: Conn; task: TaskRecord }> {
-    const conn = this.bySession.get(str(req.session_id, 100));
+  private async heldTask(ident: { teamId: string }, req: { session_id: string; task_id: string; attempt: number; epoch: number }): Promise<{ conn: Conn; task: TaskRecord }> {
+    const conn = this.bySession.get(req.session_id);
     if (!conn || conn.closed || conn.teamId !== ident.teamId || !conn.agentId) throw unavailable('session_not_connected', 'no live agent stream with this session_id on this node; reconnect and retry');
-    const task = await this.o.tasks.load(str(req.task_id, 100));
+    const task = await this.o.tasks.load(req.task_id);
     const ok =
       task !== null &&
       task.teamId === ident.teamId &&
       task.agentId === conn.agentId &&
-      task.attempt === int(req.attempt) &&
-      task.leaseEpoch === int(req.epoch) &&
+      task.attempt === req.attempt &&
+      task.leaseEpoch === req.epoch &&
       (task.status === 'queued' || task.status === 'provisioning' || task.status === 'running');
     if (!ok || !task) throw new AppError('precondition_failed', 'task_not_held', 'this agent does not hold that task at this attempt and epoch');
     return { conn, task };
@@ -653,24 +648,15 @@ export class AgentGrpcServer {
     return this.o.objectStore;
   }
 
-  private async presignOutputs(ident: { credentialId: string; teamId: string }, req: PresignOutputsRequest__Output): Promise<PresignOutputsResponse> {
+  private async presignOutputs(ident: { credentialId: string; teamId: string }, raw: PresignOutputsRequest__Output): Promise<PresignOutputsResponse> {
     const store = this.store();
+    const req = decodeRequest(PresignOutputsRequest, raw);
     const { task } = await this.heldTask(ident, req);
-    const files = req.files ?? [];
-    if (files.length === 0 || files.length > MAX_OUTPUT_FILES) throw invalidParameter(`files: 1-${MAX_OUTPUT_FILES} entries`);
-    const seen = new Set<string>();
     const uploads = [];
-    for (const f of files) {
-      const name = str(f.name, 300);
-      if (!OUTPUT_NAME_RE.test(name) || name === '.' || name === '..') throw invalidParameter(`files.name: ${JSON.stringify(name)} must be 1-200 characters of A-Z a-z 0-9 . _ -`);
-      if (seen.has(name)) throw invalidParameter(`files.name: ${name} appears twice`);
-      seen.add(name);
-      const size = int(f.size);
-      if (size > MAX_OUTPUT_BYTES) throw invalidParameter(`files.size: ${name} is larger than 5 GB`);
-      const key = `teams/${task.teamId}/outputs/${task.id}/${task.attempt}/${name}`;
-      const contentType = str(f.content_type, 255) || 'application/octet-stream';
-      const p = await store.presignPut(key, { contentLength: size, contentType, expiresInS: this.o.presignExpiresS ?? 3600 });
-      uploads.push({ name, storage_key: key, upload_url: p.url, upload_headers: p.headers, expires_at_ms: p.expiresAt });
+    for (const f of req.files) {
+      const key = `teams/${task.teamId}/outputs/${task.id}/${task.attempt}/${f.name}`;
+      const p = await store.presignPut(key, { contentLength: f.size, contentType: f.content_type, expiresInS: this.o.presignExpiresS ?? 3600 });
+      uploads.push({ name: f.name, storage_key: key, upload_url: p.url, upload_headers: p.headers, expires_at_ms: p.expiresAt });
     }
     return { uploads };
   }
@@ -694,8 +680,8 @@ export class AgentGrpcServer {
     };
   }
 
-  private async presignInputs(ident: { credentialId: string; teamId: string }, req: PresignInputsRequest__Output): Promise<PresignInputsResponse> {
-    const { task } = await this.heldTask(ident, req);
+  private async presignInputs(ident: { credentialId: string; teamId: string }, raw: PresignInputsRequest__Output): Promise<PresignInputsResponse> {
+    const { task } = await this.heldTask(ident, decodeRequest(PresignInputsRequest, raw));
     const a = await this.o.tasks.assignment(task.id);
     const inputs = a?.inputFiles ?? [];
     if (inputs.length === 0) return { files: [] };

@@ -182,6 +182,44 @@ export type ResultMessage = z.output<typeof Result>;
 /** What a stream reports to the agent actor (AgentSessions.fromAgent). */
 export type AgentReport = z.output<typeof AckToActor> | z.output<typeof ProvisionedToActor> | z.output<typeof ProgressToActor> | z.output<typeof FailedToActor> | (Omit<Extract<AgentMsg, { type: 'finished' }>, 'sessionId'>);
 
+// ---------------------------------------------------------------------------------------------
+// unary requests
+
+const OUTPUT_NAME_RE = /^[A-Za-z0-9._-]{1,200}$/;
+const MAX_OUTPUT_BYTES = 5 * 1024 ** 3;
+const SessionTaskRef = z.object({ session_id: z.string().max(100), ...TaskRef.shape });
+
+/** PresignInputs: the session and the task it holds (attempt, epoch). */
+export const PresignInputsRequest = SessionTaskRef;
+/** PresignOutputs: plus 1-100 plain file names, each at most 5 GB, no name twice. */
+export const PresignOutputsRequest = z.object({
+  ...SessionTaskRef.shape,
+  files: z
+    .array(
+      z.object({
+        name: z
+          .string()
+          .regex(OUTPUT_NAME_RE, 'must be 1-200 characters of A-Z a-z 0-9 . _ -')
+          .refine((n) => n !== '.' && n !== '..', 'must not be . or ..'),
+        size: u64.max(MAX_OUTPUT_BYTES, 'must be at most 5 GB'),
+        content_type: z
+          .string()
+          .max(255)
+          .transform((c) => c || 'application/octet-stream'),
+      }),
+    )
+    .min(1, `must list 1-${MAX_OUTPUT_FILES} files`)
+    .max(MAX_OUTPUT_FILES, `must list 1-${MAX_OUTPUT_FILES} files`)
+    .refine((fs) => new Set(fs.map((f) => f.name)).size === fs.length, 'a file name appears twice'),
+});
+
+/** Decodes a unary request; a bad one is a 400-kind AppError (INVALID_ARGUMENT) naming the field. */
+export function decodeRequest<S extends z.ZodType>(schema: S, raw: z.input<S>): z.output<S> {
+  const r = schema.safeParse(raw);
+  if (!r.success) throw fromZodIssues(r.error.issues);
+  return r.data;
+}
+
 /** Decodes one message from the stream; a bad one is a bad_request AppError (code invalid_message). */
 export function decodeAgentMessage(raw: AgentMessage__Output): { ok: true; msg: AgentStreamMessage } | { ok: false; error: AppError } {
   const r = AgentStreamMessage.safeParse(raw);
