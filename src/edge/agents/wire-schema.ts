@@ -126,19 +126,21 @@ const Progress = z
   .pipe(ProgressToActor);
 
 /** extra_json: a JSON object merged into the task output; anything else (or "") adds nothing. */
+const JsonObject = z.record(z.string(), z.json());
 const ExtraJson = z
   .string()
   .max(1024 * 1024)
-  .transform((s, ctx): Record<string, unknown> => {
+  .transform((s, ctx): z.input<typeof JsonObject> => {
     if (!s) return {};
     try {
-      return JSON.parse(s) as Record<string, unknown>;
+      // checked by the pipe below
+      return JSON.parse(s) as z.input<typeof JsonObject>;
     } catch {
       ctx.addIssue({ code: 'custom', message: 'not JSON' });
       return z.NEVER;
     }
   })
-  .pipe(z.record(z.string(), z.json()))
+  .pipe(JsonObject)
   .catch({});
 
 const Result = z.object({
