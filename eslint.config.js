@@ -22,6 +22,14 @@ const zones = [
   { target: './src/agent', from: './src/persistence', message: 'the agent program must not import server persistence' },
   { target: './src/agent', from: './src/edge', message: 'the agent program must not import the server edge' },
   { target: './src/agent', from: './src/actors', message: 'the agent program must not import server actors' },
+  // no import runs back up a layer: the services the edge uses never import the edge
+  { target: './src/identity', from: './src/edge', message: 'identity must not import the edge (the edge depends on identity, not the reverse)' },
+  { target: './src/events', from: './src/edge', message: 'events must not import the edge (take a small interface, e.g. SseSink)' },
+  { target: './src/files', from: './src/edge', message: 'files must not import the edge (take a port or a callback)' },
+  // the server never imports the agent program; what both ends share lives in src/protocol
+  { target: './src/edge', from: './src/agent', message: 'the edge must not import the agent program (shared wire code lives in src/protocol)' },
+  // the wire protocol shared by the agent program and the server depends only on generated types and shared utilities
+  { target: './src/protocol', from: './src', except: ['./protocol', './gen', './shared'], message: 'src/protocol may import only src/gen and src/shared' },
 ];
 
 const ioLibs = ['uWebSockets.js', '@grpc/grpc-js', '@mikro-orm/*', 'redis', 'mikro-orm-pglite', '@electric-sql/pglite'];
@@ -48,6 +56,17 @@ export default tseslint.config(
     files: ['src/actors/**/*.ts'],
     ignores: ['src/actors/runtime/**'],
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ group: ioLibs, message: 'actors talk to ports, not I/O libraries' }] }] },
+  },
+  {
+    // SQL only in store modules: the files module's SQL lives in src/files/store.ts
+    files: ['src/files/**/*.ts'],
+    ignores: ['src/files/store.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/persistence/sql', '**/persistence/sql.js'], message: 'SQL only in store modules (src/files/store.ts)' }, { group: ['**/persistence/db', '**/persistence/db.js'], allowTypeImports: true, message: 'SQL only in store modules (src/files/store.ts)' }] },
+      ],
+    },
   },
   {
     files: ['src/**/*.ts'],

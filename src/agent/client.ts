@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../shared/logger.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, clampWindow, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from './wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, clampWindow, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../protocol/agent-wire.js';
 import type { Hello } from '../gen/gantry/agent/v1/Hello.js';
 import type { Welcome__Output } from '../gen/gantry/agent/v1/Welcome.js';
 import type { PresignOutputsRequest } from '../gen/gantry/agent/v1/PresignOutputsRequest.js';

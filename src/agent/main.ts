@@ -11,7 +11,7 @@ import { AgentRunner } from './runner.js';
 import { CpuMeter, parseGpuFlag, resolveMachineId, sampleGpus, scanModels, type GpuInfo, type GpuSample, type ModelEntry } from './discovery.js';
 import { customNodeInventory, ModelSyncer } from './sync.js';
 import { createExecutor, type Executor, type ExecutorConfig } from './executors/index.js';
-import { DEFAULT_WINDOW } from './wire.js';
+import { DEFAULT_WINDOW } from '../protocol/agent-wire.js';
 import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.js';
 
 export const AGENT_VERSION = '0.1.0';

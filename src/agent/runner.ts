@@ -10,7 +10,7 @@ import type { Logger } from '../shared/logger.js';
 import type { AgentClient, TaskRef } from './client.js';
 import { ExecutorError, isExecutorError, type ExecOutput, type Executor, type InputFile, type ProgressTick } from './executors/index.js';
 import { downloadTo, uploadFile } from './transfer.js';
-import type { ServerMessage__Output } from './wire.js';
+import type { ServerMessage__Output } from '../protocol/agent-wire.js';
 import type { Assign__Output } from '../gen/gantry/agent/v1/Assign.js';
 import type { OutputFile } from '../gen/gantry/agent/v1/OutputFile.js';
 

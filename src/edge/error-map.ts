@@ -17,6 +17,7 @@ export const httpStatusOf: Record<ErrorKind, number> = {
   internal: 500,
   bad_gateway: 502,
   unavailable: 503,
+  deadline_exceeded: 504,
 };
 
 export const grpcStatusOf: Record<ErrorKind, GrpcStatus> = {
@@ -33,6 +34,7 @@ export const grpcStatusOf: Record<ErrorKind, GrpcStatus> = {
   internal: GrpcStatus.INTERNAL,
   bad_gateway: GrpcStatus.UNAVAILABLE,
   unavailable: GrpcStatus.UNAVAILABLE,
+  deadline_exceeded: GrpcStatus.DEADLINE_EXCEEDED,
 };
 
 export interface ErrorBody {
@@ -47,6 +49,16 @@ export function toHttpError(e: unknown): { status: number; body: ErrorBody; head
     return { status: httpStatusOf[e.kind], body: { error_message: e.message, error_code: e.code }, headers, unexpected: e.kind === 'internal' };
   }
   return { status: 500, body: { error_message: 'internal server error', error_code: 'internal_error' }, headers: {}, unexpected: true };
+}
+
+/**
+ * An error as a gRPC status (the agent stream's end status, a unary call's error) plus the
+ * ServerError code the agent sees. Anything that is not an AppError becomes INTERNAL with a generic
+ * message: its own message never reaches the peer.
+ */
+export function toGrpcError(e: unknown): { code: GrpcStatus; details: string; errorCode: string; unexpected: boolean } {
+  if (e instanceof AppError) return { code: grpcStatusOf[e.kind], details: e.message, errorCode: e.code, unexpected: e.kind === 'internal' };
+  return { code: GrpcStatus.INTERNAL, details: 'internal error', errorCode: 'internal_error', unexpected: true };
 }
 
 export const statusLine = (status: number): string => `${status} ${STATUS_CODES[status] ?? 'Unknown'}`;

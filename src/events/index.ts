@@ -14,6 +14,7 @@ import { SseHub } from './sse.js';
 import { EventsStore, TaskEventSource } from './store.js';
 
 export { SseHub } from './sse.js';
+export type { SseSink } from './sse.js';
 export { OutboundGuard, OutboundRefused, guardedRequest, blockedReason } from './outbound.js';
 export { signBody, DEFAULT_RETRY_DELAYS_MS } from './dispatcher.js';
 

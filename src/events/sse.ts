@@ -10,8 +10,26 @@
  * and a client whose uWS buffer exceeds maxBufferedBytes is disconnected.
  */
 import type { TaskEvent } from '../actors/ports.js';
-import type { StreamResponse } from '../edge/http.js';
 import type { Logger } from '../shared/logger.js';
+
+/**
+ * What a stream needs of the HTTP response it writes to (the edge's StreamResponse implements it;
+ * events does not import the edge).
+ */
+export interface SseSink {
+  readonly aborted: boolean;
+  readonly ended: boolean;
+  onAbort(h: () => void): void;
+  writeHead(status: number, headers?: Record<string, string>): void;
+  /** False under backpressure: wait for drained() before the next write. */
+  write(chunk: string): boolean;
+  drained(): Promise<void>;
+  /** Bytes held for this socket beyond what the kernel took. */
+  bufferedAmount(): number;
+  end(): void;
+  /** Closes the connection abruptly. */
+  close(): void;
+}
 
 export const TERMINAL_EVENTS: ReadonlySet<string> = new Set(['completed', 'failed', 'cancelled']);
 
@@ -54,7 +72,7 @@ class SseStream {
   constructor(
     readonly teamId: string,
     readonly taskId: string,
-    private readonly res: StreamResponse,
+    private readonly res: SseSink,
     private readonly maxBuffered: number,
     private readonly onClose: () => void,
   ) {
@@ -207,7 +225,7 @@ export class SseHub {
    * Serves one stream. Throws before anything is written for 404 (taskExists false); the caller
    * has validated the task id and reserved the slot (release is called when the stream ends).
    */
-  async serve(teamId: string, taskId: string, lastEventId: number | null, res: StreamResponse, release: () => void): Promise<'not_found' | 'served'> {
+  async serve(teamId: string, taskId: string, lastEventId: number | null, res: SseSink, release: () => void): Promise<'not_found' | 'served'> {
     let stream: SseStream | null = null;
     const early: TaskEvent[] = [];
     // subscribe BEFORE reading: nothing committed after the read can be missed

@@ -13,15 +13,17 @@ import { TaskOutputs } from './outputs.js';
 import { ModelRegistry, NodeRegistry } from './registry.js';
 import { ModelSync } from './sync.js';
 import { FileSweepers } from './sweepers.js';
+import { FilesStore } from './store.js';
 
 export { FileStaging, partSizing, MAX_MULTIPART_BYTES } from './staging.js';
 export type { Caller, PresignResult, StagedRow } from './staging.js';
 export { MultipartUploads } from './multipart.js';
 export { TaskOutputs, outputEntries } from './outputs.js';
 export { ModelRegistry, NodeRegistry, measureObject, modelJson, nodeJson } from './registry.js';
-export { ModelSync, SyncAwareSessions, nodeInventoryName } from './sync.js';
+export { ModelSync, nodeInventoryName } from './sync.js';
 export type { AgentInventory, SyncManifest, SyncModel, SyncCustomNode } from './sync.js';
 export { FileSweepers } from './sweepers.js';
+export { FilesStore } from './store.js';
 export { sanitizeFileName, stagedKey, outputPrefix, isTeamKey } from './keys.js';
 
 export interface FilesDeps {
@@ -53,16 +55,17 @@ export interface Files {
 
 export function createFiles(d: FilesDeps): Files {
   const logger = d.logger.child({ component: 'files' });
-  const staging = new FileStaging({ db: d.db, store: d.store, maxUploadBytes: d.maxUploadBytes, retentionS: d.inputRetentionS, now: d.now, logger });
-  const multipart = new MultipartUploads({ db: d.db, store: d.store, staging, now: d.now, logger });
-  const outputs = new TaskOutputs({ db: d.db, store: d.store, retentionS: d.outputRetentionS, now: d.now, logger });
+  const records = new FilesStore(d.db);
+  const staging = new FileStaging({ records, store: d.store, maxUploadBytes: d.maxUploadBytes, retentionS: d.inputRetentionS, now: d.now, logger });
+  const multipart = new MultipartUploads({ records, store: d.store, staging, now: d.now, logger });
+  const outputs = new TaskOutputs({ records, store: d.store, retentionS: d.outputRetentionS, now: d.now, logger });
   let sync: ModelSync | null = null;
   const onChange = (teamId: string): void => {
     sync?.invalidate(teamId);
     d.onRegistryChange?.(teamId);
   };
-  const models = new ModelRegistry({ db: d.db, store: d.store, staging, logger, onChange });
-  const nodes = new NodeRegistry({ db: d.db, store: d.store, staging, logger, onChange });
+  const models = new ModelRegistry({ records, store: d.store, staging, logger, onChange });
+  const nodes = new NodeRegistry({ records, store: d.store, staging, logger, onChange });
   sync = new ModelSync({ models, nodes, store: d.store, now: d.now });
   const sweepers = new FileSweepers({ staged: staging, multipart, outputs, intervalMs: d.sweepIntervalMs ?? 60_000, logger });
   return { staging, multipart, outputs, models, nodes, sync, sweepers };

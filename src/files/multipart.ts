@@ -4,12 +4,11 @@
  * the remainder for the last), complete with the part ETags, or abort. Both object store drivers.
  */
 import { z } from 'zod';
-import type { Database } from '../persistence/db.js';
-import { q } from '../persistence/sql.js';
 import type { ObjectStore } from '../storage/port.js';
 import { AppError, conflict, fromZodIssues, invalidParameter, notFound } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { partSizing, type Caller, type FileStaging } from './staging.js';
+import type { FilesStore, MultipartRow } from './store.js';
 
 const keySchema = z.string().min(1, 'must not be empty').max(1024, 'must be at most 1024 characters');
 const uploadIdSchema = z.string().min(1, 'must not be empty').max(1024, 'must be at most 1024 characters');
@@ -36,17 +35,8 @@ const parse = <T>(s: z.ZodType<T>, body: unknown): T => {
   return r.data;
 };
 
-interface UploadRow {
-  uploadId: string;
-  teamId: string;
-  storageKey: string;
-  fileSize: number;
-  partSize: number;
-  partCount: number;
-}
-
 export interface MultipartOptions {
-  db: Database;
+  records: FilesStore;
   store: ObjectStore;
   staging: FileStaging;
   /** Lifetime of presigned part URLs. Default 3600 s. */
@@ -69,21 +59,17 @@ export class MultipartUploads {
     if ((await this.o.store.head(b.storage_key)) !== null) throw conflict('object_exists', 'an object was already uploaded at this storage_key; presign a new key');
     const { partSize, partCount } = partSizing(b.file_size);
     const { uploadId } = await this.o.store.createMultipart(b.storage_key, { contentType: staged.contentType });
-    await q(this.o.db)(
-      `insert into multipart_uploads (upload_id, team_id, storage_key, user_id, file_size, part_size, part_count, expires_at) values (?, ?, ?, ?, ?, ?, ?, ?)`,
-      [uploadId, caller.teamId, b.storage_key, caller.userId ?? null, b.file_size, partSize, partCount, new Date(staged.expiresAt)],
-    );
+    await this.o.records.insertMultipart({ uploadId, teamId: caller.teamId, storageKey: b.storage_key, userId: caller.userId ?? null, fileSize: b.file_size, partSize, partCount, expiresAt: staged.expiresAt });
     return { upload_id: uploadId, storage_key: b.storage_key, part_size: partSize, part_count: partCount };
   }
 
-  private async upload(teamId: string, uploadId: string, storageKey: string): Promise<UploadRow> {
-    const rows = await q(this.o.db)('select * from multipart_uploads where upload_id = ? and team_id = ? and storage_key = ?', [uploadId, teamId, storageKey]);
-    const r = rows[0];
-    if (!r || new Date(r.expires_at).getTime() <= this.o.now()) throw notFound('multipart upload', 'upload_not_found');
-    return { uploadId: r.upload_id, teamId: r.team_id, storageKey: r.storage_key, fileSize: Number(r.file_size), partSize: Number(r.part_size), partCount: Number(r.part_count) };
+  private async upload(teamId: string, uploadId: string, storageKey: string): Promise<MultipartRow> {
+    const r = await this.o.records.multipart(teamId, uploadId, storageKey);
+    if (!r || r.expiresAt <= this.o.now()) throw notFound('multipart upload', 'upload_not_found');
+    return r;
   }
 
-  private partLength(u: UploadRow, n: number): number {
+  private partLength(u: MultipartRow, n: number): number {
     return n < u.partCount ? u.partSize : u.fileSize - u.partSize * (u.partCount - 1);
   }
 
@@ -114,7 +100,7 @@ export class MultipartUploads {
       u.uploadId,
       parts.map((p) => ({ partNumber: p.part_number, etag: p.etag })),
     );
-    await q(this.o.db)('delete from multipart_uploads where upload_id = ?', [u.uploadId]);
+    await this.o.records.deleteMultipart(u.uploadId);
     if (info.size !== u.fileSize) {
       await this.o.store.delete(u.storageKey);
       throw new AppError('bad_request', 'size_mismatch', `the assembled object is ${info.size} bytes, not the ${u.fileSize} bytes given at initiate; upload again`);
@@ -126,18 +112,15 @@ export class MultipartUploads {
     const b = parse(abortSchema, body);
     const u = await this.upload(caller.teamId, b.upload_id, b.storage_key);
     await this.o.store.abortMultipart(u.storageKey, u.uploadId);
-    await q(this.o.db)('delete from multipart_uploads where upload_id = ?', [u.uploadId]);
+    await this.o.records.deleteMultipart(u.uploadId);
     return { is_success: true };
   }
 
   /** Aborts uploads whose staged key expired (their parts would otherwise linger). */
   async sweep(limit = 500): Promise<number> {
-    const rows = await q(this.o.db)('delete from multipart_uploads where upload_id in (select upload_id from multipart_uploads where expires_at <= ? order by expires_at limit ?) returning upload_id, storage_key', [
-      new Date(this.o.now()),
-      limit,
-    ]);
+    const rows = await this.o.records.sweepMultipart(this.o.now(), limit);
     for (const r of rows) {
-      await this.o.store.abortMultipart(r.storage_key as string, r.upload_id as string).catch((e: unknown) => this.o.logger.warn({ err: e, key: r.storage_key }, 'multipart sweep: abort failed'));
+      await this.o.store.abortMultipart(r.storageKey, r.uploadId).catch((e: unknown) => this.o.logger.warn({ err: e, key: r.storageKey }, 'multipart sweep: abort failed'));
     }
     return rows.length;
   }

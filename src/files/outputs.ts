@@ -11,12 +11,11 @@
  * URLs live min(7 days, the retention left); after GANTRY_OUTPUT_RETENTION_S past finished_at the
  * result answers 410 and the sweeper deletes the task's output prefix (tasks.output_expires_at).
  */
-import type { Database } from '../persistence/db.js';
-import { q } from '../persistence/sql.js';
 import type { ObjectStore } from '../storage/port.js';
 import { MAX_PRESIGN_EXPIRY_S } from '../storage/port.js';
 import type { Logger } from '../shared/logger.js';
 import { isTeamKey, outputPrefix } from './keys.js';
+import type { FilesStore } from './store.js';
 
 export interface OutputLinksResult {
   download_url: string | null;
@@ -25,7 +24,7 @@ export interface OutputLinksResult {
 }
 
 export interface TaskOutputsOptions {
-  db: Database;
+  records: FilesStore;
   store: ObjectStore;
   /** GANTRY_OUTPUT_RETENTION_S. */
   retentionS: number;
@@ -67,10 +66,9 @@ export class TaskOutputs {
 
   /** The OutputLinks of the result endpoint. */
   async links(teamId: string, taskId: string, output: Record<string, unknown>): Promise<OutputLinksResult> {
-    const rows = await q(this.o.db)('select dispatch_target, finished_at from tasks where id = ? and team_id = ?', [taskId, teamId]);
-    const row = rows[0];
+    const row = await this.o.records.taskOutputInfo(teamId, taskId);
     const now = this.o.now();
-    const finished = row?.finished_at ? new Date(row.finished_at).getTime() : now;
+    const finished = row?.finishedAt ?? now;
     const remainingS = Math.floor((finished + this.o.retentionS * 1000 - now) / 1000);
     if (!row || remainingS < 1) return { download_url: null, download_urls: null, expires_at: null };
     const ttl = Math.min(MAX_PRESIGN_EXPIRY_S, remainingS);
@@ -82,7 +80,7 @@ export class TaskOutputs {
       for (const [name, key] of entries) m[name] = await sign(key);
       return m;
     };
-    const cloud = row.dispatch_target === 'comfy_cloud';
+    const cloud = row.dispatchTarget === 'comfy_cloud';
     return {
       download_url: !cloud && primary ? await sign(primary) : null,
       download_urls: cloud || entries.length > 1 ? await map() : null,
@@ -92,14 +90,12 @@ export class TaskOutputs {
 
   /** Deletes the outputs of tasks past retention and marks tasks.output_expires_at. */
   async sweep(limit = 200): Promise<number> {
-    const cutoff = new Date(this.o.now() - this.o.retentionS * 1000);
-    const rows = await q(this.o.db)('select id, team_id, finished_at from tasks where output_expires_at is null and finished_at is not null and finished_at <= ? order by finished_at limit ?', [cutoff, limit]);
+    const rows = await this.o.records.tasksPastRetention(this.o.now() - this.o.retentionS * 1000, limit);
     let n = 0;
     for (const r of rows) {
       try {
-        await this.o.store.deletePrefix(outputPrefix(r.team_id as string, r.id as string));
-        const expired = new Date(new Date(r.finished_at).getTime() + this.o.retentionS * 1000);
-        await q(this.o.db)('update tasks set output_expires_at = ? where id = ? and output_expires_at is null', [expired, r.id]);
+        await this.o.store.deletePrefix(outputPrefix(r.teamId, r.id));
+        await this.o.records.markOutputsExpired(r.id, r.finishedAt + this.o.retentionS * 1000);
         n++;
       } catch (e) {
         this.o.logger.warn({ err: e, task_id: r.id }, 'output sweep failed for a task; will retry');

@@ -9,14 +9,13 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import type { Database } from '../persistence/db.js';
-import { q, iso } from '../persistence/sql.js';
 import type { ObjectStore } from '../storage/port.js';
 import { modelPathSchema } from '../domain/workflows/schema.js';
 import { AppError, conflict, fromZodIssues, invalidParameter, notFound } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import type { Logger } from '../shared/logger.js';
 import type { Caller, FileStaging } from './staging.js';
+import type { FilesStore, ModelRecord, NodeRecord } from './store.js';
 
 const parse = <T>(s: z.ZodType<T>, body: unknown): T => {
   const r = s.safeParse(body ?? {});
@@ -65,61 +64,8 @@ export const nodeCreateSchema = z.strictObject({
   sha256: sha256Schema.optional(),
 });
 
-export interface ModelRecord {
-  id: string;
-  teamId: string;
-  displayName: string;
-  modelType: string;
-  modelPath: string;
-  modelStatus: 'active' | 'disabled';
-  storageKey: string;
-  fileSize: number;
-  sha256: string;
-  createdAt: number;
-  updatedAt: number;
-}
-
-export interface NodeRecord {
-  id: string;
-  teamId: string;
-  displayName: string;
-  packageName: string;
-  nodeVersion: string;
-  nodeStatus: 'active' | 'disabled';
-  storageKey: string;
-  fileSize: number;
-  sha256: string;
-  createdAt: number;
-  updatedAt: number;
-}
-
-export const rowToModel = (r: Record<string, any>): ModelRecord => ({
-  id: r.id,
-  teamId: r.team_id,
-  displayName: r.display_name,
-  modelType: r.model_type,
-  modelPath: r.model_path,
-  modelStatus: r.model_status,
-  storageKey: r.storage_key,
-  fileSize: Number(r.file_size),
-  sha256: r.sha256,
-  createdAt: new Date(r.created_at).getTime(),
-  updatedAt: new Date(r.updated_at).getTime(),
-});
-
-export const rowToNode = (r: Record<string, any>): NodeRecord => ({
-  id: r.id,
-  teamId: r.team_id,
-  displayName: r.display_name,
-  packageName: r.package_name,
-  nodeVersion: r.node_version,
-  nodeStatus: r.node_status,
-  storageKey: r.storage_key,
-  fileSize: Number(r.file_size),
-  sha256: r.sha256,
-  createdAt: new Date(r.created_at).getTime(),
-  updatedAt: new Date(r.updated_at).getTime(),
-});
+export type { ModelRecord, NodeRecord } from './store.js';
+export { rowToModel, rowToNode } from './store.js';
 
 export const modelJson = (m: ModelRecord): Record<string, unknown> => ({
   id: m.id,
@@ -129,8 +75,8 @@ export const modelJson = (m: ModelRecord): Record<string, unknown> => ({
   model_status: m.modelStatus,
   file_size: m.fileSize,
   sha256: m.sha256,
-  created_at: iso(m.createdAt),
-  updated_at: iso(m.updatedAt),
+  created_at: new Date(m.createdAt).toISOString(),
+  updated_at: new Date(m.updatedAt).toISOString(),
 });
 
 /** The spec's custom node list item (plus sha256 and updated_at). */
@@ -142,9 +88,11 @@ export const nodeJson = (n: NodeRecord): Record<string, unknown> => ({
   node_version: n.nodeVersion,
   node_status: n.nodeStatus,
   sha256: n.sha256,
-  created_at: iso(n.createdAt),
-  updated_at: iso(n.updatedAt),
+  created_at: new Date(n.createdAt).toISOString(),
+  updated_at: new Date(n.updatedAt).toISOString(),
 });
+
+const STORAGE_KEY_USED = (): AppError => conflict('storage_key_used', 'storage_key: already used by another model or node (or it expired meanwhile)');
 
 function isUniqueViolation(e: unknown): boolean {
   return (e as { code?: unknown } | null)?.code === '23505';
@@ -164,7 +112,7 @@ export async function measureObject(store: ObjectStore, key: string): Promise<{ 
 }
 
 export interface RegistryOptions {
-  db: Database;
+  records: FilesStore;
   store: ObjectStore;
   staging: FileStaging;
   logger: Logger;
@@ -190,86 +138,66 @@ export class ModelRegistry {
 
   async create(caller: Caller, body: unknown): Promise<ModelRecord> {
     const b = parse(modelCreateSchema, body);
-    const dup = await q(this.o.db)('select 1 from models where team_id = ? and model_path = ?', [caller.teamId, b.model_path]);
-    if (dup.length) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
+    if (await this.o.records.modelPathTaken(caller.teamId, b.model_path)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
     const m = await verifyUpload(this.o, caller, 'model', b.storage_key, b.file_size, b.sha256);
-    const id = uuidv7();
-    let row: Record<string, any> | undefined;
+    let model: ModelRecord | null;
     try {
-      row = await this.o.staging.inTx(async (qq) => {
-        if (!(await this.o.staging.consume(qq, caller.teamId, b.storage_key))) throw conflict('storage_key_used', 'storage_key: already used by another model or node (or it expired meanwhile)');
-        const rows = await qq(
-          `insert into models (id, team_id, display_name, model_type, model_path, model_status, storage_key, file_size, sha256, created_by)
-           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning *`,
-          [id, caller.teamId, b.display_name, b.model_type, b.model_path, b.model_status ?? 'active', b.storage_key, m.size, m.sha256, caller.userId ?? null],
-        );
-        return rows[0];
+      model = await this.o.records.createModel({
+        id: uuidv7(),
+        teamId: caller.teamId,
+        displayName: b.display_name,
+        modelType: b.model_type,
+        modelPath: b.model_path,
+        modelStatus: b.model_status ?? 'active',
+        storageKey: b.storage_key,
+        fileSize: m.size,
+        sha256: m.sha256,
+        createdBy: caller.userId ?? null,
       });
     } catch (e) {
       if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
       throw e;
     }
+    if (!model) throw STORAGE_KEY_USED();
     this.o.onChange?.(caller.teamId);
-    return rowToModel(row as Record<string, any>);
+    return model;
   }
 
   async get(teamId: string, id: string): Promise<ModelRecord> {
-    const rows = await q(this.o.db)('select * from models where team_id = ? and id = ?', [teamId, id]);
-    if (!rows[0]) throw notFound('model', 'model_not_found');
-    return rowToModel(rows[0]);
+    const m = await this.o.records.model(teamId, id);
+    if (!m) throw notFound('model', 'model_not_found');
+    return m;
   }
 
-  async list(teamId: string, f: { status?: string | undefined; modelType?: string | undefined }, limit: number, offset: number): Promise<{ rows: ModelRecord[]; total: number }> {
-    const where = ['team_id = ?'];
-    const params: unknown[] = [teamId];
-    if (f.status) {
-      where.push('model_status = ?');
-      params.push(f.status);
-    }
-    if (f.modelType) {
-      where.push('model_type = ?');
-      params.push(f.modelType);
-    }
-    const qq = q(this.o.db);
-    const rows = await qq(`select * from models where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
-    const c = await qq<{ n: number }>(`select count(*)::int as n from models where ${where.join(' and ')}`, params);
-    return { rows: rows.map(rowToModel), total: Number(c[0]?.n ?? 0) };
+  list(teamId: string, f: { status?: string | undefined; modelType?: string | undefined }, limit: number, offset: number): Promise<{ rows: ModelRecord[]; total: number }> {
+    return this.o.records.listModels(teamId, f, limit, offset);
   }
 
   /** PUT: only the provided fields change. */
   async update(teamId: string, id: string, body: unknown): Promise<ModelRecord> {
     const b = parse(modelUpdateSchema, body);
-    const sets: string[] = [];
-    const params: unknown[] = [];
-    const col = { display_name: b.display_name, model_type: b.model_type, model_path: b.model_path, model_status: b.model_status };
-    for (const [k, v] of Object.entries(col)) {
-      if (v === undefined) continue;
-      sets.push(`${k} = ?`);
-      params.push(v);
-    }
-    if (sets.length === 0) return this.get(teamId, id);
-    let rows: Record<string, any>[];
+    if (Object.values(b).every((v) => v === undefined)) return this.get(teamId, id);
+    let m: ModelRecord | null;
     try {
-      rows = await q(this.o.db)(`update models set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
+      m = await this.o.records.updateModel(teamId, id, b);
     } catch (e) {
       if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
       throw e;
     }
-    if (!rows[0]) throw notFound('model', 'model_not_found');
+    if (!m) throw notFound('model', 'model_not_found');
     this.o.onChange?.(teamId);
-    return rowToModel(rows[0]);
+    return m;
   }
 
   async delete(teamId: string, id: string): Promise<void> {
-    const rows = await q(this.o.db)('delete from models where team_id = ? and id = ? returning storage_key', [teamId, id]);
-    if (!rows[0]) throw notFound('model', 'model_not_found');
+    const key = await this.o.records.deleteModel(teamId, id);
+    if (key === null) throw notFound('model', 'model_not_found');
     this.o.onChange?.(teamId);
-    await this.o.store.delete(rows[0].storage_key as string).catch((e: unknown) => this.o.logger.warn({ err: e, model_id: id }, 'model object delete failed'));
+    await this.o.store.delete(key).catch((e: unknown) => this.o.logger.warn({ err: e, model_id: id }, 'model object delete failed'));
   }
 
   async active(teamId: string): Promise<ModelRecord[]> {
-    const rows = await q(this.o.db)(`select * from models where team_id = ? and model_status = 'active' order by model_path`, [teamId]);
-    return rows.map(rowToModel);
+    return this.o.records.activeModels(teamId);
   }
 }
 
@@ -279,50 +207,48 @@ export class NodeRegistry {
   async create(caller: Caller, body: unknown): Promise<NodeRecord> {
     const b = parse(nodeCreateSchema, body);
     const taken = (): AppError => conflict('package_name_taken', `package_name: this team already has ${b.package_name}; delete it first to install another version`);
-    const dup = await q(this.o.db)('select 1 from custom_nodes where team_id = ? and package_name = ?', [caller.teamId, b.package_name]);
-    if (dup.length) throw taken();
+    if (await this.o.records.packageTaken(caller.teamId, b.package_name)) throw taken();
     const m = await verifyUpload(this.o, caller, 'node', b.storage_key, b.file_size, b.sha256);
-    let row: Record<string, any> | undefined;
+    let node: NodeRecord | null;
     try {
-      row = await this.o.staging.inTx(async (qq) => {
-        if (!(await this.o.staging.consume(qq, caller.teamId, b.storage_key))) throw conflict('storage_key_used', 'storage_key: already used by another model or node (or it expired meanwhile)');
-        const rows = await qq(
-          `insert into custom_nodes (id, team_id, display_name, package_name, node_version, node_status, storage_key, file_size, sha256, created_by)
-           values (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) returning *`,
-          [uuidv7(), caller.teamId, b.display_name, b.package_name, b.node_version, b.storage_key, m.size, m.sha256, caller.userId ?? null],
-        );
-        return rows[0];
+      node = await this.o.records.createNode({
+        id: uuidv7(),
+        teamId: caller.teamId,
+        displayName: b.display_name,
+        packageName: b.package_name,
+        nodeVersion: b.node_version,
+        storageKey: b.storage_key,
+        fileSize: m.size,
+        sha256: m.sha256,
+        createdBy: caller.userId ?? null,
       });
     } catch (e) {
       if (isUniqueViolation(e)) throw taken();
       throw e;
     }
+    if (!node) throw STORAGE_KEY_USED();
     this.o.onChange?.(caller.teamId);
-    return rowToNode(row as Record<string, any>);
+    return node;
   }
 
   async get(teamId: string, id: string): Promise<NodeRecord> {
-    const rows = await q(this.o.db)('select * from custom_nodes where team_id = ? and id = ?', [teamId, id]);
-    if (!rows[0]) throw notFound('custom node', 'node_not_found');
-    return rowToNode(rows[0]);
+    const n = await this.o.records.node(teamId, id);
+    if (!n) throw notFound('custom node', 'node_not_found');
+    return n;
   }
 
-  async list(teamId: string, limit: number, offset: number): Promise<{ rows: NodeRecord[]; total: number }> {
-    const qq = q(this.o.db);
-    const rows = await qq('select * from custom_nodes where team_id = ? order by created_at desc, id desc limit ? offset ?', [teamId, limit, offset]);
-    const c = await qq<{ n: number }>('select count(*)::int as n from custom_nodes where team_id = ?', [teamId]);
-    return { rows: rows.map(rowToNode), total: Number(c[0]?.n ?? 0) };
+  list(teamId: string, limit: number, offset: number): Promise<{ rows: NodeRecord[]; total: number }> {
+    return this.o.records.listNodes(teamId, limit, offset);
   }
 
   async delete(teamId: string, id: string): Promise<void> {
-    const rows = await q(this.o.db)('delete from custom_nodes where team_id = ? and id = ? returning storage_key', [teamId, id]);
-    if (!rows[0]) throw notFound('custom node', 'node_not_found');
+    const key = await this.o.records.deleteNode(teamId, id);
+    if (key === null) throw notFound('custom node', 'node_not_found');
     this.o.onChange?.(teamId);
-    await this.o.store.delete(rows[0].storage_key as string).catch((e: unknown) => this.o.logger.warn({ err: e, node_id: id }, 'node package delete failed'));
+    await this.o.store.delete(key).catch((e: unknown) => this.o.logger.warn({ err: e, node_id: id }, 'node package delete failed'));
   }
 
   async active(teamId: string): Promise<NodeRecord[]> {
-    const rows = await q(this.o.db)(`select * from custom_nodes where team_id = ? and node_status = 'active' order by package_name`, [teamId]);
-    return rows.map(rowToNode);
+    return this.o.records.activeNodes(teamId);
   }
 }

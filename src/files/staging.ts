@@ -12,14 +12,13 @@
  *   are kept until that task ends).
  */
 import { z } from 'zod';
-import type { Database } from '../persistence/db.js';
-import { inTx, q } from '../persistence/sql.js';
 import type { ObjectStore } from '../storage/port.js';
 import { MAX_PARTS, MAX_PART_BYTES } from '../storage/port.js';
 import type { StagedFile } from '../domain/workflows/parameters.js';
 import { AppError, badRequest, fromZodIssues, invalidParameter } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { isTeamKey, stagedKey, type StagePurpose } from './keys.js';
+import type { FilesStore, StagedRow } from './store.js';
 
 /** S3's largest object; the ceiling of a multipart upload. */
 export const MAX_MULTIPART_BYTES = 5 * 1024 ** 4;
@@ -53,28 +52,10 @@ export interface PresignResult {
   uploadMode: 'single' | 'multipart';
 }
 
-export interface StagedRow {
-  fileKey: string;
-  teamId: string;
-  purpose: StagePurpose;
-  fileName: string;
-  contentType: string;
-  fileSize: number;
-  expiresAt: number;
-}
-
-const rowOf = (r: Record<string, any>): StagedRow => ({
-  fileKey: r.file_key,
-  teamId: r.team_id,
-  purpose: r.purpose,
-  fileName: r.file_name,
-  contentType: r.content_type,
-  fileSize: Number(r.file_size),
-  expiresAt: new Date(r.expires_at).getTime(),
-});
+export type { StagedRow } from './store.js';
 
 export interface FileStagingOptions {
-  db: Database;
+  records: FilesStore;
   store: ObjectStore;
   /** GANTRY_MAX_UPLOAD_BYTES: the single-part cap. */
   maxUploadBytes: number;
@@ -121,11 +102,17 @@ export class FileStaging {
     const now = this.o.now();
     const key = stagedKey(caller.teamId, purpose, body.file_name, now);
     const expiresAt = now + this.o.retentionS * 1000;
-    await q(this.o.db)(
-      `insert into staged_files (file_key, team_id, purpose, file_name, content_type, file_size, created_by_user_id, created_by_credential_id, expires_at)
-       values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      [key, caller.teamId, purpose, key.slice(key.lastIndexOf('/') + 1), body.content_type, body.file_size, caller.userId ?? null, caller.credentialId ?? null, new Date(expiresAt)],
-    );
+    await this.o.records.insertStaged({
+      fileKey: key,
+      teamId: caller.teamId,
+      purpose,
+      fileName: key.slice(key.lastIndexOf('/') + 1),
+      contentType: body.content_type,
+      fileSize: body.file_size,
+      expiresAt,
+      userId: caller.userId ?? null,
+      credentialId: caller.credentialId ?? null,
+    });
     if (mode === 'multipart') return { key, uploadUrl: null, uploadHeaders: {}, uploadExpiresAt: null, expiresAt: new Date(expiresAt).toISOString(), uploadMode: mode };
     const ttl = Math.max(1, Math.min(this.o.uploadUrlTtlS ?? 3600, this.o.retentionS));
     const p = await this.o.store.presignPut(key, { contentLength: body.file_size, contentType: body.content_type, expiresInS: ttl });
@@ -142,8 +129,7 @@ export class FileStaging {
     const out = new Map<string, StagedFile>();
     const keys = [...new Set(fileKeys)].filter((k) => isTeamKey(teamId, k)).slice(0, 1000);
     if (keys.length === 0) return out;
-    const rows = await q(this.o.db)(`select * from staged_files where team_id = ? and purpose = 'input' and file_key in (select jsonb_array_elements_text(?::jsonb))`, [teamId, JSON.stringify(keys)]);
-    for (const r of rows.map(rowOf)) {
+    for (const r of await this.o.records.stagedInputs(teamId, keys)) {
       if (r.expiresAt > this.o.now() && (await this.o.store.head(r.fileKey)) === null) continue;
       out.set(r.fileKey, { fileKey: r.fileKey, teamId: r.teamId, contentType: r.contentType, fileName: r.fileName, expiresAt: r.expiresAt });
     }
@@ -153,8 +139,7 @@ export class FileStaging {
   /** The staged row of this team for key (any purpose unless given), or null; expired rows count as absent. */
   async staged(teamId: string, key: string, purpose?: StagePurpose): Promise<StagedRow | null> {
     if (!isTeamKey(teamId, key)) return null;
-    const rows = await q(this.o.db)('select * from staged_files where file_key = ? and team_id = ?', [key, teamId]);
-    const r = rows[0] ? rowOf(rows[0]) : null;
+    const r = await this.o.records.staged(teamId, key);
     if (!r || (purpose !== undefined && r.purpose !== purpose) || r.expiresAt <= this.o.now()) return null;
     return r;
   }
@@ -166,40 +151,16 @@ export class FileStaging {
     return r;
   }
 
-  /** Removes the staged row (the registry owns the object now); false when someone else took it. */
-  async consume(qq: ReturnType<typeof q>, teamId: string, key: string): Promise<boolean> {
-    const rows = await qq('delete from staged_files where file_key = ? and team_id = ? returning file_key', [key, teamId]);
-    return rows.length > 0;
-  }
-
-  inTx<T>(fn: (qq: ReturnType<typeof q>) => Promise<T>): Promise<T> {
-    return inTx(this.o.db, fn);
-  }
-
   /**
    * Deletes expired staged rows and their objects (and any multipart upload still open on them).
    * Input keys referenced by a task that is not terminal yet are kept until it ends.
    */
   async sweep(limit = 500): Promise<number> {
-    const now = new Date(this.o.now());
-    const rows = await q(this.o.db)(
-      `delete from staged_files s where s.file_key in (
-         select f.file_key from staged_files f
-         where f.expires_at <= ?
-           and not (f.purpose = 'input' and exists (
-             select 1 from tasks t where t.team_id = f.team_id
-               and t.task_status in ('pending','waiting','provisioning','queued','running')
-               and t.input_files @> jsonb_build_array(jsonb_build_object('fileKey', f.file_key))))
-         order by f.expires_at limit ?)
-       returning s.file_key`,
-      [now, limit],
-    );
+    const keys = await this.o.records.sweepStaged(this.o.now(), limit);
     let n = 0;
-    for (const r of rows) {
-      const key = r.file_key as string;
+    for (const key of keys) {
       try {
-        const ups = await q(this.o.db)('delete from multipart_uploads where storage_key = ? returning upload_id', [key]);
-        for (const u of ups) await this.o.store.abortMultipart(key, u.upload_id as string).catch(() => undefined);
+        for (const uploadId of await this.o.records.deleteMultipartsOfKey(key)) await this.o.store.abortMultipart(key, uploadId).catch(() => undefined);
         await this.o.store.delete(key);
         n++;
       } catch (e) {

@@ -10,13 +10,10 @@
  *   inventory_name (`<package_name>@<node_version>`) is missing from the agent's inventory. The
  *   scheduler sends a task to such an agent with provision=true (task state provisioning).
  *
- * SyncAwareSessions keeps AgentInfo.needsSync right for live sessions: after a session opens or
- * its inventory changes, and after a registry change of its team (refreshTeam).
+ * The edge's SyncAwareSessions (src/edge/agents/sessions.ts) calls needsSync to keep
+ * AgentInfo.needsSync right for live sessions; this module does not know the edge.
  */
-import type { ActorSystemPort, AgentInfo, ServerToAgent } from '../actors/ports.js';
-import { AgentSessions } from '../edge/agents/sessions.js';
 import type { ObjectStore } from '../storage/port.js';
-import type { Logger } from '../shared/logger.js';
 import type { ModelRegistry, NodeRegistry } from './registry.js';
 
 export interface AgentInventory {
@@ -126,62 +123,5 @@ export class ModelSync {
 
   invalidate(teamId: string): void {
     this.cache.delete(teamId);
-  }
-}
-
-/**
- * AgentSessions that keep AgentInfo.needsSync current: open() and update() pass through, then the
- * flag is recomputed (from the session's models and the agent record's custom nodes) and, when it
- * differs, the session is updated again (the agent actor tells the scheduler).
- */
-export class SyncAwareSessions extends AgentSessions {
-  constructor(
-    actors: ActorSystemPort,
-    private readonly sync: {
-      needsSync(teamId: string, inv: AgentInventory): Promise<boolean>;
-      customNodes(agentId: string): Promise<string[]>;
-      logger: Logger;
-    },
-  ) {
-    super(actors);
-  }
-
-  override open(agentId: string, info: AgentInfo, deliver: (m: ServerToAgent) => boolean, end: (reason: string) => void, running: Array<{ taskId: string; attempt: number; epoch: number }> = []): string {
-    const sid = super.open(agentId, info, deliver, end, running);
-    void this.recheck(agentId, sid);
-    return sid;
-  }
-
-  override update(agentId: string, sessionId: string, info: AgentInfo): void {
-    super.update(agentId, sessionId, info);
-    void this.recheck(agentId, sessionId);
-  }
-
-  private stopped = false;
-
-  /** Node shutdown: no more rechecks (the database is about to close; in-flight ones are moot). */
-  stop(): void {
-    this.stopped = true;
-  }
-
-  /** After a registry change: recompute every live session of the team. */
-  refreshTeam(teamId: string): void {
-    for (const s of this.all()) if (s.info.teamId === teamId) void this.recheck(s.agentId, s.sessionId);
-  }
-
-  private async recheck(agentId: string, sessionId: string): Promise<void> {
-    if (this.stopped) return;
-    try {
-      const s = this.session(agentId);
-      if (!s || s.sessionId !== sessionId) return;
-      const customNodes = await this.sync.customNodes(agentId);
-      const need = await this.sync.needsSync(s.info.teamId, { models: s.info.models, customNodes });
-      const cur = this.session(agentId);
-      if (!cur || cur.sessionId !== sessionId || cur.info.needsSync === need) return;
-      super.update(agentId, sessionId, { ...cur.info, needsSync: need });
-    } catch (e) {
-      if (this.stopped) return;
-      this.sync.logger.warn({ err: e, agent_id: agentId }, 'needsSync check failed');
-    }
   }
 }

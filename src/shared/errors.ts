@@ -3,20 +3,24 @@
  * lower_snake `code` and a `kind`; src/edge/error-map.ts is the only place that turns kinds into
  * HTTP statuses (and gRPC codes).
  */
-export type ErrorKind =
-  | 'bad_request'
-  | 'unauthorized'
-  | 'forbidden'
-  | 'not_found'
-  | 'method_not_allowed'
-  | 'conflict'
-  | 'gone'
-  | 'precondition_failed'
-  | 'payload_too_large'
-  | 'rate_limited'
-  | 'internal'
-  | 'bad_gateway'
-  | 'unavailable';
+export const ERROR_KINDS = [
+  'bad_request',
+  'unauthorized',
+  'forbidden',
+  'not_found',
+  'method_not_allowed',
+  'conflict',
+  'gone',
+  'precondition_failed',
+  'payload_too_large',
+  'rate_limited',
+  'internal',
+  'bad_gateway',
+  'unavailable',
+  // a peer did not do something in time (e.g. an agent stream without hello)
+  'deadline_exceeded',
+] as const;
+export type ErrorKind = (typeof ERROR_KINDS)[number];
 
 export class AppError extends Error {
   readonly kind: ErrorKind;
@@ -48,6 +52,7 @@ export const rateLimited = (retryAfterS: number, message = 'too many requests; r
   new AppError('rate_limited', 'rate_limited', message, { retryAfterS });
 export const unavailable = (code: string, message: string, retryAfterS?: number): AppError =>
   new AppError('unavailable', code, message, retryAfterS === undefined ? {} : { retryAfterS });
+export const deadlineExceeded = (code: string, message: string): AppError => new AppError('deadline_exceeded', code, message);
 export const badGateway = (code: string, message: string): AppError => new AppError('bad_gateway', code, message);
 
 export function isAppError(e: unknown): e is AppError {

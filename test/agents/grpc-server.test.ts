@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { createCredential } from '../helpers/identity.js';
 import { agentsOf, bearer, createWorkflow, hello, rawClient, rawStream, runWorkflow, setupTeam, tinyGraph, waitFor, waitTask, type RawStream } from './helpers.js';
-import type { AgentServiceClient, ServerMessage__Output } from '../../src/agent/wire.js';
+import type { AgentServiceClient, ServerMessage__Output } from '../../src/protocol/agent-wire.js';
 
 let t: TestNode;
 let client: AgentServiceClient;

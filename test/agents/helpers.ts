@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import type { TestNode } from '../helpers/node.js';
 import { createCredential, registerUser, type TestUser } from '../helpers/identity.js';
-import { loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../../src/agent/wire.js';
+import { loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../../src/protocol/agent-wire.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { parseGpuFlag, parseNvidiaSmi, resolveMachineId, scanCustomNodes, scanModels } from '../../src/agent/discovery.js';
 import { parseAgentArgs, UsageError } from '../../src/agent/main.js';
 import { AgentClient, backoffDelay } from '../../src/agent/client.js';
-import { CreditGate, CreditReturner } from '../../src/agent/wire.js';
+import { CreditGate, CreditReturner } from '../../src/protocol/agent-wire.js';
 import { createLogger } from '../../src/shared/logger.js';
 import { tmpDir } from './helpers.js';
 

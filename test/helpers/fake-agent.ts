@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { GantryNode } from '../../src/main.js';
-import type { ServerToAgent, TaskProgress } from '../../src/actors/ports.js';
+import type { ServerToAgent } from '../../src/actors/ports.js';
+import type { AgentReport } from '../../src/edge/agents/wire-schema.js';
 import { agentInfoOf } from '../../src/persistence/agent-store.js';
 import { SCHEDULER } from '../../src/actors/index.js';
 
@@ -84,14 +85,14 @@ export class FakeAgent {
     return (await this.next((m) => m.type === 'assign' && (taskId === undefined || m.taskId === taskId))) as Assign;
   }
 
-  private say(msg: Record<string, unknown>): void {
+  private say(msg: AgentReport): void {
     this.node.sessions.fromAgent(this.agentId, this.sessionId, msg);
   }
 
   ack(a: { taskId: string; attempt: number; epoch: number }): void {
     this.say({ type: 'ack', taskId: a.taskId, attempt: a.attempt, epoch: a.epoch });
   }
-  progress(a: { taskId: string; attempt: number; epoch: number }, p: TaskProgress): void {
+  progress(a: { taskId: string; attempt: number; epoch: number }, p: Extract<AgentReport, { type: 'progress' }>['progress']): void {
     this.say({ type: 'progress', taskId: a.taskId, attempt: a.attempt, epoch: a.epoch, progress: p });
   }
   finish(a: { taskId: string; attempt: number; epoch: number }, output: Record<string, unknown> = { storage_key: `outputs/${a.taskId}/output.png`, image_count: 1 }): void {

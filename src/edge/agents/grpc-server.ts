@@ -4,7 +4,7 @@
  * (team, machine_id), opens an AgentSessions session (the integration point with the agent actor)
  * and forwards what the agent says, faithfully (the actors fence stale attempts/epochs).
  *
- * Flow control: see src/agent/wire.ts and docs/api.md. Server->agent messages wait for credit
+ * Flow control: see src/protocol/agent-wire.ts and docs/api.md. Server->agent messages wait for credit
  * (the agent's window); agent->server messages are processed one at a time, in order, and returned
  * as credit once processed. An agent that exceeds our window is cut off (RESOURCE_EXHAUSTED).
  */
@@ -14,14 +14,12 @@ import type { AgentInfo, ServerToAgent, TaskRecord, TaskStorePort } from '../../
 import type { AgentRegistration, AgentRow } from '../../persistence/agent-store.js';
 import { agentInfoOf } from '../../persistence/agent-store.js';
 import type { ObjectStore } from '../../storage/port.js';
-import { AppError, invalidParameter, unavailable, isAppError } from '../../shared/errors.js';
+import { AppError, conflict, deadlineExceeded, forbidden, invalidParameter, isAppError, unauthorized, unavailable } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { grpcStatusOf } from '../error-map.js';
+import { toGrpcError } from '../error-map.js';
 import type { AgentSessions } from './sessions.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../agent/wire.js';
-import type { Hello__Output } from '../../gen/gantry/agent/v1/Hello.js';
-import type { Heartbeat__Output } from '../../gen/gantry/agent/v1/Heartbeat.js';
-import type { TaskResult__Output } from '../../gen/gantry/agent/v1/TaskResult.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
+import { PresignInputsRequest, PresignOutputsRequest, decodeAgentMessage, decodeRequest, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
 import type { PresignOutputsRequest__Output } from '../../gen/gantry/agent/v1/PresignOutputsRequest.js';
 import type { PresignOutputsResponse } from '../../gen/gantry/agent/v1/PresignOutputsResponse.js';
 import type { PresignInputsRequest__Output } from '../../gen/gantry/agent/v1/PresignInputsRequest.js';
@@ -93,10 +91,9 @@ export interface AgentGrpcServerOptions {
 
 type Call = grpc.ServerDuplexStream<AgentMessage__Output, ServerMessage>;
 
+/** Why the server ends a stream: the error (its kind gives the gRPC status through the error map) and whether the agent must not reconnect. */
 interface EndReason {
-  status: grpc.status;
-  code: string;
-  message: string;
+  error: AppError;
   fatal: boolean;
 }
 
@@ -126,12 +123,7 @@ interface Conn {
   pendingEnd: EndReason | null;
 }
 
-const STAGES = new Set(['download', 'process_data', 'train', 'export', 'upload']);
-const MACHINE_ID_RE = /^[A-Za-z0-9._:@-]{1,200}$/;
-const OUTPUT_NAME_RE = /^[A-Za-z0-9._-]{1,200}$/;
 const MAX_QUEUED_TO_AGENT = 10_000;
-const MAX_OUTPUT_FILES = 100;
-const MAX_OUTPUT_BYTES = 5 * 1024 ** 3;
 
 const bearer = (md: grpc.Metadata): string | null => {
   const v = md.get('authorization')[0];
@@ -140,9 +132,6 @@ const bearer = (md: grpc.Metadata): string | null => {
   return m?.[1] ?? null;
 };
 
-const str = (v: unknown, max: number): string => (typeof v === 'string' ? v.slice(0, max) : '');
-const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
-const int = (v: unknown): number => Math.max(0, Math.floor(num(v)));
 
 export class AgentGrpcServer {
   private server: grpc.Server | null = null;
@@ -210,7 +199,7 @@ export class AgentGrpcServer {
     if (!this.server) return;
     this.stopping = true;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
-    for (const c of [...this.conns]) this.endConn(c, { status: grpc.status.UNAVAILABLE, code: 'server_shutting_down', message: 'the server is shutting down; reconnect', fatal: false });
+    for (const c of [...this.conns]) this.endConn(c, { error: unavailable('server_shutting_down', 'the server is shutting down; reconnect'), fatal: false });
     const server = this.server;
     this.server = null;
     await new Promise<void>((resolve) => {
@@ -228,10 +217,11 @@ export class AgentGrpcServer {
 
   /** DELETE /agents/{id}: ends the agent's stream (fatal for it) and releases its tasks now. */
   kickAgent(agentId: string, code = 'agent_deleted', message = 'this agent was deleted by a team admin'): void {
-    for (const c of this.conns) if (c.agentId === agentId) c.pendingEnd = { status: grpc.status.NOT_FOUND, code, message, fatal: true };
+    const reason: EndReason = { error: new AppError('not_found', code, message), fatal: true };
+    for (const c of this.conns) if (c.agentId === agentId) c.pendingEnd = reason;
     this.o.sessions.revoke(agentId);
     // a stream still in hello (no session yet) ends too
-    for (const c of [...this.conns]) if (c.agentId === agentId) this.endConn(c, { status: grpc.status.NOT_FOUND, code, message, fatal: true });
+    for (const c of [...this.conns]) if (c.agentId === agentId) this.endConn(c, reason);
   }
 
   /**
@@ -252,7 +242,7 @@ export class AgentGrpcServer {
   }
 
   private revokeConn(c: Conn): void {
-    const reason: EndReason = { status: grpc.status.UNAUTHENTICATED, code: 'credential_revoked', message: 'this agent credential has been revoked', fatal: true };
+    const reason: EndReason = { error: unauthorized('credential_revoked', 'this agent credential has been revoked'), fatal: true };
     if (c.agentId && c.sessionId) {
       c.pendingEnd = reason;
       this.o.sessions.revoke(c.agentId);
@@ -267,10 +257,9 @@ export class AgentGrpcServer {
     const token = bearer(call.metadata);
     const peer = call.getPeer();
     const fail = (e: unknown): void => {
-      const st = isAppError(e) ? grpcStatusOf[e.kind] : grpc.status.INTERNAL;
-      const msg = isAppError(e) ? e.message : 'internal error';
-      if (!isAppError(e)) this.log.error({ err: e, peer }, 'agent stream setup failed');
-      call.emit('error', { code: st, details: msg });
+      const g = toGrpcError(e);
+      if (g.unexpected) this.log.error({ err: e, peer }, 'agent stream setup failed');
+      call.emit('error', { code: g.code, details: g.details });
     };
     if (this.stopping) return fail(unavailable('server_shutting_down', 'the server is shutting down'));
     if (!token) return fail(new AppError('unauthorized', 'credential_missing', 'authorization: Bearer ak-... is required'));
@@ -310,92 +299,78 @@ export class AgentGrpcServer {
     }, fail);
   }
 
-  private onData(c: Conn, m: AgentMessage__Output): void {
+  private onData(c: Conn, raw: AgentMessage__Output): void {
     if (c.closed) return;
     c.lastSeenAt = this.now();
-    if (m.msg === 'credit') {
-      c.gate?.grant(int(m.credit?.grant));
+    // every message is decoded by the one schema (wire-schema.ts) before anything looks at it
+    const d = decodeAgentMessage(raw);
+    if (d.ok && d.msg.msg === 'credit') {
+      c.gate?.grant(d.msg.credit.grant);
       this.flushQueue(c);
       return;
     }
-    if (m.msg !== 'hello') {
+    const windowed = raw.msg !== 'hello' && raw.msg !== 'credit';
+    if (windowed) {
       c.inflight++;
       if (c.inflight > this.window) {
-        this.endConn(c, { status: grpc.status.RESOURCE_EXHAUSTED, code: 'window_exceeded', message: `more than ${this.window} messages in flight without credit`, fatal: false });
+        this.endConn(c, { error: new AppError('rate_limited', 'window_exceeded', `more than ${this.window} messages in flight without credit`), fatal: false });
         return;
       }
     }
+    // a message that does not decode ends the stream in order, after what arrived before it
     c.chain = c.chain
-      .then(() => (c.closed ? undefined : this.handle(c, m)))
+      .then(() => {
+        if (c.closed) return undefined;
+        if (!d.ok) throw d.error;
+        return this.handle(c, d.msg);
+      })
       .catch((e: unknown) => {
-        if (isAppError(e)) this.endConn(c, { status: grpcStatusOf[e.kind], code: e.code, message: e.message, fatal: e.kind === 'unauthorized' });
-        else {
-          this.log.error({ err: e, agent_id: c.agentId }, 'agent message handling failed');
-          this.endConn(c, { status: grpc.status.INTERNAL, code: 'internal_error', message: 'internal error', fatal: false });
-        }
+        const g = toGrpcError(e);
+        if (g.unexpected) this.log.error({ err: e, agent_id: c.agentId }, 'agent message handling failed');
+        this.endConn(c, { error: isAppError(e) ? e : new AppError('internal', 'internal_error', 'internal error'), fatal: isAppError(e) && e.kind === 'unauthorized' });
       })
       .finally(() => {
-        if (m.msg !== 'hello') {
+        if (windowed) {
           c.inflight--;
           c.credit.processed();
         }
       });
   }
 
-  private async handle(c: Conn, m: AgentMessage__Output): Promise<void> {
+  private async handle(c: Conn, m: AgentStreamMessage): Promise<void> {
     if (m.msg === 'hello') {
       if (c.agentId) throw invalidParameter('hello: already received on this stream');
-      return this.onHello(c, m.hello ?? ({} as Hello__Output));
+      return this.onHello(c, m.hello);
     }
     if (!c.agentId || !c.sessionId) throw invalidParameter('the first message on the stream must be hello');
     const agentId = c.agentId;
     const sessionId = c.sessionId;
-    const ref = (x: { task_id?: string; attempt?: number; epoch?: number } | null | undefined) => ({ taskId: str(x?.task_id, 100), attempt: Math.max(1, int(x?.attempt)), epoch: int(x?.epoch) });
     switch (m.msg) {
       case 'heartbeat':
-        await this.onHeartbeat(c, m.heartbeat ?? ({} as Heartbeat__Output));
+        await this.onHeartbeat(c, m.heartbeat);
         return;
       case 'ack':
-        this.o.sessions.fromAgent(agentId, sessionId, { type: 'ack', ...ref(m.ack) });
+        this.o.sessions.fromAgent(agentId, sessionId, m.ack);
         return;
       case 'provisioned':
-        this.o.sessions.fromAgent(agentId, sessionId, { type: 'provisioned', ...ref(m.provisioned) });
+        this.o.sessions.fromAgent(agentId, sessionId, m.provisioned);
         return;
-      case 'progress': {
-        const p = m.progress;
-        const stage = str(p?.stage, 40);
-        const message = str(p?.message, 2000);
-        this.o.sessions.fromAgent(agentId, sessionId, {
-          type: 'progress',
-          ...ref(p),
-          progress: {
-            progress: Math.max(0, Math.min(1, num(p?.progress))),
-            step_current: int(p?.step_current),
-            step_total: int(p?.step_total),
-            current_node: str(p?.current_node, 500),
-            ...(STAGES.has(stage) ? { stage } : {}),
-            ...(message ? { message } : {}),
-          },
-        });
+      case 'progress':
+        this.o.sessions.fromAgent(agentId, sessionId, m.progress);
         return;
-      }
       case 'result': {
-        const r = m.result ?? ({} as TaskResult__Output);
-        const t = ref(r);
+        const r = m.result;
+        const t = { taskId: r.task_id, attempt: r.attempt, epoch: r.epoch };
         const out = this.outputOf(c.teamId, t.taskId, r);
         if (typeof out === 'string') this.o.sessions.fromAgent(agentId, sessionId, { type: 'failed', ...t, error: out });
         else this.o.sessions.fromAgent(agentId, sessionId, { type: 'finished', ...t, output: out });
         return;
       }
-      case 'failure': {
-        const f = m.failure;
-        this.o.sessions.fromAgent(agentId, sessionId, { type: 'failed', ...ref(f), error: str(f?.error, 4000) || 'the agent reported a failure without a message' });
+      case 'failure':
+        this.o.sessions.fromAgent(agentId, sessionId, m.failure);
         return;
-      }
       case 'inventory': {
-        const inv = m.inventory;
-        const models = (inv?.models ?? []).map((x) => str(x.path, 1000)).filter(Boolean).slice(0, 100_000);
-        const nodes = (inv?.custom_nodes ?? []).map((x) => str(x, 200)).filter(Boolean).slice(0, 10_000);
+        const { models, custom_nodes: nodes } = m.inventory;
         await this.o.agents.updateInventory(agentId, models, nodes);
         if (c.info) {
           const needsSync = await this.needsSync(c.teamId, models, nodes);
@@ -406,25 +381,20 @@ export class AgentGrpcServer {
       }
       case 'status': {
         if (c.info) {
-          c.info = { ...this.currentInfo(c), draining: Boolean(m.status?.draining) };
+          c.info = { ...this.currentInfo(c), draining: m.status.draining };
           this.o.sessions.update(agentId, sessionId, c.info);
         }
         return;
       }
-      default:
-        // unknown/empty oneof (a newer agent): ignored, still credited
+      case 'credit': // handled on arrival (onData)
+      case undefined: // no member we know (a newer agent): ignored, still credited
         return;
     }
   }
 
-  private async onHello(c: Conn, h: Hello__Output): Promise<void> {
-    const machineId = str(h.machine_id, 300);
-    if (!MACHINE_ID_RE.test(machineId)) throw invalidParameter('hello.machine_id: 1-200 characters of A-Z a-z 0-9 . _ : @ -');
-    const labels = [...new Set((h.labels ?? []).map((l) => str(l, 100).trim()).filter(Boolean))].slice(0, 64);
-    const gpus = (h.gpus ?? []).slice(0, 64).map((g) => ({ name: str(g.name, 200) || 'GPU', vram_gb: Math.max(0, num(g.vram_gb)) }));
-    const models = (h.models ?? []).map((x) => str(x.path, 1000)).filter(Boolean).slice(0, 100_000);
-    const customNodes = (h.custom_nodes ?? []).map((x) => str(x, 200)).filter(Boolean).slice(0, 10_000);
-    const slots = Math.min(256, Math.max(1, int(h.slots) || 1));
+  private async onHello(c: Conn, h: HelloMessage): Promise<void> {
+    const machineId = h.machine_id;
+    const { labels, gpus, models, custom_nodes: customNodes, slots } = h;
     const max = this.o.maxAgentsPerTeam;
     if (max > 0 && (await this.o.agents.count(c.teamId)) >= max) {
       const existing = await this.o.agents.list(c.teamId, Math.max(max, 1) + 1000, 0);
@@ -434,13 +404,13 @@ export class AgentGrpcServer {
     const row = await this.o.agents.register({
       teamId: c.teamId,
       machineId,
-      displayName: str(h.display_name, 255).trim() || machineId,
+      displayName: h.display_name.trim() || machineId,
       labels,
       gpus,
       models,
       customNodes,
       slots,
-      agentVersion: str(h.agent_version, 100) || 'unknown',
+      agentVersion: h.agent_version || 'unknown',
       credentialId: c.credentialId,
       nodeId: this.o.nodeId,
     });
@@ -448,14 +418,12 @@ export class AgentGrpcServer {
     // sent to this agent must provision first
     const needsSync = await this.needsSync(c.teamId, models, customNodes);
     if (c.closed) return;
-    const info: AgentInfo = { ...agentInfoOf(row), draining: Boolean(h.draining), needsSync };
+    const info: AgentInfo = { ...agentInfoOf(row), draining: h.draining, needsSync };
     c.agentId = row.id;
     c.machineId = machineId;
     c.info = info;
     c.gate = new CreditGate(clampWindow(h.window));
-    const running = (h.running ?? [])
-      .filter((r) => typeof r.task_id === 'string' && r.task_id !== '' && int(r.attempt) >= 1)
-      .map((r) => ({ taskId: str(r.task_id, 100), attempt: int(r.attempt), epoch: int(r.epoch) }));
+    const running = h.running;
     const sessionId = this.o.sessions.open(
       row.id,
       info,
@@ -490,12 +458,11 @@ export class AgentGrpcServer {
   }
 
   private reasonOf(reason: string): EndReason {
-    if (reason.startsWith('replaced'))
-      return { status: grpc.status.ALREADY_EXISTS, code: 'session_replaced', message: 'another connection with the same machine_id took over this agent', fatal: true };
-    return { status: grpc.status.PERMISSION_DENIED, code: 'session_revoked', message: reason, fatal: true };
+    if (reason.startsWith('replaced')) return { error: conflict('session_replaced', 'another connection with the same machine_id took over this agent'), fatal: true };
+    return { error: forbidden('session_revoked', reason), fatal: true };
   }
 
-  private async onHeartbeat(c: Conn, hb: Heartbeat__Output): Promise<void> {
+  private async onHeartbeat(c: Conn, hb: HeartbeatMessage): Promise<void> {
     const agentId = c.agentId as string;
     const now = this.now();
     // revocation/expiry take effect on the next heartbeat even without the revoke hook (other nodes)
@@ -512,46 +479,23 @@ export class AgentGrpcServer {
         throw e;
       }
     }
-    const stats = {
-      cpu_percent: Math.round(num(hb.cpu_percent) * 10) / 10,
-      ram_used_bytes: int(hb.ram_used_bytes),
-      ram_total_bytes: int(hb.ram_total_bytes),
-      gpus: (hb.gpus ?? []).slice(0, 64).map((g) => ({
-        index: int(g.index),
-        name: str(g.name, 200),
-        utilization_percent: Math.max(0, Math.min(100, num(g.utilization_percent))),
-        vram_used_gb: Math.max(0, num(g.vram_used_gb)),
-        vram_total_gb: Math.max(0, num(g.vram_total_gb)),
-        temperature_c: num(g.temperature_c),
-      })),
-      running_tasks: int(hb.running_tasks),
-      reported_at: new Date(now).toISOString(),
-    };
-    await this.o.agents.heartbeat(agentId, stats);
+    // the schema already bounded and normalised every field
+    await this.o.agents.heartbeat(agentId, { ...hb, reported_at: new Date(now).toISOString() });
   }
 
   /** The task output the actors store, or an error string when the agent reported keys it may not use. */
-  private outputOf(teamId: string, taskId: string, r: TaskResult__Output): Record<string, unknown> | string {
+  private outputOf(teamId: string, taskId: string, r: ResultMessage): Record<string, unknown> | string {
     const prefix = `teams/${teamId}/outputs/${taskId}/`;
-    const outputs = (r.outputs ?? []).slice(0, MAX_OUTPUT_FILES).map((o) => ({ name: str(o.name, 200), storage_key: str(o.storage_key, 1024), content_type: str(o.content_type, 255), size: int(o.size) }));
-    const keys = [...new Set([str(r.storage_key, 1024), ...(r.storage_keys ?? []).map((k) => str(k, 1024)), ...outputs.map((o) => o.storage_key)].filter(Boolean))];
+    const outputs = r.outputs;
+    const keys = [...new Set([r.storage_key, ...r.storage_keys, ...outputs.map((o) => o.storage_key)].filter(Boolean))];
     if (keys.some((k) => !k.startsWith(prefix))) return `the agent reported outputs outside this task's storage prefix (${prefix})`;
-    let extra: Record<string, unknown> = {};
-    if (r.extra_json) {
-      try {
-        const v = JSON.parse(r.extra_json) as unknown;
-        if (v && typeof v === 'object' && !Array.isArray(v)) extra = v as Record<string, unknown>;
-      } catch {
-        /* ignored: extras are optional */
-      }
-    }
-    const primary = str(r.storage_key, 1024) || outputs[0]?.storage_key || '';
-    const storageKeys = (r.storage_keys ?? []).length ? (r.storage_keys ?? []).map((k) => str(k, 1024)) : outputs.map((o) => o.storage_key);
+    const primary = r.storage_key || outputs[0]?.storage_key || '';
+    const storageKeys = r.storage_keys.length ? r.storage_keys : outputs.map((o) => o.storage_key);
     return {
-      ...extra,
+      ...r.extra_json,
       ...(primary ? { storage_key: primary } : {}),
       storage_keys: storageKeys,
-      image_count: int(r.image_count),
+      image_count: r.image_count,
       outputs,
     };
   }
@@ -595,7 +539,7 @@ export class AgentGrpcServer {
     if (c.closed || !c.gate) return false;
     if (c.queue.length === 0 && c.gate.take()) return this.write(c, out);
     if (c.queue.length >= MAX_QUEUED_TO_AGENT) {
-      this.endConn(c, { status: grpc.status.RESOURCE_EXHAUSTED, code: 'agent_not_reading', message: 'the agent stopped returning credit', fatal: false });
+      this.endConn(c, { error: new AppError('rate_limited', 'agent_not_reading', 'the agent stopped returning credit'), fatal: false });
       return false;
     }
     c.queue.push(out);
@@ -623,13 +567,14 @@ export class AgentGrpcServer {
   /** Ends the stream (reason null = the agent half-closed: a clean OK end). */
   private endConn(c: Conn, reason: EndReason | null): void {
     if (c.closed) return;
-    if (reason) {
-      this.write(c, { error: { code: reason.code, message: reason.message, fatal: reason.fatal } });
-      this.log.info({ agent_id: c.agentId, session_id: c.sessionId, code: reason.code }, 'agent stream ended by the server');
+    const g = reason ? toGrpcError(reason.error) : null;
+    if (reason && g) {
+      this.write(c, { error: { code: g.errorCode, message: g.details, fatal: reason.fatal } });
+      this.log.info({ agent_id: c.agentId, session_id: c.sessionId, code: g.errorCode }, 'agent stream ended by the server');
     }
     this.dropConn(c);
     try {
-      if (reason && reason.status !== grpc.status.OK) c.call.emit('error', { code: reason.status, details: reason.message });
+      if (g) c.call.emit('error', { code: g.code, details: g.details });
       else c.call.end();
     } catch {
       /* the call is already gone */
@@ -657,9 +602,9 @@ export class AgentGrpcServer {
     const helloTimeout = this.o.helloTimeoutMs ?? 10_000;
     for (const c of [...this.conns]) {
       if (!c.agentId && now - c.openedAt > helloTimeout)
-        this.endConn(c, { status: grpc.status.DEADLINE_EXCEEDED, code: 'hello_timeout', message: `no hello within ${helloTimeout} ms`, fatal: false });
+        this.endConn(c, { error: deadlineExceeded('hello_timeout', `no hello within ${helloTimeout} ms`), fatal: false });
       else if (c.agentId && now - c.lastSeenAt > dead)
-        this.endConn(c, { status: grpc.status.UNAVAILABLE, code: 'heartbeat_missed', message: `no message for ${Math.round((now - c.lastSeenAt) / 1000)} s (3 heartbeat intervals)`, fatal: false });
+        this.endConn(c, { error: unavailable('heartbeat_missed', `no message for ${Math.round((now - c.lastSeenAt) / 1000)} s (3 heartbeat intervals)`), fatal: false });
     }
   }
 
@@ -675,23 +620,24 @@ export class AgentGrpcServer {
     run().then(
       (r) => cb(null, r),
       (e: unknown) => {
-        if (!isAppError(e)) this.log.error({ err: e }, 'agent unary call failed');
-        cb({ code: isAppError(e) ? grpcStatusOf[e.kind] : grpc.status.INTERNAL, details: isAppError(e) ? e.message : 'internal error' });
+        const g = toGrpcError(e);
+        if (g.unexpected) this.log.error({ err: e }, 'agent unary call failed');
+        cb({ code: g.code, details: g.details });
       },
     );
   }
 
   /** The task, if this session's agent holds it at this attempt and epoch. */
-  private async heldTask(ident: { teamId: string }, req: { session_id?: string; task_id?: string; attempt?: number; epoch?: number }): Promise<{ conn: Conn; task: TaskRecord }> {
-    const conn = this.bySession.get(str(req.session_id, 100));
+  private async heldTask(ident: { teamId: string }, req: { session_id: string; task_id: string; attempt: number; epoch: number }): Promise<{ conn: Conn; task: TaskRecord }> {
+    const conn = this.bySession.get(req.session_id);
     if (!conn || conn.closed || conn.teamId !== ident.teamId || !conn.agentId) throw unavailable('session_not_connected', 'no live agent stream with this session_id on this node; reconnect and retry');
-    const task = await this.o.tasks.load(str(req.task_id, 100));
+    const task = await this.o.tasks.load(req.task_id);
     const ok =
       task !== null &&
       task.teamId === ident.teamId &&
       task.agentId === conn.agentId &&
-      task.attempt === int(req.attempt) &&
-      task.leaseEpoch === int(req.epoch) &&
+      task.attempt === req.attempt &&
+      task.leaseEpoch === req.epoch &&
       (task.status === 'queued' || task.status === 'provisioning' || task.status === 'running');
     if (!ok || !task) throw new AppError('precondition_failed', 'task_not_held', 'this agent does not hold that task at this attempt and epoch');
     return { conn, task };
@@ -702,24 +648,15 @@ export class AgentGrpcServer {
     return this.o.objectStore;
   }
 
-  private async presignOutputs(ident: { credentialId: string; teamId: string }, req: PresignOutputsRequest__Output): Promise<PresignOutputsResponse> {
+  private async presignOutputs(ident: { credentialId: string; teamId: string }, raw: PresignOutputsRequest__Output): Promise<PresignOutputsResponse> {
     const store = this.store();
+    const req = decodeRequest(PresignOutputsRequest, raw);
     const { task } = await this.heldTask(ident, req);
-    const files = req.files ?? [];
-    if (files.length === 0 || files.length > MAX_OUTPUT_FILES) throw invalidParameter(`files: 1-${MAX_OUTPUT_FILES} entries`);
-    const seen = new Set<string>();
     const uploads = [];
-    for (const f of files) {
-      const name = str(f.name, 300);
-      if (!OUTPUT_NAME_RE.test(name) || name === '.' || name === '..') throw invalidParameter(`files.name: ${JSON.stringify(name)} must be 1-200 characters of A-Z a-z 0-9 . _ -`);
-      if (seen.has(name)) throw invalidParameter(`files.name: ${name} appears twice`);
-      seen.add(name);
-      const size = int(f.size);
-      if (size > MAX_OUTPUT_BYTES) throw invalidParameter(`files.size: ${name} is larger than 5 GB`);
-      const key = `teams/${task.teamId}/outputs/${task.id}/${task.attempt}/${name}`;
-      const contentType = str(f.content_type, 255) || 'application/octet-stream';
-      const p = await store.presignPut(key, { contentLength: size, contentType, expiresInS: this.o.presignExpiresS ?? 3600 });
-      uploads.push({ name, storage_key: key, upload_url: p.url, upload_headers: p.headers, expires_at_ms: p.expiresAt });
+    for (const f of req.files) {
+      const key = `teams/${task.teamId}/outputs/${task.id}/${task.attempt}/${f.name}`;
+      const p = await store.presignPut(key, { contentLength: f.size, contentType: f.content_type, expiresInS: this.o.presignExpiresS ?? 3600 });
+      uploads.push({ name: f.name, storage_key: key, upload_url: p.url, upload_headers: p.headers, expires_at_ms: p.expiresAt });
     }
     return { uploads };
   }
@@ -743,8 +680,8 @@ export class AgentGrpcServer {
     };
   }
 
-  private async presignInputs(ident: { credentialId: string; teamId: string }, req: PresignInputsRequest__Output): Promise<PresignInputsResponse> {
-    const { task } = await this.heldTask(ident, req);
+  private async presignInputs(ident: { credentialId: string; teamId: string }, raw: PresignInputsRequest__Output): Promise<PresignInputsResponse> {
+    const { task } = await this.heldTask(ident, decodeRequest(PresignInputsRequest, raw));
     const a = await this.o.tasks.assignment(task.id);
     const inputs = a?.inputFiles ?? [];
     if (inputs.length === 0) return { files: [] };

@@ -1,6 +1,9 @@
 import type { ActorSystemPort, AgentInfo, AgentTransportPort, ServerToAgent } from '../../actors/ports.js';
 import { AGENT } from '../../actors/index.js';
+import type { AgentMsg } from '../../actors/agent/protocol.js';
+import type { AgentReport } from './wire-schema.js';
 import { uuidv7 } from '../../shared/ids.js';
+import type { Logger } from '../../shared/logger.js';
 
 export interface AgentSession {
   sessionId: string;
@@ -48,9 +51,10 @@ export class AgentSessions implements AgentTransportPort {
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'update', sessionId, info });
   }
 
-  /** What the agent said on its stream (ack, progress, finished, failed, provisioned). */
-  fromAgent(agentId: string, sessionId: string, msg: Record<string, unknown>): void {
-    this.actors.tell({ kind: AGENT, id: agentId }, { ...msg, sessionId });
+  /** What the agent said on its stream (ack, progress, finished, failed, provisioned), decoded by wire-schema.ts. */
+  fromAgent(agentId: string, sessionId: string, msg: AgentReport): void {
+    const m: AgentMsg = { ...msg, sessionId };
+    this.actors.tell({ kind: AGENT, id: agentId }, m);
   }
 
   close(agentId: string, sessionId: string): void {
@@ -74,5 +78,63 @@ export class AgentSessions implements AgentTransportPort {
 
   all(): AgentSession[] {
     return [...this.sessions.values()];
+  }
+}
+
+/**
+ * AgentSessions that keep AgentInfo.needsSync current: open() and update() pass through, then the
+ * flag is recomputed (from the session's models and the agent record's custom nodes) and, when it
+ * differs, the session is updated again (the agent actor tells the scheduler). The check itself is
+ * a callback (files.sync.needsSync, wired in main.ts): the files module does not import the edge.
+ */
+export class SyncAwareSessions extends AgentSessions {
+  constructor(
+    actors: ActorSystemPort,
+    private readonly sync: {
+      needsSync(teamId: string, inv: { models: string[]; customNodes: string[] }): Promise<boolean>;
+      customNodes(agentId: string): Promise<string[]>;
+      logger: Logger;
+    },
+  ) {
+    super(actors);
+  }
+
+  override open(agentId: string, info: AgentInfo, deliver: (m: ServerToAgent) => boolean, end: (reason: string) => void, running: Array<{ taskId: string; attempt: number; epoch: number }> = []): string {
+    const sid = super.open(agentId, info, deliver, end, running);
+    void this.recheck(agentId, sid);
+    return sid;
+  }
+
+  override update(agentId: string, sessionId: string, info: AgentInfo): void {
+    super.update(agentId, sessionId, info);
+    void this.recheck(agentId, sessionId);
+  }
+
+  private stopped = false;
+
+  /** Node shutdown: no more rechecks (the database is about to close; in-flight ones are moot). */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** After a registry change: recompute every live session of the team. */
+  refreshTeam(teamId: string): void {
+    for (const s of this.all()) if (s.info.teamId === teamId) void this.recheck(s.agentId, s.sessionId);
+  }
+
+  private async recheck(agentId: string, sessionId: string): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const s = this.session(agentId);
+      if (!s || s.sessionId !== sessionId) return;
+      const customNodes = await this.sync.customNodes(agentId);
+      const need = await this.sync.needsSync(s.info.teamId, { models: s.info.models, customNodes });
+      const cur = this.session(agentId);
+      if (!cur || cur.sessionId !== sessionId || cur.info.needsSync === need) return;
+      super.update(agentId, sessionId, { ...cur.info, needsSync: need });
+    } catch (e) {
+      if (this.stopped) return;
+      this.sync.logger.warn({ err: e, agent_id: agentId }, 'needsSync check failed');
+    }
   }
 }

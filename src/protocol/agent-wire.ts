@@ -1,7 +1,8 @@
 /**
  * The agent wire protocol shared by both ends: the proto loader (same options as the generated
- * types in src/gen) and the flow-control primitives. The server (src/edge/agents) imports this
- * module; nothing here knows server internals.
+ * types in src/gen), the protocol version and the flow-control primitives. Both the agent program
+ * (src/agent) and the server (src/edge/agents) import this module; it imports neither of them
+ * (lint zone: src/protocol imports only src/gen and src/shared).
  */
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
