@@ -387,7 +387,9 @@ export class HttpEdge {
     const ip = Buffer.from(res.getRemoteAddressAsText()).toString();
     const rid = headers['x-request-id'];
     const requestId = rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7();
-    const log = this.o.logger.child({ request_id: requestId });
+    // the request's child logger is built on first use: most requests never log beyond the access line
+    let child: Logger | null = null;
+    const root = this.o.logger;
     let finished = false;
     let statusSent = 0;
     const finish = (status: number): void => {
@@ -395,7 +397,7 @@ export class HttpEdge {
       finished = true;
       statusSent = status;
       this.done();
-      log.info({ method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+      if (root.isLevelEnabled('info')) root.info({ request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
     };
     const sr = new StreamResponse(res, requestId, () => finish(statusSent || 200));
     res.onAborted(() => {
@@ -411,7 +413,9 @@ export class HttpEdge {
       headers,
       ip,
       requestId,
-      log,
+      get log(): Logger {
+        return (child ??= root.child({ request_id: requestId }));
+      },
       principal: null,
       body: undefined,
       rawBody: Buffer.alloc(0),
@@ -419,7 +423,7 @@ export class HttpEdge {
 
     const fail = (e: unknown): void => {
       const { status, body, headers: h, unexpected } = toHttpError(e);
-      if (unexpected) log.error({ err: e, method, path }, 'unexpected error');
+      if (unexpected) ctx.log.error({ err: e, method, path }, 'unexpected error');
       statusSent = status;
       if (!sr.aborted && !sr.ended) sr.json(status, body, h);
       else finish(status);

@@ -1,19 +1,32 @@
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 
 let lastMs = 0;
 let seq = 0;
 
+/** Randomness drawn 4 KiB at a time: one syscall per 256 ids instead of two per id (ids are minted per request). */
+const pool = Buffer.allocUnsafe(4096);
+let poolAt = pool.length;
+function randomInto(b: Buffer): void {
+  if (poolAt + b.length > pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  pool.copy(b, 0, poolAt, poolAt + b.length);
+  poolAt += b.length;
+}
+
 /** RFC 9562 UUID version 7: 48-bit unix ms, then randomness; monotonic within a process. */
 export function uuidv7(now: number = Date.now()): string {
+  const b = Buffer.allocUnsafe(16);
+  randomInto(b);
   if (now <= lastMs) {
     seq = (seq + 1) & 0xfff;
     if (seq === 0) lastMs += 1;
     now = lastMs;
   } else {
     lastMs = now;
-    seq = randomBytes(2).readUInt16BE(0) & 0x7ff;
+    seq = b.readUInt16BE(14) & 0x7ff; // a random start within the new millisecond
   }
-  const b = randomBytes(16);
   b.writeUIntBE(now, 0, 6);
   b[6] = 0x70 | ((seq >> 8) & 0x0f);
   b[7] = seq & 0xff;
