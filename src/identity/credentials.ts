@@ -1,4 +1,5 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+// crypto.hash: the one-shot digest (no Hash object per call); these run on every authenticated request
+import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /**
  * Credential values: `sk-` / `ak-` / `dk-` + 32 random bytes in base62 (43 chars) + a 6-char
@@ -34,11 +35,11 @@ export function randomToken(): string {
 }
 
 export function sha256Hex(value: string): string {
-  return createHash('sha256').update(value, 'utf8').digest('hex');
+  return hash('sha256', value, 'hex');
 }
 
 export function checksumOf(prefixAndBody: string): string {
-  return base62(createHash('sha256').update(prefixAndBody, 'utf8').digest().subarray(0, 4), CHECK_LEN);
+  return base62(hash('sha256', prefixAndBody, 'buffer').subarray(0, 4), CHECK_LEN);
 }
 
 export interface GeneratedCredential {
