@@ -1,5 +1,5 @@
 import type { ActorSystemPort, AgentInfo, AgentTransportPort, ServerToAgent } from '../../actors/ports.js';
-import { AGENT } from '../../actors/index.js';
+import { AGENT, envelopes } from '../../actors/index.js';
 import { uuidv7 } from '../../shared/ids.js';
 
 export interface AgentSession {
@@ -48,9 +48,9 @@ export class AgentSessions implements AgentTransportPort {
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'update', sessionId, info });
   }
 
-  /** What the agent said on its stream (ack, progress, finished, failed, provisioned). */
+  /** What the agent said on its stream (ack, progress, finished, failed, provisioned), decoded by the agent protocol's schema. */
   fromAgent(agentId: string, sessionId: string, msg: Record<string, unknown>): void {
-    this.actors.tell({ kind: AGENT, id: agentId }, { ...msg, sessionId });
+    this.actors.tell({ kind: AGENT, id: agentId }, envelopes.decodeMsg(AGENT, { ...msg, sessionId }));
   }
 
   close(agentId: string, sessionId: string): void {
