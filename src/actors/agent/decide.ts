@@ -25,7 +25,8 @@ export interface AgentState {
   tasks: Map<string, { attempt: number; epoch: number }>;
   statusWritten: StatusRow | null;
   statusWanted: StatusRow | null;
-  writing: boolean;
+  /** The row being written (one write at a time). */
+  statusWriting: StatusRow | null;
 }
 
 /** Results of I/O the shell ran for an earlier decision, fed back as messages (never on the wire). */
@@ -65,24 +66,24 @@ export interface AgentEnv {
 }
 
 export function initialAgentState(agentId: string): AgentState {
-  return { agentId, info: null, sessionId: null, connected: false, tasks: new Map(), statusWritten: null, statusWanted: null, writing: false };
+  return { agentId, info: null, sessionId: null, connected: false, tasks: new Map(), statusWritten: null, statusWanted: null, statusWriting: null };
 }
 
 /** The row the live view implies: idle or busy (naming a task it holds), or draining. */
 export function liveStatus(s: AgentState): StatusRow {
   const draining = s.info?.draining ?? false;
   if (s.tasks.size === 0) return { status: draining ? 'draining' : 'online', currentTaskId: null };
-  const shown = (s.statusWanted ?? s.statusWritten)?.currentTaskId ?? null;
+  const shown = (s.statusWanted ?? s.statusWriting ?? s.statusWritten)?.currentTaskId ?? null;
   const current = shown !== null && s.tasks.has(shown) ? shown : ([...s.tasks.keys()].pop() as string);
   return { status: draining ? 'draining' : 'busy', currentTaskId: current };
 }
 
 /** Starts the one write if none is in flight (the wanted row is taken; a newer one waits its turn). */
 function flushStatus(s: AgentState, out: AgentEffect[]): void {
-  if (s.writing || !s.statusWanted) return;
+  if (s.statusWriting || !s.statusWanted) return;
   out.push({ type: 'write_status', row: s.statusWanted });
+  s.statusWriting = s.statusWanted;
   s.statusWanted = null;
-  s.writing = true;
 }
 
 /**
@@ -93,7 +94,8 @@ function flushStatus(s: AgentState, out: AgentEffect[]): void {
  */
 function wantStatus(s: AgentState, out: AgentEffect[]): void {
   const row = liveStatus(s);
-  const last = s.statusWanted ?? s.statusWritten;
+  // compared with what the row will be once the queued/in-flight writes land (not the last landed one)
+  const last = s.statusWanted ?? s.statusWriting ?? s.statusWritten;
   if (last && last.status === row.status && last.currentTaskId === row.currentTaskId) return;
   s.statusWanted = row;
   flushStatus(s, out);
@@ -223,14 +225,14 @@ const handlers: Handler = {
     }
     return ok(out);
   },
-  ack: (m, s) => ok([{ type: 'tell_task', taskId: m.taskId, msg: { type: 'ack', attempt: m.attempt, epoch: m.epoch } }]),
+  ack: (m) => ok([{ type: 'tell_task', taskId: m.taskId, msg: { type: 'ack', attempt: m.attempt, epoch: m.epoch } }]),
   provisioned: (m) => ok([{ type: 'tell_task', taskId: m.taskId, msg: { type: 'provisioned', epoch: m.epoch } }]),
   progress: (m) => ok([{ type: 'tell_task', taskId: m.taskId, msg: { type: 'progress', epoch: m.epoch, progress: m.progress } }]),
   finished: (m, s) => finished(s, m.taskId, m.epoch, { type: 'finish', epoch: m.epoch, output: m.output }),
   failed: (m, s) => finished(s, m.taskId, m.epoch, { type: 'fail', epoch: m.epoch, error: m.error }),
   status_written: (m, s) => {
     const out: AgentEffect[] = [];
-    s.writing = false;
+    s.statusWriting = null;
     // a failed write (the shell logged it) leaves the row unknown: the next change writes again
     s.statusWritten = m.ok ? m.row : null;
     flushStatus(s, out);

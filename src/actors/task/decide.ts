@@ -1,5 +1,5 @@
 import type { TransitionRequest } from '../ports.js';
-import { isTerminal, NON_TERMINAL, ON_AGENT, type TaskRecord, type TaskStatus } from '../../domain/tasks/record.js';
+import { isTerminal, NON_TERMINAL, ON_AGENT, SCHEDULABLE, type TaskRecord, type TaskStatus } from '../../domain/tasks/record.js';
 import type { ServerToAgent } from '../task-record.js';
 import type { SchedulerMsg } from '../scheduler/protocol.js';
 import { dispatchTo, type Handlers } from '../runtime/handlers.js';
@@ -94,7 +94,7 @@ const handlers: Handler = {
     const epoch = t.leaseEpoch + 1;
     const to: TaskStatus = m.provision ? 'provisioning' : 'queued';
     return {
-      transition: { taskId: t.id, from: ['pending', 'waiting'], epoch: t.leaseEpoch, to, patch: { agentId: m.agentId, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, to, now)] },
+      transition: { taskId: t.id, from: SCHEDULABLE, epoch: t.leaseEpoch, to, patch: { agentId: m.agentId, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, to, now)] },
       effects: [
         { type: 'dispatch', agentId: m.agentId, epoch, provision: m.provision },
         ...(m.provision ? [] : [{ type: 'set_timer' as const, name: 'ack', ms: cfg.ackTimeoutMs, msg: { type: 'ack_timeout' as const, epoch } }]),
