@@ -3,7 +3,7 @@
  * persistence, cluster and edge layers implement them, and src/main.ts wires them together.
  */
 import type { Clock } from '../shared/clock.js';
-import type { TaskRecord, TaskStatus, TaskProgress } from '../domain/tasks/record.js';
+import type { ActorKind, TaskRecord, TaskStatus, TaskProgress } from '../domain/tasks/record.js';
 import type { TaskAssignment, AgentInfo, ServerToAgent } from './task-record.js';
 import type { TaskMsg, TaskReplies } from './task/protocol.js';
 import type { SchedulerMsg, SchedulerReplies } from './scheduler/protocol.js';
@@ -40,6 +40,10 @@ export interface Protocols {
   'team-scheduler': { msg: SchedulerMsg; replies: SchedulerReplies };
   agent: { msg: AgentMsg; replies: AgentReplies };
 }
+
+/** The registry has exactly the kinds of the vocabulary (a kind added on one side only does not compile). */
+type SameKeys<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+export const PROTOCOLS_COVER_ACTOR_KINDS: SameKeys<keyof Protocols, ActorKind> = true;
 
 /** Address of an actor of kind K: never a JS object reference, so a remote node can stand behind it. */
 export interface ActorRef<K extends string = string> {
