@@ -89,3 +89,16 @@ test('quota: at the team limit nothing is assigned; stats answers the view', () 
   assert.equal(of(d.effects, 'assign').length, 0);
   assert.deepEqual(decide(s, { type: 'stats' }, { now: 0, maxConcurrent: 1 }).reply, { queued: 1, active: 1, agents: [{ agentId: 'agent-1', free: 3 }] });
 });
+
+test('one bulk read in flight at a time: ids that need a re-read meanwhile go in the next one', () => {
+  const clock = new FakeClock(0);
+  const s = initialState(TEAM, [], [], []);
+  run(s, clock, { type: 'task_requeued', taskId: id(1) });
+  const first = of(run(s, clock, { type: 'kick' }), 'load');
+  assert.deepEqual(first[0]?.ids, [id(1)]);
+  run(s, clock, { type: 'task_requeued', taskId: id(2) }, { type: 'task_requeued', taskId: id(3) });
+  assert.equal(of(run(s, clock, { type: 'kick' }), 'load').length, 0, 'waits for the read in flight');
+  const after = run(s, clock, { type: 'loaded', token: first[0]?.token ?? -1, ids: [id(1)], records: [] });
+  assert.equal(of(after, 'kick').length, 1);
+  assert.deepEqual(of(run(s, clock, { type: 'kick' }), 'load')[0]?.ids, [id(2), id(3)], 'the accumulated ids, in one read');
+});

@@ -105,6 +105,8 @@ interface Activation {
   stash: MsgEnvelope[];
   /** I/O started by reenterAfter whose continuation has not been queued yet. */
   inflight: number;
+  /** That I/O (shutdown lets it land before the database closes). */
+  work: Set<Promise<unknown>>;
   /** Replies handed out by deferReply and not settled yet. */
   deferred: Set<ReplyHandle<unknown>>;
   /** The message of the running turn, and whether the turn took over its reply. */
@@ -235,6 +237,7 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
         mailbox: [],
         stash: [],
         inflight: 0,
+        work: new Set(),
         deferred: new Set(),
         current: null,
         taken: false,
@@ -289,17 +292,19 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
         a.inflight++;
         const back = (r: Settled<T>): void => {
           a.inflight--;
-          if (this.acts.get(key(a.ref)) !== a || a.incarnation !== incarnation || !a.actor) {
+          if (this.stopped || this.acts.get(key(a.ref)) !== a || a.incarnation !== incarnation || !a.actor) {
             // the actor crashed, passivated or the node stopped: its continuation is moot
             if (a.stopRequested && !a.running) this.afterTurn(a);
             return;
           }
           this.push(a, { incarnation, run: () => then(r) });
         };
-        work.then(
+        const tracked = work.then(
           (value) => back({ ok: true, value }),
           (error: unknown) => back({ ok: false, error }),
         );
+        a.work.add(tracked);
+        void tracked.finally(() => a.work.delete(tracked));
       },
       stash: () => {
         const env = turnOnly('stash()');
@@ -408,6 +413,9 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
         await this.passivate(a);
         return;
       }
+      // turns are synchronous: yield between them, so what the callers tell meanwhile (a burst)
+      // is in the mailbox before the next turn (and one busy actor cannot hold the event loop)
+      if (a.mailbox.length > 0) await null;
     }
     a.running = false;
     this.afterTurn(a);
@@ -466,6 +474,8 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
       for (const t of a.timers.values()) t.cancel();
       a.idleTimer?.cancel();
     }
+    // I/O already started (e.g. an agent's last status write) lands; its continuations are dropped
+    await Promise.allSettled(all.flatMap((a) => [...a.work]));
     await Promise.all(all.map(async (a) => a.actor?.onPassivate?.().catch(() => undefined)));
     this.acts.clear();
   }

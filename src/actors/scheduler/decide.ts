@@ -97,7 +97,9 @@ export interface SchedulerState {
   /** Tasks with a bulk load in flight -> its token. A later message about the task cancels it (it wins). */
   loading: Map<string, number>;
   nextLoad: number;
-  /** Tasks with a pending -> waiting write in flight (not marked twice). */
+  /** A bulk read is in flight: the next one waits for it (ids accumulate meanwhile, like a group commit). */
+  loadInFlight: boolean;
+  /** Tasks with a pending -> waiting write in flight (not marked twice; the next batch waits for it). */
   marking: Set<string>;
 }
 
@@ -130,7 +132,7 @@ export interface SchedulerEnv {
 }
 
 export function initialState(teamId: string, schedulable: readonly TaskRecord[], active: readonly TaskRecord[], agents: readonly AgentInfo[]): SchedulerState {
-  const s: SchedulerState = { teamId, queue: new Map(), agents: new Map(), active: new Map(), passPending: false, toLoad: new Set(), loading: new Map(), nextLoad: 1, marking: new Set() };
+  const s: SchedulerState = { teamId, queue: new Map(), agents: new Map(), active: new Map(), passPending: false, toLoad: new Set(), loading: new Map(), nextLoad: 1, loadInFlight: false, marking: new Set() };
   for (const t of schedulable) s.queue.set(t.id, t);
   for (const t of active) s.active.set(t.id, t.agentId);
   for (const a of agents) upsertAgent(s, a);
@@ -167,7 +169,8 @@ export const statsOf = (s: SchedulerState): SchedulerStats => ({ queued: s.queue
 /** One pass over the FIFO queue: assign what can run (optimistic reservation), mark the rest waiting. */
 function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
   const effects: SchedulerEffect[] = [];
-  if (s.toLoad.size > 0) {
+  if (s.toLoad.size > 0 && !s.loadInFlight) {
+    s.loadInFlight = true;
     const token = s.nextLoad++;
     const ids = [...s.toLoad];
     s.toLoad.clear();
@@ -192,7 +195,7 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
     effects.push({ type: 'assign', taskId: step.taskId, agentId: agent.agentId, provision: agent.needsSync, task });
   }
   const toWait = p.wait.filter((id) => s.queue.get(id)?.status === 'pending' && !s.marking.has(id));
-  if (toWait.length > 0) {
+  if (toWait.length > 0 && s.marking.size === 0) {
     for (const id of toWait) s.marking.add(id);
     effects.push({ type: 'mark_waiting', ids: toWait });
   }
@@ -259,6 +262,7 @@ const handlers: Handler = {
   },
   stats: () => [],
   loaded: (m, s) => {
+    s.loadInFlight = false;
     const found = new Map(m.records.map((t) => [t.id, t]));
     for (const id of m.ids) {
       if (s.loading.get(id) !== m.token) continue; // a later message about it won
