@@ -14,6 +14,7 @@ import { WorkflowStore } from './persistence/workflow-store.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { LocalActorSystem } from './actors/runtime/system.js';
 import { registerActors, recoverTasks } from './actors/index.js';
+import type { Protocols } from './actors/ports.js';
 import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
 import { TaskQueries } from './persistence/task-queries.js';
@@ -45,7 +46,7 @@ export interface GantryNode {
   migrationsApplied: string[];
   /** Users, teams, credentials; `identity.verifyAgentCredential(ak)` serves the agent stream. */
   identity: Identity;
-  actors: LocalActorSystem;
+  actors: LocalActorSystem<Protocols>;
   sessions: AgentSessions;
   events: LocalEventBus;
   /** SSE hub, webhook outbox + dispatcher, notifications; `liveEvents.notifySystem(teamId, kind, {title, message})` raises a system alert. */
@@ -86,7 +87,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
 
   // --- actors: one task actor per open task, one scheduler per team, one agent actor per stream
   const clock = opts.clock ?? systemClock;
-  const actors = new LocalActorSystem(clock, logger.child({ component: 'actors' }), actorMetrics);
+  const actors = new LocalActorSystem<Protocols>(clock, logger.child({ component: 'actors' }), actorMetrics);
   const events = new LocalEventBus();
   const taskStore = new PgTaskStore(db);
   const agentStore = new PgAgentStore(db);

@@ -1,5 +1,9 @@
 import type { LocalActorSystem } from './runtime/system.js';
-import type { AgentStorePort, AgentTransportPort, EventBusPort, QuotaPort, TaskStorePort } from './ports.js';
+import type { AgentStorePort, AgentTransportPort, EventBusPort, Protocols, QuotaPort, TaskStorePort } from './ports.js';
+import { AgentMsg } from './agent/protocol.js';
+import { SchedulerMsg } from './scheduler/protocol.js';
+import { TaskMsg } from './task/protocol.js';
+import { envelopeCodec, type MessageSchemas } from './runtime/envelope.js';
 import { TaskActor, TASK, parseTaskMsg } from './task/task.actor.js';
 import { TeamSchedulerActor, SCHEDULER, parseSchedulerMsg } from './scheduler/scheduler.actor.js';
 import { AgentActor, AGENT, parseAgentMsg } from './agent/agent.actor.js';
@@ -19,8 +23,14 @@ export interface ActorDeps {
   askTimeoutMs: number;
 }
 
+/** Each kind's zod message union: what the envelope codec (remoting) and wire decoders validate with. */
+export const messageSchemas: MessageSchemas<Protocols> = { task: TaskMsg, 'team-scheduler': SchedulerMsg, agent: AgentMsg };
+
+/** The one JSON codec for envelopes of this service's actors. */
+export const envelopes = envelopeCodec<Protocols>(messageSchemas);
+
 /** Registers every actor kind with its protocol parser. */
-export function registerActors(sys: LocalActorSystem, d: ActorDeps): void {
+export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): void {
   sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS, ackTimeoutMs: d.ackTimeoutMs }, progressIntervalMs: d.progressIntervalMs }), {
     parse: parseTaskMsg,
     idleMs: 60_000,
@@ -36,7 +46,7 @@ export function registerActors(sys: LocalActorSystem, d: ActorDeps): void {
 }
 
 /** Recovery on start: every non-terminal task is picked up again. */
-export async function recoverTasks(sys: LocalActorSystem, tasks: TaskStorePort, graceMs: number): Promise<number> {
+export async function recoverTasks(sys: LocalActorSystem<Protocols>, tasks: TaskStorePort, graceMs: number): Promise<number> {
   const open = await tasks.nonTerminal();
   const teams = new Set<string>();
   for (const t of open) {

@@ -3,10 +3,51 @@
  * persistence, cluster and edge layers implement them, and src/main.ts wires them together.
  */
 import type { Clock } from '../shared/clock.js';
+import type { ActorKind, TaskRecord, TaskStatus, TaskProgress } from '../domain/tasks/record.js';
+import type { TaskAssignment, AgentInfo, ServerToAgent } from './task-record.js';
+import type { TaskMsg, TaskReplies } from './task/protocol.js';
+import type { SchedulerMsg, SchedulerReplies } from './scheduler/protocol.js';
+import type { AgentMsg, AgentReplies } from './agent/protocol.js';
 
-/** Address of an actor: never a JS object reference, so a remote node can stand behind it. */
-export interface ActorRef {
-  readonly kind: string;
+export { TASK_STATUSES, TERMINAL_STATUSES, isTerminal, ACTOR_KINDS } from '../domain/tasks/record.js';
+export type { TaskRecord, TaskStatus, TaskProgress, ActorKind } from '../domain/tasks/record.js';
+export type { TaskAssignment, AgentInfo, ServerToAgent } from './task-record.js';
+
+// ---------------------------------------------------------------------------------------------
+// Typed addresses and the protocol registry
+
+/** What a protocol looks like to the runtime: a message union (discriminated by `type`) and a reply per type. */
+export interface ProtocolShape {
+  msg: { type: string };
+  replies: object;
+}
+/** A map kind -> protocol (the runtime is generic over it; `Protocols` is this service's). */
+export type ProtocolMap<P> = { [K in keyof P]: ProtocolShape };
+export type KindOf<P> = keyof P & string;
+/** The messages an actor of kind K accepts. */
+export type MsgOf<P extends ProtocolMap<P>, K extends KindOf<P>> = P[K]['msg'];
+/** The reply to a message of type T sent to kind K. */
+export type ReplyOf<P extends ProtocolMap<P>, K extends KindOf<P>, T extends string> = T extends keyof P[K]['replies'] ? P[K]['replies'][T] : never;
+/** Any reply of kind K (what a turn may return). */
+export type AnyReplyOf<P extends ProtocolMap<P>, K extends KindOf<P>> = P[K]['replies'][keyof P[K]['replies']];
+
+/**
+ * Every actor kind of this service with its protocol: each kind's zod message union (protocol.ts)
+ * and its reply type per message type. tell/ask are checked against it.
+ */
+export interface Protocols {
+  task: { msg: TaskMsg; replies: TaskReplies };
+  'team-scheduler': { msg: SchedulerMsg; replies: SchedulerReplies };
+  agent: { msg: AgentMsg; replies: AgentReplies };
+}
+
+/** The registry has exactly the kinds of the vocabulary (a kind added on one side only does not compile). */
+type SameKeys<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+export const PROTOCOLS_COVER_ACTOR_KINDS: SameKeys<keyof Protocols, ActorKind> = true;
+
+/** Address of an actor of kind K: never a JS object reference, so a remote node can stand behind it. */
+export interface ActorRef<K extends string = string> {
+  readonly kind: K;
   readonly id: string;
 }
 
@@ -15,10 +56,13 @@ export interface AskOptions {
   deadlineMs?: number;
 }
 
-/** How callers reach actors, wherever they live (this node or another). */
-export interface ActorSystemPort {
-  tell(ref: ActorRef, msg: unknown): void;
-  ask<R = unknown>(ref: ActorRef, msg: unknown, opts?: AskOptions): Promise<R>;
+/**
+ * How callers reach actors, wherever they live (this node or another). `tell` accepts only the
+ * messages of the ref's kind; `ask` returns the reply type of the message's type.
+ */
+export interface ActorSystemPort<P extends ProtocolMap<P> = Protocols> {
+  tell<K extends KindOf<P>>(ref: ActorRef<K>, msg: MsgOf<P, K>): void;
+  ask<K extends KindOf<P>, M extends MsgOf<P, K>>(ref: ActorRef<K>, msg: M, opts?: AskOptions): Promise<ReplyOf<P, K, M['type']>>;
 }
 
 export interface RuntimePorts {
@@ -27,43 +71,6 @@ export interface RuntimePorts {
 
 // ---------------------------------------------------------------------------------------------
 // Tasks
-
-export const TASK_STATUSES = ['pending', 'waiting', 'provisioning', 'queued', 'running', 'completed', 'failed', 'cancelled'] as const;
-export type TaskStatus = (typeof TASK_STATUSES)[number];
-export const TERMINAL_STATUSES: readonly TaskStatus[] = ['completed', 'failed', 'cancelled'];
-export const isTerminal = (s: TaskStatus): boolean => TERMINAL_STATUSES.includes(s);
-
-export interface TaskProgress {
-  progress: number;
-  step_current: number;
-  step_total: number;
-  current_node: string;
-  stage?: string;
-  message?: string;
-}
-
-/** What the actors know of a task (a row of `tasks`). */
-export interface TaskRecord {
-  id: string;
-  teamId: string;
-  status: TaskStatus;
-  attempt: number;
-  maxRetries: number;
-  leaseEpoch: number;
-  agentId: string | null;
-  dispatchTarget: 'agent' | 'comfy_cloud';
-  toolType: 'comfyui' | 'nerfstudio';
-  timeoutS: number;
-  requiredLabels: string[];
-  minVramGb: number;
-  requiredModels: string[];
-  preferredGpu: string | null;
-  seq: number;
-  startedAt: number | null;
-  createdAt: number;
-  parentTaskId: string | null;
-  retryTaskId: string | null;
-}
 
 /** The task event types of the spec's SSE stream. */
 export type TaskEventType = 'status' | 'progress' | 'completed' | 'failed' | 'cancelled';
@@ -118,6 +125,8 @@ export type TransitionResult =
 
 export interface TaskStorePort {
   load(taskId: string): Promise<TaskRecord | null>;
+  /** Many records in one statement (the scheduler's bulk refresh); missing ids are absent. */
+  loadMany(taskIds: readonly string[]): Promise<TaskRecord[]>;
   /** One conditional UPDATE fenced by (from-states, epoch) + its events, in one transaction. */
   transition(req: TransitionRequest): Promise<TransitionResult>;
   /** Progress while running with this epoch; appends the event when given. False = stale. */
@@ -137,16 +146,6 @@ export interface TaskStorePort {
   assignment(taskId: string): Promise<TaskAssignment | null>;
 }
 
-export interface TaskAssignment {
-  taskId: string;
-  attempt: number;
-  toolType: 'comfyui' | 'nerfstudio';
-  workflow: unknown;
-  parameters: Record<string, unknown>;
-  inputFiles: Array<{ key: string; fileKey: string; fileName: string; nodeId?: string; field?: string; targetPath?: string }>;
-  timeoutS: number;
-}
-
 /** Fan-out of committed task events (SSE, webhooks, notifications) — in-memory or Redis pub/sub. */
 export interface EventBusPort {
   publish(events: readonly TaskEvent[]): void;
@@ -154,26 +153,6 @@ export interface EventBusPort {
 
 // ---------------------------------------------------------------------------------------------
 // Agents
-
-export interface AgentInfo {
-  agentId: string;
-  teamId: string;
-  labels: string[];
-  gpuType: string | null;
-  gpuCount: number;
-  vramTotalGb: number;
-  models: string[];
-  slots: number;
-  draining: boolean;
-  /** Active team models/custom nodes the agent lacks: a task assigned to it provisions first. */
-  needsSync: boolean;
-}
-
-/** Messages the server sends down an agent's stream. */
-export type ServerToAgent =
-  | { type: 'assign'; taskId: string; attempt: number; epoch: number; assignment: TaskAssignment; provision: boolean }
-  | { type: 'cancel'; taskId: string; attempt: number; epoch: number }
-  | { type: 'drain' };
 
 /** The agent stream transport (gRPC in production, a fake in tests). */
 export interface AgentTransportPort {

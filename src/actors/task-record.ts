@@ -1,37 +1,31 @@
-import { z } from 'zod';
-import type { TaskAssignment } from './ports.js';
-
 /**
- * A task record (ports.TaskRecord) as it travels in messages: the run endpoint hands it to the
- * scheduler, and the scheduler to the task actor with an assignment, so neither re-reads the row.
- * Only an optimisation: every write is still fenced in PostgreSQL, so a stale copy can only lose.
+ * Schemas of what travels between actors and down an agent's stream besides the task record
+ * itself (which lives in src/domain/tasks/record.ts): the assignment payload, what an agent
+ * advertises, and the server's messages to an agent. Types come from these schemas; ports.ts
+ * re-exports them. This module imports no port (the protocols import it, and ports.ts imports the
+ * protocols).
  */
-export const TaskRecordMsg = z.object({
-  id: z.string(),
-  teamId: z.string(),
-  status: z.enum(['pending', 'waiting', 'provisioning', 'queued', 'running', 'completed', 'failed', 'cancelled']),
-  attempt: z.number().int(),
-  maxRetries: z.number().int(),
-  leaseEpoch: z.number().int(),
-  agentId: z.string().nullable(),
-  dispatchTarget: z.enum(['agent', 'comfy_cloud']),
-  toolType: z.enum(['comfyui', 'nerfstudio']),
-  timeoutS: z.number().int(),
-  requiredLabels: z.array(z.string()),
-  minVramGb: z.number(),
-  requiredModels: z.array(z.string()),
-  preferredGpu: z.string().nullable(),
-  seq: z.number(),
-  startedAt: z.number().nullable(),
-  createdAt: z.number(),
-  parentTaskId: z.string().nullable(),
-  retryTaskId: z.string().nullable(),
-});
+import { z } from 'zod';
+import { TaskRecordSchema } from '../domain/tasks/record.js';
+
+/** A task record as it travels in messages (see TaskRecordSchema). */
+export const TaskRecordMsg = TaskRecordSchema;
+
+/** What an agent needs to run a task. */
+export interface TaskAssignment {
+  taskId: string;
+  attempt: number;
+  toolType: 'comfyui' | 'nerfstudio';
+  workflow: unknown;
+  parameters: Record<string, unknown>;
+  inputFiles: Array<{ key: string; fileKey: string; fileName: string; nodeId?: string; field?: string; targetPath?: string }>;
+  timeoutS: number;
+}
 
 /**
- * What an agent needs to run a task (ports.TaskAssignment), carried by the dispatch message. It comes
- * from our own statement's RETURNING, so it is checked shallowly and passed through untouched (a
- * strict schema would strip or reject fields the agent needs).
+ * The assignment as carried by the dispatch message. It comes from our own statement's RETURNING,
+ * so it is checked shallowly and passed through untouched (a strict schema would strip or reject
+ * fields the agent needs).
  */
 export const TaskAssignmentMsg = z.custom<TaskAssignment>(
   (v) =>
@@ -43,7 +37,7 @@ export const TaskAssignmentMsg = z.custom<TaskAssignment>(
   { message: 'invalid task assignment' },
 );
 
-/** What an agent advertises, as the agent actor and the scheduler exchange it (AgentInfo). */
+/** What an agent advertises, as the agent actor and the scheduler exchange it. */
 export const AgentInfoMsg = z.object({
   agentId: z.string(),
   teamId: z.string(),
@@ -54,5 +48,17 @@ export const AgentInfoMsg = z.object({
   models: z.array(z.string()),
   slots: z.number().int().nonnegative(),
   draining: z.boolean(),
+  /** Active team models/custom nodes the agent lacks: a task assigned to it provisions first. */
   needsSync: z.boolean(),
 });
+export type AgentInfo = z.infer<typeof AgentInfoMsg>;
+
+const epoch = z.number().int().nonnegative();
+
+/** Messages the server sends down an agent's stream. */
+export const ServerToAgentMsg = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('assign'), taskId: z.string(), attempt: z.number().int(), epoch, assignment: TaskAssignmentMsg, provision: z.boolean() }),
+  z.object({ type: z.literal('cancel'), taskId: z.string(), attempt: z.number().int(), epoch }),
+  z.object({ type: z.literal('drain') }),
+]);
+export type ServerToAgent = z.infer<typeof ServerToAgentMsg>;

@@ -399,4 +399,12 @@ export class PgTaskStore implements TaskStorePort {
     const rows = await q(this.db)(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s from tasks where id = ?`, [taskId]);
     return rows[0] ? rowToAssignment(rows[0]) : null;
   }
+
+  /** Many records in one statement (the scheduler's bulk refresh); ids that are not UUIDs or not found are absent. */
+  async loadMany(taskIds: readonly string[]): Promise<TaskRecord[]> {
+    const ids = taskIds.filter((id) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id));
+    if (ids.length === 0) return [];
+    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id = any(?::uuid[])`, [`{${ids.join(',')}}`]);
+    return rows.map(rowToTask);
+  }
 }

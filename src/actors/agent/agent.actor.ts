@@ -1,10 +1,10 @@
-import type { Actor, ActorContext } from '../runtime/system.js';
-import type { AgentStorePort, AgentTransportPort, ServerToAgent, TaskStorePort } from '../ports.js';
-import { AgentMsg, type AgentInfoMsg } from './protocol.js';
+import type { Actor, ActorContext, ReplyHandle } from '../runtime/system.js';
+import { AGENT_KIND, SCHEDULER_KIND, TASK_KIND } from '../../domain/tasks/record.js';
+import type { AgentStorePort, AgentTransportPort, Protocols, TaskStorePort } from '../ports.js';
+import { decide, initialAgentState, type AgentEffect, type AgentInput, type AgentState } from './decide.js';
+import { AgentMsg, type AgentReply } from './protocol.js';
 
-export const AGENT = 'agent';
-const TASK = 'task';
-const SCHEDULER = 'team-scheduler';
+export const AGENT = AGENT_KIND;
 
 export interface AgentActorDeps {
   transport: AgentTransportPort;
@@ -14,199 +14,128 @@ export interface AgentActorDeps {
   graceMs: number;
 }
 
-type StatusRow = { status: 'online' | 'busy' | 'draining' | 'offline'; currentTaskId: string | null };
+export const parseAgentMsg = (m: AgentMsg): AgentMsg => AgentMsg.parse(m);
 
-export const parseAgentMsg = (m: unknown): AgentMsg => AgentMsg.parse(m);
+type Ctx = ActorContext<Protocols, typeof AGENT>;
 
 /**
  * One per connected agent, on the node holding its stream. Relays assignments down the stream,
  * forwards ACK/progress/results (with their epoch) to the task actors, and turns a lost stream
  * into agent_lost after a grace period (a reconnect within it re-attaches running tasks).
+ *
+ * The decisions are made by the pure decide(); this shell runs their effects. No turn awaits I/O:
+ * the agents-row write, the read of the team's active tasks after a connect and a missing
+ * assignment's read are started here and come back as messages. A `get` ask is answered once no
+ * such I/O is in flight (so tests can use it as a barrier); the runtime keeps a stopping actor
+ * alive until its last status write has landed.
  */
-export class AgentActor implements Actor {
-  private info: AgentInfoMsg | null = null;
-  private sessionId: string | null = null;
-  private connected = false;
-  /** taskId -> epoch of what this agent holds */
-  private tasks = new Map<string, { attempt: number; epoch: number }>();
-  /** agent_status / current_task_id: what was last written, what is wanted, and the one writer. */
-  private statusWritten: StatusRow | null = null;
-  private statusWanted: StatusRow | null = null;
-  private statusWriter: Promise<void> | null = null;
+export class AgentActor implements Actor<Protocols, typeof AGENT> {
+  private s: AgentState;
+  private inflight = 0;
+  private getsWaiting: Array<ReplyHandle<AgentReply>> = [];
 
   constructor(
     private readonly agentId: string,
-    private readonly ctx: ActorContext,
+    private readonly ctx: Ctx,
     private readonly d: AgentActorDeps,
-  ) {}
+  ) {
+    this.s = initialAgentState(agentId);
+  }
 
   /** Restart after a crash or passivation: the live session and held tasks come from the transport and PostgreSQL. */
   async onActivate(): Promise<void> {
-    const s = this.d.transport.session(this.agentId);
-    if (!s) return;
-    this.info = s.info;
-    this.sessionId = s.sessionId;
-    this.connected = true;
-    for (const t of await this.d.tasks.active(s.info.teamId)) if (t.agentId === this.agentId) this.tasks.set(t.id, { attempt: t.attempt, epoch: t.leaseEpoch });
+    const sess = this.d.transport.session(this.agentId);
+    if (!sess) return;
+    this.s.info = sess.info;
+    this.s.sessionId = sess.sessionId;
+    this.s.connected = true;
+    for (const t of await this.d.tasks.active(sess.info.teamId)) if (t.agentId === this.agentId) this.s.tasks.set(t.id, { attempt: t.attempt, epoch: t.leaseEpoch });
   }
 
-  private tellTask(taskId: string, msg: unknown): void {
-    this.ctx.system.tell({ kind: TASK, id: taskId }, msg);
-  }
-
-  private tellScheduler(msg: unknown): void {
-    if (this.info) this.ctx.system.tell({ kind: SCHEDULER, id: this.info.teamId }, msg);
-  }
-
-  private send(msg: ServerToAgent): boolean {
-    return this.connected && this.d.transport.send(this.agentId, msg);
-  }
-
-  async onPassivate(): Promise<void> {
-    await this.statusWriter;
-  }
-
-  /** The row the live view implies: idle or busy (naming a task it holds), or draining. */
-  private liveStatus(): StatusRow {
-    const draining = this.info?.draining ?? false;
-    if (this.tasks.size === 0) return { status: draining ? 'draining' : 'online', currentTaskId: null };
-    const shown = (this.statusWanted ?? this.statusWritten)?.currentTaskId ?? null;
-    const current = shown !== null && this.tasks.has(shown) ? shown : [...this.tasks.keys()].pop()!;
-    return { status: draining ? 'draining' : 'busy', currentTaskId: current };
-  }
-
-  /**
-   * The agents row (agent_status, current_task_id) displays the live view; it is not a source of
-   * truth for tasks (the scheduler learns agents from agent_up/agent_down). It is written only when
-   * it changes (idle <-> busy, or the task it names is no longer held), by one writer per actor
-   * outside the mailbox turn, so dispatches and results are not serialised behind an UPDATE. The
-   * writer always writes the latest wanted row, in order.
-   */
-  private wantStatus(): void {
-    const row = this.liveStatus();
-    const last = this.statusWanted ?? this.statusWritten;
-    if (last && last.status === row.status && last.currentTaskId === row.currentTaskId) return;
-    this.statusWanted = row;
-    if (this.statusWriter) return;
-    this.statusWriter = (async () => {
-      while (this.statusWanted) {
-        const w = this.statusWanted;
-        this.statusWanted = null;
-        try {
-          await this.d.store.setStatus(this.agentId, w.status, w.currentTaskId);
-          this.statusWritten = w;
-        } catch (e) {
-          this.statusWritten = null; // unknown now: the next change writes again
-          this.ctx.log.warn({ agent_id: this.agentId, err: e }, 'agent status write failed');
-        }
-      }
-      this.statusWriter = null;
-    })();
-  }
-
-  /** Lifecycle writes (connected, update, lost, revoke): after any queued write, awaited in the turn, errors propagate. */
-  private async writeStatusNow(row: StatusRow): Promise<void> {
-    this.statusWanted = null;
-    await this.statusWriter;
-    this.statusWritten = null;
-    await this.d.store.setStatus(this.agentId, row.status, row.currentTaskId);
-    this.statusWritten = row;
-  }
-
-  async receive(raw: unknown): Promise<unknown> {
-    const m = raw as AgentMsg;
-    const fromSession = 'sessionId' in m && m.type !== 'lost' ? m.sessionId : null;
-    if (fromSession !== null && m.type !== 'connected' && fromSession !== this.sessionId) {
-      this.ctx.log.warn({ agent_id: this.agentId, msg: m.type }, 'message from a superseded agent session rejected');
-      return { ok: false };
+  receive(m: AgentMsg): AgentReply | undefined {
+    if (m.type === 'get' && this.inflight > 0) {
+      this.getsWaiting.push(this.ctx.deferReply());
+      return undefined;
     }
-    switch (m.type) {
-      case 'connected': {
-        this.info = m.info;
-        this.sessionId = m.sessionId;
-        this.connected = true;
-        this.ctx.cancelTimer('grace');
-        await this.writeStatusNow({ status: m.info.draining ? 'draining' : 'online', currentTaskId: null });
-        const reported = new Set<string>();
-        for (const r of m.running) {
-          reported.add(r.taskId);
-          this.tasks.set(r.taskId, { attempt: r.attempt, epoch: r.epoch });
-          this.tellTask(r.taskId, { type: 'reattach', agentId: this.agentId, epoch: r.epoch });
-        }
-        // tasks we thought it had but it does not report: lost (before or after ACK)
-        for (const [taskId, t] of this.tasks) if (!reported.has(taskId)) this.lose(taskId, t.epoch);
-        // tasks PostgreSQL assigns to it that it does not report (node restart): lost too
-        for (const t of await this.d.tasks.active(m.info.teamId))
-          if (t.agentId === this.agentId && !reported.has(t.id) && !this.tasks.has(t.id)) this.tellTask(t.id, { type: 'agent_lost', agentId: this.agentId, epoch: t.leaseEpoch });
-        this.tellScheduler({ type: 'agent_up', agent: m.info });
-        return { ok: true };
+    return this.step(m);
+  }
+
+  private step(m: AgentInput): AgentReply | undefined {
+    const dec = decide(this.s, m, { now: this.ctx.clock.now(), graceMs: this.d.graceMs });
+    this.s = dec.state;
+    let reply = dec.reply;
+    for (const e of dec.effects) {
+      // an assignment the transport refused is lost (decided in this same turn)
+      if (this.run(e) === false && m.type === 'dispatch') reply = { ok: false };
+    }
+    if (this.inflight === 0 && this.getsWaiting.length > 0) {
+      const view = decide(this.s, { type: 'get' }, { now: this.ctx.clock.now(), graceMs: this.d.graceMs }).reply;
+      for (const h of this.getsWaiting.splice(0)) if (view) h.resolve(view);
+    }
+    return reply;
+  }
+
+  /** Runs one effect; returns false when a reported send failed. */
+  private run(e: AgentEffect): boolean {
+    switch (e.type) {
+      case 'tell_task':
+        this.ctx.system.tell({ kind: TASK_KIND, id: e.taskId }, e.msg);
+        return true;
+      case 'tell_scheduler':
+        this.ctx.system.tell({ kind: SCHEDULER_KIND, id: e.teamId }, e.msg);
+        return true;
+      case 'send': {
+        const sent = this.d.transport.send(this.agentId, e.msg);
+        if (e.report) this.step({ type: 'send_result', taskId: e.report.taskId, epoch: e.report.epoch, ok: sent });
+        return sent || !e.report;
       }
-      case 'update':
-        this.info = m.info;
-        await this.writeStatusNow(this.liveStatus());
-        this.tellScheduler({ type: 'agent_up', agent: m.info });
-        return { ok: true };
-      case 'disconnected':
-        this.connected = false;
-        this.tellScheduler({ type: 'agent_down', agentId: this.agentId });
-        this.ctx.setTimer('grace', this.d.graceMs, { type: 'lost', sessionId: m.sessionId });
-        return { ok: true };
-      case 'lost':
-        if (this.connected || m.sessionId !== this.sessionId) return { ok: false };
-        await this.writeStatusNow({ status: 'offline', currentTaskId: null });
-        for (const [taskId, t] of this.tasks) this.lose(taskId, t.epoch);
+      case 'set_timer':
+        this.ctx.setTimer(e.name, e.ms, e.msg);
+        return true;
+      case 'cancel_timer':
+        this.ctx.cancelTimer(e.name);
+        return true;
+      case 'write_status': {
+        const row = e.row;
+        this.io(
+          this.d.store.setStatus(this.agentId, row.status, row.currentTaskId).then(
+            () => true,
+            (err: unknown) => {
+              this.ctx.log.warn({ agent_id: this.agentId, err }, 'agent status write failed');
+              return false;
+            },
+          ),
+          (ok) => ({ type: 'status_written', row, ok }),
+        );
+        return true;
+      }
+      case 'load_active':
+        this.io(this.d.tasks.active(e.teamId), (rows) => ({
+          type: 'active_loaded',
+          sessionId: e.sessionId,
+          reported: e.reported,
+          rows: rows.map((t) => ({ id: t.id, agentId: t.agentId, leaseEpoch: t.leaseEpoch })),
+        }));
+        return true;
+      case 'load_assignment':
+        this.io(this.d.tasks.assignment(e.taskId), (assignment) => ({ type: 'assignment_loaded', taskId: e.taskId, attempt: e.attempt, epoch: e.epoch, provision: e.provision, assignment }));
+        return true;
+      case 'warn':
+        this.ctx.log.warn(e.fields, e.msg);
+        return true;
+      case 'stop':
         this.ctx.stop();
-        return { ok: true };
-      case 'revoke':
-        this.connected = false;
-        this.tellScheduler({ type: 'agent_down', agentId: this.agentId });
-        await this.writeStatusNow({ status: 'offline', currentTaskId: null });
-        for (const [taskId, t] of this.tasks) this.lose(taskId, t.epoch);
-        this.ctx.stop();
-        return { ok: true };
-      case 'dispatch': {
-        // the task actor passes the payload its assigning statement returned; read it only when absent
-        const assignment = m.assignment ?? (await this.d.tasks.assignment(m.taskId));
-        this.tasks.set(m.taskId, { attempt: m.attempt, epoch: m.epoch });
-        const sent = assignment !== null && this.send({ type: 'assign', taskId: m.taskId, attempt: m.attempt, epoch: m.epoch, assignment, provision: m.provision });
-        if (!sent) this.lose(m.taskId, m.epoch);
-        else this.wantStatus();
-        return { ok: sent };
-      }
-      case 'server_msg': {
-        const msg = m.msg as ServerToAgent;
-        this.send(msg);
-        if (msg.type === 'cancel') {
-          // the task was cancelled or timed out: the agent is told to interrupt; its slot is free
-          this.tasks.delete(msg.taskId);
-          this.wantStatus();
-        }
-        return { ok: true };
-      }
-      case 'ack':
-        this.tellTask(m.taskId, { type: 'ack', attempt: m.attempt, epoch: m.epoch });
-        return { ok: true };
-      case 'provisioned':
-        this.tellTask(m.taskId, { type: 'provisioned', epoch: m.epoch });
-        return { ok: true };
-      case 'progress':
-        this.tellTask(m.taskId, { type: 'progress', epoch: m.epoch, progress: m.progress });
-        return { ok: true };
-      case 'finished':
-      case 'failed': {
-        this.tellTask(m.taskId, m.type === 'finished' ? { type: 'finish', epoch: m.epoch, output: m.output } : { type: 'fail', epoch: m.epoch, error: m.error });
-        const held = this.tasks.get(m.taskId);
-        if (held && held.epoch === m.epoch) this.tasks.delete(m.taskId);
-        this.wantStatus();
-        return { ok: true };
-      }
-      case 'get':
-        return { agentId: this.agentId, connected: this.connected, info: this.info, tasks: [...this.tasks.keys()] };
+        return true;
     }
   }
 
-  private lose(taskId: string, epoch: number): void {
-    this.tasks.delete(taskId);
-    this.tellTask(taskId, { type: 'agent_lost', agentId: this.agentId, epoch });
+  /** Starts I/O; its result is decided as a later turn. A failed read is a crash (restart from the transport and PostgreSQL). */
+  private io<T>(work: Promise<T>, toMsg: (v: T) => AgentInput): void {
+    this.inflight++;
+    this.ctx.reenterAfter(work, (r) => {
+      this.inflight--;
+      if (!r.ok) throw new Error('agent actor I/O failed', { cause: r.error });
+      this.step(toMsg(r.value));
+    });
   }
 }

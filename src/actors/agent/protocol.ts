@@ -1,43 +1,50 @@
 import { z } from 'zod';
-import { AgentInfoMsg, TaskAssignmentMsg } from '../task-record.js';
+import { TaskProgressSchema } from '../../domain/tasks/record.js';
+import { AgentInfoMsg, ServerToAgentMsg, TaskAssignmentMsg, type AgentInfo } from '../task-record.js';
 
 export { AgentInfoMsg };
 
 const epoch = z.number().int().nonnegative();
 const taskRef = { taskId: z.string(), attempt: z.number().int().positive(), epoch };
+const sessionId = z.string();
 
+/** What an agent says on its stream about a task (the transport adds the session id). */
+export const AgentReportMsg = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('ack'), ...taskRef }),
+  z.object({ type: z.literal('provisioned'), ...taskRef }),
+  z.object({ type: z.literal('progress'), ...taskRef, progress: TaskProgressSchema }),
+  z.object({ type: z.literal('finished'), ...taskRef, output: z.record(z.string(), z.unknown()) }),
+  z.object({ type: z.literal('failed'), ...taskRef, error: z.string() }),
+]);
+export type AgentReport = z.infer<typeof AgentReportMsg>;
 
 /** Every message an agent actor accepts: from its transport session, from task actors, timers. */
 export const AgentMsg = z.discriminatedUnion('type', [
   // transport -> actor
-  z.object({ type: z.literal('connected'), sessionId: z.string(), info: AgentInfoMsg, running: z.array(z.object(taskRef)).default([]) }),
-  z.object({ type: z.literal('disconnected'), sessionId: z.string() }),
-  z.object({ type: z.literal('update'), sessionId: z.string(), info: AgentInfoMsg }),
-  z.object({ type: z.literal('ack'), sessionId: z.string(), ...taskRef }),
-  z.object({ type: z.literal('provisioned'), sessionId: z.string(), ...taskRef }),
-  z.object({
-    type: z.literal('progress'),
-    sessionId: z.string(),
-    ...taskRef,
-    progress: z.object({
-      progress: z.number().min(0).max(1),
-      step_current: z.number().int().nonnegative(),
-      step_total: z.number().int().nonnegative(),
-      current_node: z.string(),
-      stage: z.enum(['download', 'process_data', 'train', 'export', 'upload']).optional(),
-      message: z.string().optional(),
-    }),
-  }),
-  z.object({ type: z.literal('finished'), sessionId: z.string(), ...taskRef, output: z.record(z.string(), z.unknown()) }),
-  z.object({ type: z.literal('failed'), sessionId: z.string(), ...taskRef, error: z.string() }),
+  z.object({ type: z.literal('connected'), sessionId, info: AgentInfoMsg, running: z.array(z.object(taskRef)).default([]) }),
+  z.object({ type: z.literal('disconnected'), sessionId }),
+  z.object({ type: z.literal('update'), sessionId, info: AgentInfoMsg }),
+  ...AgentReportMsg.options.map((o) => o.extend({ sessionId })),
   // task actor -> agent actor
   // assignment: read by the assigning transition's own statement (absent: the agent actor reads it)
   z.object({ type: z.literal('dispatch'), ...taskRef, provision: z.boolean(), assignment: TaskAssignmentMsg.optional() }),
-  z.object({ type: z.literal('server_msg'), msg: z.any() }),
+  z.object({ type: z.literal('server_msg'), msg: ServerToAgentMsg }),
   // admin / timers
   z.object({ type: z.literal('revoke') }),
-  z.object({ type: z.literal('lost'), sessionId: z.string() }),
+  z.object({ type: z.literal('lost'), sessionId }),
   z.object({ type: z.literal('get') }),
 ]);
 export type AgentMsg = z.infer<typeof AgentMsg>;
-export type AgentInfoMsg = z.infer<typeof AgentInfoMsg>;
+export type AgentMsgType = AgentMsg['type'];
+export type AgentInfoMsg = AgentInfo;
+
+/** What `get` answers: the agent actor's live view. */
+export interface AgentView {
+  agentId: string;
+  connected: boolean;
+  info: AgentInfo | null;
+  tasks: string[];
+}
+
+export type AgentReplies = { [T in AgentMsgType]: T extends 'get' ? AgentView : { ok: boolean } };
+export type AgentReply = AgentReplies[AgentMsgType];

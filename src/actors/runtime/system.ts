@@ -1,35 +1,63 @@
 import type { Clock, TimerHandle } from '../../shared/clock.js';
 import { AppError } from '../../shared/errors.js';
-import type { ActorRef, ActorSystemPort, AskOptions } from '../ports.js';
+import type { ActorRef, ActorSystemPort, AnyReplyOf, AskOptions, KindOf, MsgOf, ProtocolMap, ReplyOf } from '../ports.js';
 
-/** What an actor sees of the runtime. */
-export interface ActorContext {
-  readonly self: ActorRef;
-  readonly system: ActorSystemPort;
+/** The outcome of I/O started by a turn, handed to its continuation. */
+export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+/** The reply of an ask answered after its turn (see ActorContext.deferReply). */
+export interface ReplyHandle<R> {
+  resolve(v: R): void;
+  reject(e: unknown): void;
+}
+
+/** What an actor of kind K sees of the runtime. */
+export interface ActorContext<P extends ProtocolMap<P>, K extends KindOf<P>> {
+  readonly self: ActorRef<K>;
+  readonly system: ActorSystemPort<P>;
   readonly clock: Clock;
   readonly log: RuntimeLogger;
   /** (Re)arms a named timer that delivers msg to self; timers keep the actor active. */
-  setTimer(name: string, ms: number, msg: unknown): void;
+  setTimer(name: string, ms: number, msg: MsgOf<P, K>): void;
   cancelTimer(name: string): void;
-  /** Passivates after the current turn (state is in PostgreSQL; the next message re-activates). */
+  /**
+   * Passivates once the current turn has ended and no I/O started with reenterAfter is pending
+   * (state is in PostgreSQL; the next message re-activates).
+   */
   stop(): void;
+  /**
+   * Proto.Actor's ReenterAfter: the turn starts I/O and returns; when the promise settles, `then`
+   * runs as a later turn of this same activation (one turn at a time, so it may touch state). It is
+   * dropped if the actor crashed or passivated meanwhile. Pending I/O keeps the actor active.
+   */
+  reenterAfter<T>(work: Promise<T>, then: (r: Settled<T>) => void): void;
+  /** Akka's stash: sets the current message (and its reply) aside until unstashAll(). */
+  stash(): void;
+  /** Puts every stashed message back at the front of the mailbox, in arrival order. */
+  unstashAll(): void;
+  /** The current message is answered later through the handle (the turn's return value is ignored). */
+  deferReply(): ReplyHandle<AnyReplyOf<P, K>>;
 }
 
-export interface Actor {
+/**
+ * One actor. receive() is one mailbox turn and is synchronous: a turn never awaits I/O (it starts
+ * it with ctx.reenterAfter). The return value answers an ask, unless the turn stashed the message
+ * or deferred its reply.
+ */
+export interface Actor<P extends ProtocolMap<P>, K extends KindOf<P>> {
   /** Loads state (from PostgreSQL) before the first message. */
   onActivate?(): Promise<void>;
-  /** One mailbox turn. The return value answers an ask. */
-  receive(msg: unknown): Promise<unknown>;
+  receive(msg: MsgOf<P, K>): AnyReplyOf<P, K> | undefined;
   onPassivate?(): Promise<void>;
 }
 
-export type ActorFactory = (id: string, ctx: ActorContext) => Actor;
+export type ActorFactory<P extends ProtocolMap<P>, K extends KindOf<P>> = (id: string, ctx: ActorContext<P, K>) => Actor<P, K>;
 
-export interface KindOptions {
-  /** Passivate after this long without a message (and no timers). */
+export interface KindOptions<P extends ProtocolMap<P>, K extends KindOf<P>> {
+  /** Passivate after this long without a message (and no timers, no pending I/O). */
   idleMs?: number;
-  /** Validates/normalises each message (a protocol's zod union); throws to reject. */
-  parse?: (msg: unknown) => unknown;
+  /** Validates/normalises each message (the kind's zod union); throws to reject. */
+  parse?: (msg: MsgOf<P, K>) => MsgOf<P, K>;
 }
 
 export interface RuntimeLogger {
@@ -45,22 +73,49 @@ export interface RuntimeMetrics {
   activations(kind: string, delta: number): void;
 }
 
-interface Envelope {
-  msg: unknown;
+/** A message in a mailbox (kind-agnostic here: typed at tell/ask and in each actor). */
+interface MsgEnvelope {
+  msg: { type: string };
   resolve?: (v: unknown) => void;
   reject?: (e: unknown) => void;
   deadline?: number;
 }
+/** A continuation of I/O started by an earlier turn. */
+interface Continuation {
+  run: () => void;
+  incarnation: number;
+}
+type MailboxItem = MsgEnvelope | Continuation;
+const isContinuation = (m: MailboxItem): m is Continuation => 'run' in m;
+
+type AnyActor = { onActivate?(): Promise<void>; receive(msg: { type: string }): unknown; onPassivate?(): Promise<void> };
+type AnyFactory = (id: string, ctx: never) => AnyActor;
+interface KindEntry {
+  factory: AnyFactory;
+  idleMs: number;
+  parse?: (msg: { type: string }) => { type: string };
+}
 
 interface Activation {
   ref: ActorRef;
-  actor: Actor | null;
-  mailbox: Envelope[];
+  actor: AnyActor | null;
+  /** Grows with every new actor instance: continuations of an older one are dropped. */
+  incarnation: number;
+  mailbox: MailboxItem[];
+  stash: MsgEnvelope[];
+  /** I/O started by reenterAfter whose continuation has not been queued yet. */
+  inflight: number;
+  /** That I/O (shutdown lets it land before the database closes). */
+  work: Set<Promise<unknown>>;
+  /** Replies handed out by deferReply and not settled yet. */
+  deferred: Set<ReplyHandle<unknown>>;
+  /** The message of the running turn, and whether the turn took over its reply. */
+  current: MsgEnvelope | null;
+  taken: boolean;
   running: boolean;
   timers: Map<string, TimerHandle>;
   idleTimer: TimerHandle | null;
   stopRequested: boolean;
-  activated: boolean;
 }
 
 export class AskTimeoutError extends AppError {
@@ -70,18 +125,20 @@ export class AskTimeoutError extends AppError {
 }
 
 const key = (r: ActorRef): string => `${r.kind}/${r.id}`;
+const shuttingDown = (): AppError => new AppError('unavailable', 'shutting_down', 'node is shutting down', { retryAfterS: 1 });
 
 /**
  * Virtual actors keyed by (kind, id) in this process: activated on the first message, one mailbox
  * turn at a time, passivated when idle, restarted (re-activated from PostgreSQL) after a crash.
+ * Generic over the protocol map P (kind -> messages and replies), so it knows no actor kind.
  * A Router (cluster layer) may stand in front of it and forward refs owned by another node.
  */
-export class LocalActorSystem implements ActorSystemPort {
-  private kinds = new Map<string, { factory: ActorFactory; opts: KindOptions }>();
+export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPort<P> {
+  private kinds = new Map<string, KindEntry>();
   private acts = new Map<string, Activation>();
   private stopped = false;
   /** Where tell/ask go for refs this system does not own (set by the cluster layer). */
-  remote: ((ref: ActorRef) => ActorSystemPort | null) | null = null;
+  remote: ((ref: ActorRef<KindOf<P>>) => ActorSystemPort<P> | null) | null = null;
 
   constructor(
     private readonly clock: Clock,
@@ -89,20 +146,25 @@ export class LocalActorSystem implements ActorSystemPort {
     private readonly metrics?: RuntimeMetrics,
   ) {}
 
-  register(kind: string, factory: ActorFactory, opts: KindOptions = {}): void {
+  register<K extends KindOf<P>>(kind: K, factory: ActorFactory<P, K>, opts: KindOptions<P, K> = {}): void {
     if (this.kinds.has(kind)) throw new Error(`actor kind ${kind} already registered`);
-    this.kinds.set(kind, { factory, opts });
+    this.kinds.set(kind, {
+      factory: factory as unknown as AnyFactory,
+      idleMs: opts.idleMs ?? 60_000,
+      ...(opts.parse ? { parse: opts.parse as unknown as KindEntry['parse'] } : {}),
+    });
   }
 
-  tell(ref: ActorRef, msg: unknown): void {
+  tell<K extends KindOf<P>>(ref: ActorRef<K>, msg: MsgOf<P, K>): void {
     const r = this.remote?.(ref);
     if (r) return r.tell(ref, msg);
     this.enqueue(ref, { msg });
   }
 
-  ask<R = unknown>(ref: ActorRef, msg: unknown, opts: AskOptions = {}): Promise<R> {
+  ask<K extends KindOf<P>, M extends MsgOf<P, K>>(ref: ActorRef<K>, msg: M, opts: AskOptions = {}): Promise<ReplyOf<P, K, M['type']>> {
+    type R = ReplyOf<P, K, M['type']>;
     const r = this.remote?.(ref);
-    if (r) return r.ask<R>(ref, msg, opts);
+    if (r) return r.ask(ref, msg, opts);
     return new Promise<R>((resolve, reject) => {
       const deadline = opts.deadlineMs ?? this.clock.now() + 30_000;
       let settled = false;
@@ -130,9 +192,9 @@ export class LocalActorSystem implements ActorSystemPort {
     });
   }
 
-  /** Local deliveries only (the cluster's inbound side calls this). */
-  deliverLocal(ref: ActorRef, msg: unknown, reply?: { resolve: (v: unknown) => void; reject: (e: unknown) => void; deadline?: number }): void {
-    this.enqueue(ref, { msg, ...(reply ?? {}) });
+  /** Local deliveries only (the cluster's inbound side calls this with a decoded envelope). */
+  deliverLocal<K extends KindOf<P>>(ref: ActorRef<K>, msg: MsgOf<P, K>, reply?: { resolve: (v: AnyReplyOf<P, K>) => void; reject: (e: unknown) => void; deadline?: number }): void {
+    this.enqueue(ref, { msg, ...((reply ?? {}) as Omit<MsgEnvelope, 'msg'>) });
   }
 
   isActive(ref: ActorRef): boolean {
@@ -146,9 +208,9 @@ export class LocalActorSystem implements ActorSystemPort {
     return n;
   }
 
-  private enqueue(ref: ActorRef, env: Envelope): void {
+  private enqueue(ref: ActorRef, env: MsgEnvelope): void {
     if (this.stopped) {
-      env.reject?.(new AppError('unavailable', 'shutting_down', 'node is shutting down', { retryAfterS: 1 }));
+      env.reject?.(shuttingDown());
       return;
     }
     const kind = this.kinds.get(ref.kind);
@@ -157,9 +219,9 @@ export class LocalActorSystem implements ActorSystemPort {
       this.log.error({ actor: key(ref) }, 'message for unknown actor kind dropped');
       return;
     }
-    if (kind.opts.parse) {
+    if (kind.parse) {
       try {
-        env.msg = kind.opts.parse(env.msg);
+        env.msg = kind.parse(env.msg);
       } catch (e) {
         this.log.warn({ actor: key(ref), err: e }, 'invalid actor message rejected');
         env.reject?.(e);
@@ -168,20 +230,43 @@ export class LocalActorSystem implements ActorSystemPort {
     }
     let a = this.acts.get(key(ref));
     if (!a) {
-      a = { ref: { kind: ref.kind, id: ref.id }, actor: null, mailbox: [], running: false, timers: new Map(), idleTimer: null, stopRequested: false, activated: false };
+      a = {
+        ref: { kind: ref.kind, id: ref.id },
+        actor: null,
+        incarnation: 0,
+        mailbox: [],
+        stash: [],
+        inflight: 0,
+        work: new Set(),
+        deferred: new Set(),
+        current: null,
+        taken: false,
+        running: false,
+        timers: new Map(),
+        idleTimer: null,
+        stopRequested: false,
+      };
       this.acts.set(key(ref), a);
       this.metrics?.activations(ref.kind, 1);
     }
-    a.mailbox.push(env);
-    this.metrics?.depth(ref.kind, 1);
+    this.push(a, env);
+  }
+
+  private push(a: Activation, item: MailboxItem): void {
+    a.mailbox.push(item);
+    this.metrics?.depth(a.ref.kind, 1);
     a.idleTimer?.cancel();
     a.idleTimer = null;
     if (!a.running) void this.drain(a);
   }
 
-  private context(a: Activation): ActorContext {
+  private context(a: Activation): ActorContext<P, KindOf<P>> {
+    const turnOnly = (what: string): MsgEnvelope => {
+      if (!a.current) throw new Error(`${what} outside a message turn`);
+      return a.current;
+    };
     return {
-      self: a.ref,
+      self: a.ref as ActorRef<KindOf<P>>,
       system: this,
       clock: this.clock,
       log: this.log,
@@ -191,7 +276,7 @@ export class LocalActorSystem implements ActorSystemPort {
           name,
           this.clock.setTimeout(() => {
             a.timers.delete(name);
-            this.tell(a.ref, msg);
+            this.enqueue(a.ref, { msg });
           }, ms),
         );
       },
@@ -202,7 +287,92 @@ export class LocalActorSystem implements ActorSystemPort {
       stop: () => {
         a.stopRequested = true;
       },
+      reenterAfter: <T>(work: Promise<T>, then: (r: Settled<T>) => void) => {
+        const incarnation = a.incarnation;
+        a.inflight++;
+        const back = (r: Settled<T>): void => {
+          a.inflight--;
+          if (this.stopped || this.acts.get(key(a.ref)) !== a || a.incarnation !== incarnation || !a.actor) {
+            // the actor crashed, passivated or the node stopped: its continuation is moot
+            if (a.stopRequested && !a.running) this.afterTurn(a);
+            return;
+          }
+          this.push(a, { incarnation, run: () => then(r) });
+        };
+        const tracked = work.then(
+          (value) => back({ ok: true, value }),
+          (error: unknown) => back({ ok: false, error }),
+        );
+        a.work.add(tracked);
+        void tracked.finally(() => a.work.delete(tracked));
+      },
+      stash: () => {
+        const env = turnOnly('stash()');
+        a.taken = true;
+        a.stash.push(env);
+      },
+      unstashAll: () => {
+        if (a.stash.length === 0) return;
+        const back = a.stash.splice(0);
+        a.mailbox.unshift(...back);
+        this.metrics?.depth(a.ref.kind, back.length);
+      },
+      deferReply: () => {
+        const env = turnOnly('deferReply()');
+        a.taken = true;
+        const h: ReplyHandle<unknown> = {
+          resolve: (v) => {
+            a.deferred.delete(h);
+            env.resolve?.(v);
+          },
+          reject: (e) => {
+            a.deferred.delete(h);
+            env.reject?.(e);
+          },
+        };
+        a.deferred.add(h);
+        return h;
+      },
     };
+  }
+
+  /** Crash or passivation: stashed messages go back to the mailbox, unanswered deferred replies fail. */
+  private release(a: Activation, why: unknown): void {
+    if (a.stash.length > 0) {
+      const back = a.stash.splice(0);
+      a.mailbox.unshift(...back);
+      this.metrics?.depth(a.ref.kind, back.length);
+    }
+    for (const h of [...a.deferred]) h.reject(why);
+    a.deferred.clear();
+    for (const t of a.timers.values()) t.cancel();
+    a.timers.clear();
+    a.actor = null;
+  }
+
+  /** One turn (a message or a continuation); a throw other than an AppError is a crash. */
+  private turn(a: Activation, actor: AnyActor, item: MailboxItem): void {
+    const t0 = performance.now();
+    const env = isContinuation(item) ? null : item;
+    a.current = env;
+    a.taken = false;
+    try {
+      if (env) {
+        const out = actor.receive(env.msg);
+        if (!a.taken) env.resolve?.(out);
+      } else (item as Continuation).run();
+      this.metrics?.turn(a.ref.kind, performance.now() - t0, true);
+    } catch (e) {
+      this.metrics?.turn(a.ref.kind, performance.now() - t0, false);
+      if (env && !a.taken) env.reject?.(e);
+      if (!(e instanceof AppError)) {
+        // a crash: drop the in-memory state; the next message re-activates from PostgreSQL
+        this.log.error({ actor: key(a.ref), err: e }, 'actor crashed; restarting from persisted state');
+        this.release(a, new AppError('unavailable', 'actor_restarted', `${a.ref.kind}/${a.ref.id} restarted`, { retryAfterS: 1 }));
+      }
+    } finally {
+      a.current = null;
+    }
   }
 
   private async drain(a: Activation): Promise<void> {
@@ -211,49 +381,54 @@ export class LocalActorSystem implements ActorSystemPort {
     if (!kind) return;
     while (a.mailbox.length > 0) {
       if (this.acts.get(key(a.ref)) !== a) break;
-      if (!a.actor) {
-        a.actor = kind.factory(a.ref.id, this.context(a));
-        try {
-          await a.actor.onActivate?.();
-          a.activated = true;
-        } catch (e) {
-          this.log.error({ actor: key(a.ref), err: e }, 'actor activation failed');
-          const env = a.mailbox.shift();
-          this.metrics?.depth(a.ref.kind, -1);
-          env?.reject?.(e);
-          a.actor = null;
+      const head = a.mailbox[0] as MailboxItem;
+      if (isContinuation(head)) {
+        a.mailbox.shift();
+        this.metrics?.depth(a.ref.kind, -1);
+        if (a.actor && head.incarnation === a.incarnation) this.turn(a, a.actor, head);
+      } else {
+        if (!a.actor) {
+          a.actor = kind.factory(a.ref.id, this.context(a) as never);
+          a.incarnation++;
+          try {
+            await a.actor.onActivate?.();
+          } catch (e) {
+            this.log.error({ actor: key(a.ref), err: e }, 'actor activation failed');
+            const env = a.mailbox.shift() as MsgEnvelope;
+            this.metrics?.depth(a.ref.kind, -1);
+            env.reject?.(e);
+            a.actor = null;
+            continue;
+          }
+        }
+        const env = a.mailbox.shift() as MsgEnvelope;
+        this.metrics?.depth(a.ref.kind, -1);
+        if (env.deadline !== undefined && env.deadline < this.clock.now()) {
+          env.reject?.(new AskTimeoutError(a.ref));
           continue;
         }
+        this.turn(a, a.actor, env);
       }
-      const env = a.mailbox.shift() as Envelope;
-      this.metrics?.depth(a.ref.kind, -1);
-      if (env.deadline !== undefined && env.deadline < this.clock.now()) {
-        env.reject?.(new AskTimeoutError(a.ref));
-        continue;
-      }
-      const t0 = performance.now();
-      try {
-        const out = await a.actor.receive(env.msg);
-        this.metrics?.turn(a.ref.kind, performance.now() - t0, true);
-        env.resolve?.(out);
-      } catch (e) {
-        this.metrics?.turn(a.ref.kind, performance.now() - t0, false);
-        env.reject?.(e);
-        if (!(e instanceof AppError)) {
-          // a crash: drop the in-memory state; the next message re-activates from PostgreSQL
-          this.log.error({ actor: key(a.ref), err: e }, 'actor crashed; restarting from persisted state');
-          for (const t of a.timers.values()) t.cancel();
-          a.timers.clear();
-          a.actor = null;
-        }
-      }
-      if (a.stopRequested) {
+      if (a.stopRequested && a.inflight === 0) {
         await this.passivate(a);
         return;
       }
+      // turns are synchronous: yield between them, so what the callers tell meanwhile (a burst)
+      // is in the mailbox before the next turn (and one busy actor cannot hold the event loop)
+      if (a.mailbox.length > 0) await null;
     }
     a.running = false;
-    this.armIdle(a, kind.opts.idleMs ?? 60_000);
+    this.afterTurn(a);
+  }
+
+  /** With an empty mailbox: passivate when asked to and nothing is pending, else arm the idle timer. */
+  private afterTurn(a: Activation): void {
+    if (a.running || this.acts.get(key(a.ref)) !== a) return;
+    if (a.stopRequested && a.inflight === 0) {
+      void this.passivate(a);
+      return;
+    }
+    this.armIdle(a, this.kinds.get(a.ref.kind)?.idleMs ?? 60_000);
   }
 
   private armIdle(a: Activation, idleMs: number): void {
@@ -261,22 +436,21 @@ export class LocalActorSystem implements ActorSystemPort {
     a.idleTimer?.cancel();
     a.idleTimer = this.clock.setTimeout(() => {
       if (a.running || a.mailbox.length > 0) return;
-      if (a.timers.size > 0) return this.armIdle(a, idleMs);
+      if (a.timers.size > 0 || a.inflight > 0 || a.stash.length > 0) return this.armIdle(a, idleMs);
       void this.passivate(a);
     }, idleMs);
   }
 
   private async passivate(a: Activation): Promise<void> {
     a.running = true;
-    for (const t of a.timers.values()) t.cancel();
-    a.timers.clear();
     a.idleTimer?.cancel();
+    const actor = a.actor;
+    this.release(a, new AppError('unavailable', 'actor_passivated', `${a.ref.kind}/${a.ref.id} passivated`, { retryAfterS: 1 }));
     try {
-      await a.actor?.onPassivate?.();
+      await actor?.onPassivate?.();
     } catch (e) {
       this.log.warn({ actor: key(a.ref), err: e }, 'passivation hook failed');
     }
-    a.actor = null;
     a.stopRequested = false;
     if (a.mailbox.length > 0) {
       // messages arrived during passivation: reactivate
@@ -295,10 +469,13 @@ export class LocalActorSystem implements ActorSystemPort {
     this.stopped = true;
     const all = [...this.acts.values()];
     for (const a of all) {
-      for (const env of a.mailbox.splice(0)) env.reject?.(new AppError('unavailable', 'shutting_down', 'node is shutting down', { retryAfterS: 1 }));
+      for (const item of [...a.mailbox.splice(0), ...a.stash.splice(0)]) if (!isContinuation(item)) item.reject?.(shuttingDown());
+      for (const h of [...a.deferred]) h.reject(shuttingDown());
       for (const t of a.timers.values()) t.cancel();
       a.idleTimer?.cancel();
     }
+    // I/O already started (e.g. an agent's last status write) lands; its continuations are dropped
+    await Promise.allSettled(all.flatMap((a) => [...a.work]));
     await Promise.all(all.map(async (a) => a.actor?.onPassivate?.().catch(() => undefined)));
     this.acts.clear();
   }

@@ -1,4 +1,6 @@
-import type { AgentInfo, TaskRecord } from '../ports.js';
+import type { AgentInfo, TaskEvent, TaskRecord } from '../ports.js';
+import { dispatchTo, type Handlers } from '../runtime/handlers.js';
+import type { SchedulerMsg, SchedulerReply, SchedulerStats } from './protocol.js';
 
 export interface AgentSlot extends AgentInfo {
   /** Free execution slots (slots minus tasks assigned to it). */
@@ -72,4 +74,230 @@ export function plan(queue: readonly TaskRecord[], agents: Map<string, AgentSlot
     assign.push({ taskId: t.id, agentId: a.agentId });
   }
   return { assign, wait };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scheduler as a pure core: decide(state, msg, now) -> {state, effects, reply}
+
+/**
+ * A team scheduler's view: the FIFO queue (pending/waiting tasks), the agents and their free slots,
+ * and which agent holds each active (provisioning/queued/running) task. Rebuilt from PostgreSQL on
+ * activation; afterwards kept current by messages and by bulk refreshes.
+ */
+export interface SchedulerState {
+  teamId: string;
+  queue: Map<string, TaskRecord>;
+  agents: Map<string, AgentSlot>;
+  /** provisioning/queued/running task -> agent */
+  active: Map<string, string | null>;
+  /** A dispatch pass (kick) is queued: bursts of messages coalesce into one pass. */
+  passPending: boolean;
+  /** Tasks whose record must be re-read: one bulk load at the next pass for all of them. */
+  toLoad: Set<string>;
+  /** Tasks with a bulk load in flight -> its token. A later message about the task cancels it (it wins). */
+  loading: Map<string, number>;
+  nextLoad: number;
+  /** A bulk read is in flight: the next one waits for it (ids accumulate meanwhile, like a group commit). */
+  loadInFlight: boolean;
+  /** Tasks with a pending -> waiting write in flight (not marked twice; the next batch waits for it). */
+  marking: Set<string>;
+}
+
+/** Results of the I/O the shell ran for an earlier decision, fed back as messages (never on the wire). */
+export type SchedulerResult =
+  | { type: 'loaded'; token: number; ids: string[]; records: TaskRecord[] }
+  | { type: 'waiting_marked'; ids: string[]; moved: string[]; events: TaskEvent[] };
+
+export type SchedulerInput = SchedulerMsg | SchedulerResult;
+
+export type SchedulerEffect =
+  | { type: 'assign'; taskId: string; agentId: string; provision: boolean; task: TaskRecord | undefined }
+  | { type: 'kick' }
+  /** One statement for many tasks (TaskStorePort.loadMany): the answer comes back as `loaded`. */
+  | { type: 'load'; token: number; ids: string[] }
+  /** One fenced statement pending -> waiting for the batch: the answer comes back as `waiting_marked`. */
+  | { type: 'mark_waiting'; ids: string[] }
+  | { type: 'publish'; events: TaskEvent[] };
+
+export interface SchedulerDecision {
+  state: SchedulerState;
+  effects: SchedulerEffect[];
+  reply?: SchedulerReply;
+}
+
+export interface SchedulerEnv {
+  now: number;
+  /** The team's quota (0 = unlimited). */
+  maxConcurrent: number;
+}
+
+export function initialState(teamId: string, schedulable: readonly TaskRecord[], active: readonly TaskRecord[], agents: readonly AgentInfo[]): SchedulerState {
+  const s: SchedulerState = { teamId, queue: new Map(), agents: new Map(), active: new Map(), passPending: false, toLoad: new Set(), loading: new Map(), nextLoad: 1, loadInFlight: false, marking: new Set() };
+  for (const t of schedulable) s.queue.set(t.id, t);
+  for (const t of active) s.active.set(t.id, t.agentId);
+  for (const a of agents) upsertAgent(s, a);
+  return s;
+}
+
+function upsertAgent(s: SchedulerState, a: AgentInfo): void {
+  const prev = s.agents.get(a.agentId);
+  let used = 0;
+  for (const ag of s.active.values()) if (ag === a.agentId) used++;
+  s.agents.set(a.agentId, { ...a, free: Math.max(0, a.slots - used), lastAssignedAt: prev?.lastAssignedAt ?? 0 });
+}
+
+const schedulable = (s: SchedulerState, t: TaskRecord): boolean => t.teamId === s.teamId && (t.status === 'pending' || t.status === 'waiting');
+
+/** A message about a task is newer than any load in flight for it: that load's answer is ignored. */
+const touch = (s: SchedulerState, taskId: string): void => {
+  s.loading.delete(taskId);
+};
+
+/** The record must be re-read (at the next pass, in one statement with the others). */
+const refresh = (s: SchedulerState, taskId: string): void => {
+  touch(s, taskId);
+  s.toLoad.add(taskId);
+};
+
+const freeSlot = (s: SchedulerState, agentId: string): void => {
+  const a = s.agents.get(agentId);
+  if (a) a.free = Math.min(a.slots, a.free + 1);
+};
+
+export const statsOf = (s: SchedulerState): SchedulerStats => ({ queued: s.queue.size, active: s.active.size, agents: [...s.agents.values()].map((a) => ({ agentId: a.agentId, free: a.free })) });
+
+/** One pass over the FIFO queue: assign what can run (optimistic reservation), mark the rest waiting. */
+function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
+  const effects: SchedulerEffect[] = [];
+  if (s.toLoad.size > 0 && !s.loadInFlight) {
+    s.loadInFlight = true;
+    const token = s.nextLoad++;
+    const ids = [...s.toLoad];
+    s.toLoad.clear();
+    for (const id of ids) s.loading.set(id, token);
+    effects.push({ type: 'load', token, ids });
+  }
+  if (s.queue.size === 0) return effects;
+  const queue = [...s.queue.values()].sort((a, b) => a.seq - b.seq);
+  const p = plan(queue, s.agents, s.active.size, env.maxConcurrent);
+  for (const step of p.assign) {
+    const agent = step.agentId ? s.agents.get(step.agentId) : undefined;
+    if (!agent) continue;
+    // the task actor applies the fenced transition concurrently and answers assign_rejected if it
+    // cannot (so one slow transaction never stalls the team)
+    const task = s.queue.get(step.taskId);
+    s.queue.delete(step.taskId);
+    touch(s, step.taskId);
+    s.active.set(step.taskId, agent.agentId);
+    agent.free -= 1;
+    agent.lastAssignedAt = env.now;
+    // the record rides along so an idle task actor does not read it again (its write is fenced anyway)
+    effects.push({ type: 'assign', taskId: step.taskId, agentId: agent.agentId, provision: agent.needsSync, task });
+  }
+  const toWait = p.wait.filter((id) => s.queue.get(id)?.status === 'pending' && !s.marking.has(id));
+  if (toWait.length > 0 && s.marking.size === 0) {
+    for (const id of toWait) s.marking.add(id);
+    effects.push({ type: 'mark_waiting', ids: toWait });
+  }
+  return effects;
+}
+
+type Handler = Handlers<SchedulerInput, [s: SchedulerState, env: SchedulerEnv], SchedulerEffect[]>;
+
+/**
+ * One handler per message type; each updates the state and returns its effects. Every message but
+ * kick and stats then asks for one coalesced pass (see decide).
+ */
+const handlers: Handler = {
+  task_submitted: (m, s) => {
+    s.active.delete(m.taskId);
+    if (!m.task) {
+      refresh(s, m.taskId);
+      return [];
+    }
+    touch(s, m.taskId);
+    if (schedulable(s, m.task)) s.queue.set(m.task.id, m.task);
+    return [];
+  },
+  task_requeued: (m, s) => {
+    s.active.delete(m.taskId);
+    refresh(s, m.taskId);
+    return [];
+  },
+  task_removed: (m, s) => {
+    s.queue.delete(m.taskId);
+    s.active.delete(m.taskId);
+    s.toLoad.delete(m.taskId);
+    touch(s, m.taskId);
+    return [];
+  },
+  slot_freed: (m, s) => {
+    const agentId = s.active.get(m.taskId) ?? m.agentId;
+    if (s.active.delete(m.taskId) && agentId) freeSlot(s, agentId);
+    s.queue.delete(m.taskId);
+    s.toLoad.delete(m.taskId);
+    touch(s, m.taskId);
+    return [];
+  },
+  assign_rejected: (m, s) => {
+    // the task actor refused (cancelled meanwhile, or a fenced write lost): release the slot, re-read it
+    if (s.active.get(m.taskId) === m.agentId) {
+      s.active.delete(m.taskId);
+      freeSlot(s, m.agentId);
+    }
+    refresh(s, m.taskId);
+    return [];
+  },
+  agent_up: (m, s) => {
+    upsertAgent(s, m.agent);
+    return [];
+  },
+  agent_down: (m, s) => {
+    s.agents.delete(m.agentId);
+    return [];
+  },
+  kick: (_m, s, env) => {
+    s.passPending = false;
+    return pass(s, env);
+  },
+  stats: () => [],
+  loaded: (m, s) => {
+    s.loadInFlight = false;
+    const found = new Map(m.records.map((t) => [t.id, t]));
+    for (const id of m.ids) {
+      if (s.loading.get(id) !== m.token) continue; // a later message about it won
+      s.loading.delete(id);
+      const t = found.get(id);
+      if (t && schedulable(s, t) && !s.active.has(id)) s.queue.set(id, t);
+      else s.queue.delete(id);
+    }
+    return [];
+  },
+  waiting_marked: (m, s) => {
+    const moved = new Set(m.moved);
+    for (const id of m.ids) {
+      s.marking.delete(id);
+      const t = s.queue.get(id);
+      if (moved.has(id)) {
+        if (t) s.queue.set(id, { ...t, status: 'waiting' });
+      } else if (t) refresh(s, id); // no longer pending (cancelled or assigned meanwhile): re-read it
+    }
+    return m.events.length > 0 ? [{ type: 'publish', events: m.events }] : [];
+  },
+};
+
+/**
+ * The scheduler's decision for one message: no I/O (reads and writes are effects whose results come
+ * back as `loaded` / `waiting_marked`). The state is the actor's own and is updated in place (a
+ * team's queue may hold thousands of tasks: no copy per message); the same object is returned.
+ */
+export function decide(s: SchedulerState, m: SchedulerInput, env: SchedulerEnv): SchedulerDecision {
+  const effects: SchedulerEffect[] = dispatchTo(handlers, m, s, env);
+  if (m.type === 'stats') return { state: s, effects, reply: statsOf(s) };
+  if (m.type !== 'kick' && !s.passPending) {
+    // coalesce: one pass after the burst of messages already in the mailbox
+    s.passPending = true;
+    effects.push({ type: 'kick' });
+  }
+  return { state: s, effects, reply: { ok: true } };
 }

@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import { AgentInfoMsg, TaskRecordMsg } from '../task-record.js';
 
-
 /** A task as the scheduler needs it (the run endpoint has it, so no PostgreSQL read per submit). */
 export const SchedTask = TaskRecordMsg;
 
@@ -18,3 +17,14 @@ export const SchedulerMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('stats') }),
 ]);
 export type SchedulerMsg = z.infer<typeof SchedulerMsg>;
+export type SchedulerMsgType = SchedulerMsg['type'];
+
+/** A snapshot of the scheduler's view (tests and diagnostics). */
+export interface SchedulerStats {
+  queued: number;
+  active: number;
+  agents: Array<{ agentId: string; free: number }>;
+}
+
+export type SchedulerReplies = { [T in SchedulerMsgType]: T extends 'stats' ? SchedulerStats : { ok: true } };
+export type SchedulerReply = SchedulerReplies[SchedulerMsgType];

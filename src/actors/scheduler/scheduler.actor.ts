@@ -1,10 +1,10 @@
-import type { Actor, ActorContext } from '../runtime/system.js';
-import type { AgentStorePort, EventBusPort, QuotaPort, TaskRecord, TaskStorePort } from '../ports.js';
-import { plan, type AgentSlot } from './decide.js';
-import { SchedulerMsg } from './protocol.js';
+import type { Actor, ActorContext, ReplyHandle } from '../runtime/system.js';
+import { SCHEDULER_KIND, TASK_KIND } from '../../domain/tasks/record.js';
+import type { AgentStorePort, EventBusPort, Protocols, QuotaPort, TaskStorePort } from '../ports.js';
+import { decide, initialState, statsOf, type SchedulerEffect, type SchedulerInput, type SchedulerState } from './decide.js';
+import { SchedulerMsg, type SchedulerReply } from './protocol.js';
 
-export const SCHEDULER = 'team-scheduler';
-const TASK = 'task';
+export const SCHEDULER = SCHEDULER_KIND;
 
 export interface SchedulerDeps {
   tasks: TaskStorePort;
@@ -14,129 +14,84 @@ export interface SchedulerDeps {
   askTimeoutMs: number;
 }
 
-export const parseSchedulerMsg = (m: unknown): SchedulerMsg => SchedulerMsg.parse(m);
+export const parseSchedulerMsg = (m: SchedulerMsg): SchedulerMsg => SchedulerMsg.parse(m);
+
+type Ctx = ActorContext<Protocols, typeof SCHEDULER>;
 
 /**
  * One per team: a single run loop whose state (FIFO queue, agents and their free slots, active
- * count) lives in memory and is rebuilt from PostgreSQL on activation.
+ * count) lives in memory and is rebuilt from PostgreSQL on activation. The decisions are made by
+ * the pure decide(); this shell runs their effects. No turn awaits I/O: the bulk reads (loadMany)
+ * and the pending -> waiting batch write are started here and their results come back as
+ * `loaded` / `waiting_marked` turns. A `stats` ask is answered once the scheduler is quiescent
+ * (no I/O in flight, no pass pending), so tests can use it as a barrier.
  */
-export class TeamSchedulerActor implements Actor {
-  private queue = new Map<string, TaskRecord>();
-  private agents = new Map<string, AgentSlot>();
-  /** provisioning/queued/running task -> agent */
-  private active = new Map<string, string | null>();
-  /** A dispatch pass is scheduled (bursts of messages coalesce into one pass). */
-  private passPending = false;
+export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
+  private s: SchedulerState;
+  private inflight = 0;
+  private statsWaiting: Array<ReplyHandle<SchedulerReply>> = [];
 
   constructor(
     private readonly teamId: string,
-    private readonly ctx: ActorContext,
+    private readonly ctx: Ctx,
     private readonly d: SchedulerDeps,
-  ) {}
+  ) {
+    this.s = initialState(teamId, [], [], []);
+  }
 
   async onActivate(): Promise<void> {
     const [waiting, active, agents] = await Promise.all([this.d.tasks.schedulable(this.teamId), this.d.tasks.active(this.teamId), this.d.agents.online(this.teamId)]);
-    for (const t of waiting) this.queue.set(t.id, t);
-    for (const t of active) this.active.set(t.id, t.agentId);
-    for (const a of agents) this.upsertAgent(a);
+    this.s = initialState(this.teamId, waiting, active, agents);
   }
 
-  private upsertAgent(a: Omit<AgentSlot, 'free' | 'lastAssignedAt'>): void {
-    const prev = this.agents.get(a.agentId);
-    let used = 0;
-    for (const ag of this.active.values()) if (ag === a.agentId) used++;
-    this.agents.set(a.agentId, { ...a, free: Math.max(0, a.slots - used), lastAssignedAt: prev?.lastAssignedAt ?? 0 });
+  receive(m: SchedulerMsg): SchedulerReply | undefined {
+    if (m.type === 'stats' && !this.quiescent()) {
+      this.statsWaiting.push(this.ctx.deferReply());
+      return undefined;
+    }
+    return this.step(m);
   }
 
-  async receive(raw: unknown): Promise<unknown> {
-    const m = raw as SchedulerMsg;
-    switch (m.type) {
-      case 'task_submitted':
-      case 'task_requeued': {
-        const t = m.type === 'task_submitted' && m.task ? m.task : await this.d.tasks.load(m.taskId);
-        this.active.delete(m.taskId);
-        if (t && t.teamId === this.teamId && (t.status === 'pending' || t.status === 'waiting')) this.queue.set(t.id, t);
-        break;
-      }
-      case 'task_removed':
-        this.queue.delete(m.taskId);
-        this.active.delete(m.taskId);
-        break;
-      case 'slot_freed': {
-        const agentId = this.active.get(m.taskId) ?? m.agentId;
-        if (this.active.delete(m.taskId) && agentId) {
-          const a = this.agents.get(agentId);
-          if (a) a.free = Math.min(a.slots, a.free + 1);
-        }
-        this.queue.delete(m.taskId);
-        break;
-      }
-      case 'assign_rejected': {
-        // the task actor refused (cancelled meanwhile, or a fenced write lost): release the slot
-        if (this.active.get(m.taskId) === m.agentId) {
-          this.active.delete(m.taskId);
-          const a = this.agents.get(m.agentId);
-          if (a) a.free = Math.min(a.slots, a.free + 1);
-        }
-        const t = await this.d.tasks.load(m.taskId);
-        if (t && (t.status === 'pending' || t.status === 'waiting')) this.queue.set(t.id, t);
-        break;
-      }
-      case 'agent_up':
-        this.upsertAgent(m.agent);
-        break;
-      case 'agent_down':
-        this.agents.delete(m.agentId);
-        break;
+  private quiescent(): boolean {
+    return this.inflight === 0 && !this.s.passPending && this.s.toLoad.size === 0;
+  }
+
+  private step(m: SchedulerInput): SchedulerReply | undefined {
+    const dec = decide(this.s, m, { now: this.ctx.clock.now(), maxConcurrent: this.d.quotas.maxConcurrentTasks(this.teamId) });
+    this.s = dec.state;
+    for (const e of dec.effects) this.run(e);
+    if (this.statsWaiting.length > 0 && this.quiescent()) for (const h of this.statsWaiting.splice(0)) h.resolve(statsOf(this.s));
+    return dec.reply;
+  }
+
+  private run(e: SchedulerEffect): void {
+    switch (e.type) {
+      case 'assign':
+        this.ctx.system.tell({ kind: TASK_KIND, id: e.taskId }, { type: 'assign', agentId: e.agentId, provision: e.provision, ...(e.task ? { task: e.task } : {}) });
+        return;
       case 'kick':
-        this.passPending = false;
-        await this.dispatch();
-        return { ok: true };
-      case 'stats':
-        return { queued: this.queue.size, active: this.active.size, agents: [...this.agents.values()].map((a) => ({ agentId: a.agentId, free: a.free })) };
+        this.ctx.system.tell(this.ctx.self, { type: 'kick' });
+        return;
+      case 'publish':
+        this.d.events.publish(e.events);
+        return;
+      case 'load':
+        this.io(this.d.tasks.loadMany(e.ids), (records) => ({ type: 'loaded', token: e.token, ids: e.ids, records }));
+        return;
+      case 'mark_waiting':
+        this.io(this.d.tasks.markWaiting(this.teamId, e.ids), (r) => ({ type: 'waiting_marked', ids: e.ids, moved: r.moved, events: r.events }));
+        return;
     }
-    // coalesce: one pass after the burst of messages already in the mailbox
-    if (!this.passPending) {
-      this.passPending = true;
-      this.ctx.system.tell(this.ctx.self, { type: 'kick' });
-    }
-    return { ok: true };
   }
 
-  /** One pass over the FIFO queue: assign what can run, mark the rest waiting. */
-  private async dispatch(): Promise<void> {
-    if (this.queue.size === 0) return;
-    const queue = [...this.queue.values()].sort((a, b) => a.seq - b.seq);
-    const p = plan(queue, this.agents, this.active.size, this.d.quotas.maxConcurrentTasks(this.teamId));
-    for (const step of p.assign) {
-      const agent = step.agentId ? this.agents.get(step.agentId) : undefined;
-      if (!agent) continue;
-      // optimistic reservation; the task actor applies the fenced transition concurrently and
-      // answers assign_rejected if it cannot (so one slow transaction never stalls the team)
-      const task = this.queue.get(step.taskId);
-      this.queue.delete(step.taskId);
-      this.active.set(step.taskId, agent.agentId);
-      agent.free -= 1;
-      agent.lastAssignedAt = this.ctx.clock.now();
-      // the record rides along so an idle task actor does not read it again (its write is fenced anyway)
-      this.ctx.system.tell({ kind: TASK, id: step.taskId }, { type: 'assign', agentId: agent.agentId, provision: agent.needsSync, ...(task ? { task } : {}) });
-    }
-    const toWait = p.wait.filter((id) => this.queue.get(id)?.status === 'pending');
-    if (toWait.length > 0) {
-      // one fenced statement for the whole batch (pending -> waiting, with its events)
-      const r = await this.d.tasks.markWaiting(this.teamId, toWait);
-      for (const id of toWait) {
-        const t = this.queue.get(id);
-        if (t) t.status = 'waiting';
-      }
-      this.d.events.publish(r.events);
-      // tasks that were no longer pending (cancelled meanwhile) leave the queue
-      const moved = new Set(r.moved);
-      for (const id of toWait) if (!moved.has(id)) {
-        const cur = await this.d.tasks.load(id);
-        if (!cur || (cur.status !== 'pending' && cur.status !== 'waiting')) this.queue.delete(id);
-        else this.queue.set(id, cur);
-      }
-    }
+  /** Starts I/O; its result is decided as a later turn. A failure is a crash: the scheduler restarts from PostgreSQL. */
+  private io<T>(work: Promise<T>, toMsg: (v: T) => SchedulerInput): void {
+    this.inflight++;
+    this.ctx.reenterAfter(work, (r) => {
+      this.inflight--;
+      // the view is uncertain after a failed read/write: crash, and restart from PostgreSQL
+      if (!r.ok) throw new Error('team scheduler I/O failed', { cause: r.error });
+      this.step(toMsg(r.value));
+    });
   }
 }

@@ -1,6 +1,9 @@
-import type { ServerToAgent, TaskRecord, TaskStatus, TransitionRequest } from '../ports.js';
-import { isTerminal } from '../ports.js';
-import type { TaskMsg } from './protocol.js';
+import type { TransitionRequest } from '../ports.js';
+import { isTerminal, NON_TERMINAL, ON_AGENT, SCHEDULABLE, type TaskRecord, type TaskStatus } from '../../domain/tasks/record.js';
+import type { ServerToAgent } from '../task-record.js';
+import type { SchedulerMsg } from '../scheduler/protocol.js';
+import { dispatchTo, type Handlers } from '../runtime/handlers.js';
+import type { TaskMsg, TaskReply } from './protocol.js';
 
 /** Side effects the shell runs after a successful transition (or right away when there is none). */
 export type TaskEffect =
@@ -8,11 +11,7 @@ export type TaskEffect =
   | { type: 'tell_agent'; agentId: string; msg: ServerToAgent }
   | {
       type: 'scheduler';
-      msg:
-        | { type: 'slot_freed'; taskId: string; agentId: string | null }
-        | { type: 'task_requeued'; taskId: string }
-        | { type: 'task_removed'; taskId: string }
-        | { type: 'assign_rejected'; taskId: string; agentId: string };
+      msg: Extract<SchedulerMsg, { type: 'slot_freed' | 'task_requeued' | 'task_removed' | 'assign_rejected' }>;
     }
   | { type: 'set_timer'; name: string; ms: number; msg: TaskMsg }
   | { type: 'cancel_timer'; name: string }
@@ -23,7 +22,7 @@ export interface Decision {
   transition?: TransitionRequest;
   effects: TaskEffect[];
   /** Reply to an ask (after the transition, when there is one). */
-  reply?: unknown;
+  reply?: TaskReply;
   /** Rejects an ask with an application error (e.g. cancel of a terminal task). */
   conflict?: { code: string; message: string };
   /** A message for an old epoch/attempt or a state that does not accept it. */
@@ -40,7 +39,7 @@ export interface DecideConfig {
   ackTimeoutMs: number;
 }
 
-const OPEN_AGENT: readonly TaskStatus[] = ['provisioning', 'queued', 'running'];
+const OPEN_AGENT: readonly TaskStatus[] = ON_AGENT;
 const statusEvent = (t: TaskRecord, status: TaskStatus, now: number) => ({ type: 'status' as const, data: { task_id: t.id, status, timestamp: new Date(now).toISOString() } });
 
 export const timeoutMs = (t: TaskRecord, cfg: DecideConfig): number => (t.timeoutS > 0 ? Math.min(t.timeoutS, cfg.timeoutMaxS) : cfg.timeoutMaxS) * 1000;
@@ -60,135 +59,147 @@ function failure(t: TaskRecord, now: number, error: string, from: readonly TaskS
   };
 }
 
+type Handler = Handlers<TaskMsg, [t: TaskRecord, now: number, cfg: DecideConfig], Decision>;
+
+/** Agent loss (reported by the agent actor, or its grace period ran out) before or after the ACK. */
+function agentLoss(m: Extract<TaskMsg, { type: 'agent_lost' | 'grace_expired' }>, t: TaskRecord, now: number): Decision {
+  const epoch = m.epoch ?? t.leaseEpoch;
+  if (m.type === 'agent_lost' && m.agentId !== t.agentId) return { effects: [], stale: `agent_lost from ${m.agentId}, task is on ${t.agentId}` };
+  if (epoch !== t.leaseEpoch) return { effects: [], stale: `agent loss for epoch ${epoch}, task at ${t.leaseEpoch}` };
+  if (t.status === 'queued' || t.status === 'provisioning') {
+    // lost before ACK: back to waiting, no retry consumed
+    return {
+      transition: { taskId: t.id, from: ['queued', 'provisioning'], epoch, to: 'waiting', patch: { agentId: null, queuedAt: null }, events: [statusEvent(t, 'waiting', now)] },
+      effects: [
+        { type: 'cancel_timer', name: 'grace' },
+        { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } },
+        { type: 'scheduler', msg: { type: 'task_requeued', taskId: t.id } },
+      ],
+    };
+  }
+  if (t.status === 'running') return failure(t, now, 'agent disconnected', ['running'], epoch);
+  return { effects: [] };
+}
+
 /**
- * The task state machine as a pure function: (state, message, now) -> what to write and do.
+ * The task state machine, one handler per message type (a missing one does not compile).
  * The fencing token is lease_epoch: it grows on every assignment, and every agent-originated
  * message carries the epoch it was given; anything else is stale and never applied.
  */
+const handlers: Handler = {
+  get: (_m, t) => ({ effects: [], reply: t }),
+  assign: (m, t, now, cfg) => {
+    if (t.status !== 'pending' && t.status !== 'waiting')
+      return { effects: [{ type: 'scheduler', msg: { type: 'assign_rejected', taskId: t.id, agentId: m.agentId } }], reply: { ok: false, status: t.status } };
+    const epoch = t.leaseEpoch + 1;
+    const to: TaskStatus = m.provision ? 'provisioning' : 'queued';
+    return {
+      transition: { taskId: t.id, from: SCHEDULABLE, epoch: t.leaseEpoch, to, patch: { agentId: m.agentId, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, to, now)] },
+      effects: [
+        { type: 'dispatch', agentId: m.agentId, epoch, provision: m.provision },
+        ...(m.provision ? [] : [{ type: 'set_timer' as const, name: 'ack', ms: cfg.ackTimeoutMs, msg: { type: 'ack_timeout' as const, epoch } }]),
+      ],
+      reply: { ok: true, epoch },
+    };
+  },
+  mark_waiting: (_m, t, now) => {
+    if (t.status !== 'pending') return { effects: [] };
+    return { transition: { taskId: t.id, from: ['pending'], to: 'waiting', patch: {}, events: [statusEvent(t, 'waiting', now)] }, effects: [] };
+  },
+  provisioned: (m, t, now, cfg) => {
+    if (t.status !== 'provisioning' || m.epoch !== t.leaseEpoch) return { effects: [], stale: `provisioned for epoch ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+    return {
+      transition: { taskId: t.id, from: ['provisioning'], epoch: m.epoch, to: 'queued', patch: {}, events: [statusEvent(t, 'queued', now)] },
+      effects: [{ type: 'set_timer', name: 'ack', ms: cfg.ackTimeoutMs, msg: { type: 'ack_timeout', epoch: m.epoch } }],
+    };
+  },
+  ack_timeout: (m, t, now) => {
+    if (t.status !== 'queued' || m.epoch !== t.leaseEpoch) return { effects: [] };
+    // never acknowledged: back to waiting (no retry consumed); the agent is told to drop it
+    return {
+      transition: { taskId: t.id, from: ['queued'], epoch: m.epoch, to: 'waiting', patch: { agentId: null, queuedAt: null }, events: [statusEvent(t, 'waiting', now)] },
+      effects: [
+        ...(t.agentId ? [{ type: 'tell_agent' as const, agentId: t.agentId, msg: { type: 'cancel' as const, taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : []),
+        { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } },
+        { type: 'scheduler', msg: { type: 'task_requeued', taskId: t.id } },
+      ],
+    };
+  },
+  ack: (m, t, now, cfg) => {
+    if (t.status === 'running' && m.epoch === t.leaseEpoch) return { effects: [] }; // duplicate ACK: idempotent
+    if (t.status !== 'queued' || m.epoch !== t.leaseEpoch || m.attempt !== t.attempt) return { effects: [], stale: `ack ${m.attempt}/${m.epoch} in ${t.status}/${t.attempt}/${t.leaseEpoch}` };
+    const running = { ...t, status: 'running' as const, startedAt: now };
+    return {
+      transition: { taskId: t.id, from: ['queued'], epoch: m.epoch, to: 'running', patch: { startedAt: now }, events: [statusEvent(t, 'running', now)] },
+      effects: [
+        { type: 'set_timer', name: 'timeout', ms: timeoutMs(running, cfg), msg: { type: 'timeout', epoch: m.epoch } },
+        { type: 'cancel_timer', name: 'grace' },
+        { type: 'cancel_timer', name: 'ack' },
+      ],
+    };
+  },
+  progress: (m, t) => {
+    if (t.status !== 'running' || m.epoch !== t.leaseEpoch) return { effects: [], stale: `progress for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+    return { effects: [{ type: 'progress', epoch: m.epoch }] };
+  },
+  flush_progress: (_m, t) => ({ effects: t.status === 'running' ? [{ type: 'progress', epoch: t.leaseEpoch }] : [] }),
+  finish: (m, t, now) => {
+    if (t.status === 'completed' && m.epoch === t.leaseEpoch) return { effects: [] }; // duplicate
+    if (t.status !== 'running' || m.epoch !== t.leaseEpoch) return { effects: [], stale: `finish for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+    return {
+      transition: {
+        taskId: t.id,
+        from: ['running'],
+        epoch: m.epoch,
+        to: 'completed',
+        patch: { output: m.output, finishedAt: now, progress: null },
+        events: [{ type: 'completed', data: { task_id: t.id, status: 'completed', completed_at: new Date(now).toISOString(), output: m.output } }],
+      },
+      effects: [{ type: 'cancel_timer', name: 'timeout' }, { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } }, { type: 'stop' }],
+    };
+  },
+  fail: (m, t, now) => {
+    if (t.status === 'failed' && m.epoch === t.leaseEpoch) return { effects: [] };
+    if (!OPEN_AGENT.includes(t.status) || m.epoch !== t.leaseEpoch) return { effects: [], stale: `fail for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+    return failure(t, now, m.error, OPEN_AGENT, m.epoch);
+  },
+  timeout: (m, t, now, cfg) => {
+    if (t.status !== 'running' || m.epoch !== t.leaseEpoch) return { effects: [] };
+    const s = timeoutMs(t, cfg) / 1000;
+    const cancel: TaskEffect[] = t.agentId ? [{ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : [];
+    return failure(t, now, `task timed out after ${s} s`, ['running'], m.epoch, cancel);
+  },
+  agent_lost: (m, t, now) => agentLoss(m, t, now),
+  grace_expired: (m, t, now) => agentLoss(m, t, now),
+  reattach: (m, t) => {
+    if (!OPEN_AGENT.includes(t.status) || m.epoch !== t.leaseEpoch || m.agentId !== t.agentId) return { effects: [], stale: `reattach ${m.agentId}/${m.epoch} in ${t.status}/${t.agentId}/${t.leaseEpoch}` };
+    return { effects: [{ type: 'cancel_timer', name: 'grace' }] };
+  },
+  recover: (m, t, now, cfg) => {
+    const effects: TaskEffect[] = [];
+    if (OPEN_AGENT.includes(t.status)) effects.push({ type: 'set_timer', name: 'grace', ms: m.graceMs, msg: { type: 'grace_expired', epoch: t.leaseEpoch } });
+    if (t.status === 'running' && t.startedAt !== null)
+      effects.push({ type: 'set_timer', name: 'timeout', ms: Math.max(0, t.startedAt + timeoutMs(t, cfg) - now), msg: { type: 'timeout', epoch: t.leaseEpoch } });
+    if (isTerminal(t.status)) effects.push({ type: 'stop' });
+    return { effects };
+  },
+  cancel: (_m, t, now) => {
+    if (isTerminal(t.status)) return { effects: [], conflict: { code: 'task_terminal', message: `task is already ${t.status}` } };
+    const effects: TaskEffect[] = [{ type: 'cancel_timer', name: 'timeout' }, { type: 'cancel_timer', name: 'grace' }];
+    if (t.agentId && OPEN_AGENT.includes(t.status)) {
+      effects.push({ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } });
+      effects.push({ type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } });
+    } else effects.push({ type: 'scheduler', msg: { type: 'task_removed', taskId: t.id } });
+    effects.push({ type: 'stop' });
+    return {
+      transition: { taskId: t.id, from: NON_TERMINAL, to: 'cancelled', patch: { finishedAt: now }, events: [{ type: 'cancelled', data: { task_id: t.id, status: 'cancelled' } }] },
+      effects,
+      reply: { ok: true },
+    };
+  },
+};
+
+/** The task state machine as a pure function: (state, message, now) -> what to write and do. */
 export function decide(t: TaskRecord, m: TaskMsg, now: number, cfg: DecideConfig): Decision {
-  const epochOk = (e: number): boolean => e === t.leaseEpoch;
-  switch (m.type) {
-    case 'get':
-      return { effects: [], reply: t };
-    case 'assign': {
-      if (t.status !== 'pending' && t.status !== 'waiting')
-        return { effects: [{ type: 'scheduler', msg: { type: 'assign_rejected', taskId: t.id, agentId: m.agentId } }], reply: { ok: false, status: t.status } };
-      const epoch = t.leaseEpoch + 1;
-      const to: TaskStatus = m.provision ? 'provisioning' : 'queued';
-      return {
-        transition: { taskId: t.id, from: ['pending', 'waiting'], epoch: t.leaseEpoch, to, patch: { agentId: m.agentId, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, to, now)] },
-        effects: [
-          { type: 'dispatch', agentId: m.agentId, epoch, provision: m.provision },
-          ...(m.provision ? [] : [{ type: 'set_timer' as const, name: 'ack', ms: cfg.ackTimeoutMs, msg: { type: 'ack_timeout' as const, epoch } }]),
-        ],
-        reply: { ok: true, epoch },
-      };
-    }
-    case 'mark_waiting':
-      if (t.status !== 'pending') return { effects: [] };
-      return { transition: { taskId: t.id, from: ['pending'], to: 'waiting', patch: {}, events: [statusEvent(t, 'waiting', now)] }, effects: [] };
-    case 'provisioned':
-      if (t.status !== 'provisioning' || !epochOk(m.epoch)) return { effects: [], stale: `provisioned for epoch ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
-      return {
-        transition: { taskId: t.id, from: ['provisioning'], epoch: m.epoch, to: 'queued', patch: {}, events: [statusEvent(t, 'queued', now)] },
-        effects: [{ type: 'set_timer', name: 'ack', ms: cfg.ackTimeoutMs, msg: { type: 'ack_timeout', epoch: m.epoch } }],
-      };
-    case 'ack_timeout':
-      if (t.status !== 'queued' || !epochOk(m.epoch)) return { effects: [] };
-      // never acknowledged: back to waiting (no retry consumed); the agent is told to drop it
-      return {
-        transition: { taskId: t.id, from: ['queued'], epoch: m.epoch, to: 'waiting', patch: { agentId: null, queuedAt: null }, events: [statusEvent(t, 'waiting', now)] },
-        effects: [
-          ...(t.agentId ? [{ type: 'tell_agent' as const, agentId: t.agentId, msg: { type: 'cancel' as const, taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : []),
-          { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } },
-          { type: 'scheduler', msg: { type: 'task_requeued', taskId: t.id } },
-        ],
-      };
-    case 'ack': {
-      if (t.status === 'running' && epochOk(m.epoch)) return { effects: [] }; // duplicate ACK: idempotent
-      if (t.status !== 'queued' || !epochOk(m.epoch) || m.attempt !== t.attempt) return { effects: [], stale: `ack ${m.attempt}/${m.epoch} in ${t.status}/${t.attempt}/${t.leaseEpoch}` };
-      const running = { ...t, status: 'running' as const, startedAt: now };
-      return {
-        transition: { taskId: t.id, from: ['queued'], epoch: m.epoch, to: 'running', patch: { startedAt: now }, events: [statusEvent(t, 'running', now)] },
-        effects: [
-          { type: 'set_timer', name: 'timeout', ms: timeoutMs(running, cfg), msg: { type: 'timeout', epoch: m.epoch } },
-          { type: 'cancel_timer', name: 'grace' },
-          { type: 'cancel_timer', name: 'ack' },
-        ],
-      };
-    }
-    case 'progress':
-      if (t.status !== 'running' || !epochOk(m.epoch)) return { effects: [], stale: `progress for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
-      return { effects: [{ type: 'progress', epoch: m.epoch }] };
-    case 'flush_progress':
-      return { effects: t.status === 'running' ? [{ type: 'progress', epoch: t.leaseEpoch }] : [] };
-    case 'finish':
-      if (t.status === 'completed' && epochOk(m.epoch)) return { effects: [] }; // duplicate
-      if (t.status !== 'running' || !epochOk(m.epoch)) return { effects: [], stale: `finish for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
-      return {
-        transition: {
-          taskId: t.id,
-          from: ['running'],
-          epoch: m.epoch,
-          to: 'completed',
-          patch: { output: m.output, finishedAt: now, progress: null },
-          events: [{ type: 'completed', data: { task_id: t.id, status: 'completed', completed_at: new Date(now).toISOString(), output: m.output } }],
-        },
-        effects: [{ type: 'cancel_timer', name: 'timeout' }, { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } }, { type: 'stop' }],
-      };
-    case 'fail':
-      if (t.status === 'failed' && epochOk(m.epoch)) return { effects: [] };
-      if (!OPEN_AGENT.includes(t.status) || !epochOk(m.epoch)) return { effects: [], stale: `fail for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
-      return failure(t, now, m.error, OPEN_AGENT, m.epoch);
-    case 'timeout': {
-      if (t.status !== 'running' || !epochOk(m.epoch)) return { effects: [] };
-      const s = timeoutMs(t, cfg) / 1000;
-      const cancel: TaskEffect[] = t.agentId ? [{ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : [];
-      return failure(t, now, `task timed out after ${s} s`, ['running'], m.epoch, cancel);
-    }
-    case 'agent_lost':
-    case 'grace_expired': {
-      const epoch = m.epoch ?? t.leaseEpoch;
-      if (m.type === 'agent_lost' && m.agentId !== t.agentId) return { effects: [], stale: `agent_lost from ${m.agentId}, task is on ${t.agentId}` };
-      if (!epochOk(epoch)) return { effects: [], stale: `agent loss for epoch ${epoch}, task at ${t.leaseEpoch}` };
-      if (t.status === 'queued' || t.status === 'provisioning') {
-        // lost before ACK: back to waiting, no retry consumed
-        return {
-          transition: { taskId: t.id, from: ['queued', 'provisioning'], epoch, to: 'waiting', patch: { agentId: null, queuedAt: null }, events: [statusEvent(t, 'waiting', now)] },
-          effects: [
-            { type: 'cancel_timer', name: 'grace' },
-            { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } },
-            { type: 'scheduler', msg: { type: 'task_requeued', taskId: t.id } },
-          ],
-        };
-      }
-      if (t.status === 'running') return failure(t, now, 'agent disconnected', ['running'], epoch);
-      return { effects: [] };
-    }
-    case 'reattach':
-      if (!OPEN_AGENT.includes(t.status) || !epochOk(m.epoch) || m.agentId !== t.agentId) return { effects: [], stale: `reattach ${m.agentId}/${m.epoch} in ${t.status}/${t.agentId}/${t.leaseEpoch}` };
-      return { effects: [{ type: 'cancel_timer', name: 'grace' }] };
-    case 'recover': {
-      const effects: TaskEffect[] = [];
-      if (OPEN_AGENT.includes(t.status)) effects.push({ type: 'set_timer', name: 'grace', ms: m.graceMs, msg: { type: 'grace_expired', epoch: t.leaseEpoch } });
-      if (t.status === 'running' && t.startedAt !== null)
-        effects.push({ type: 'set_timer', name: 'timeout', ms: Math.max(0, t.startedAt + timeoutMs(t, cfg) - now), msg: { type: 'timeout', epoch: t.leaseEpoch } });
-      if (isTerminal(t.status)) effects.push({ type: 'stop' });
-      return { effects };
-    }
-    case 'cancel': {
-      if (isTerminal(t.status)) return { effects: [], conflict: { code: 'task_terminal', message: `task is already ${t.status}` } };
-      const effects: TaskEffect[] = [{ type: 'cancel_timer', name: 'timeout' }, { type: 'cancel_timer', name: 'grace' }];
-      if (t.agentId && OPEN_AGENT.includes(t.status)) {
-        effects.push({ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } });
-        effects.push({ type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } });
-      } else effects.push({ type: 'scheduler', msg: { type: 'task_removed', taskId: t.id } });
-      effects.push({ type: 'stop' });
-      return {
-        transition: { taskId: t.id, from: ['pending', 'waiting', 'provisioning', 'queued', 'running'], to: 'cancelled', patch: { finishedAt: now }, events: [{ type: 'cancelled', data: { task_id: t.id, status: 'cancelled' } }] },
-        effects,
-        reply: { ok: true },
-      };
-    }
-  }
+  return dispatchTo(handlers, m, t, now, cfg);
 }

@@ -1,15 +1,8 @@
 import { z } from 'zod';
+import { TaskProgressSchema, type TaskRecord, type TaskStatus } from '../../domain/tasks/record.js';
 import { TaskRecordMsg } from '../task-record.js';
 
 const epoch = z.number().int().nonnegative();
-const progress = z.object({
-  progress: z.number().min(0).max(1),
-  step_current: z.number().int().nonnegative(),
-  step_total: z.number().int().nonnegative(),
-  current_node: z.string().max(500),
-  stage: z.enum(['download', 'process_data', 'train', 'export', 'upload']).optional(),
-  message: z.string().max(2000).optional(),
-});
 
 /** Every message a task actor accepts. */
 export const TaskMsg = z.discriminatedUnion('type', [
@@ -19,7 +12,7 @@ export const TaskMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('provisioned'), epoch }),
   z.object({ type: z.literal('ack'), attempt: z.number().int().positive(), epoch }),
   z.object({ type: z.literal('ack_timeout'), epoch }),
-  z.object({ type: z.literal('progress'), epoch, progress }),
+  z.object({ type: z.literal('progress'), epoch, progress: TaskProgressSchema }),
   z.object({ type: z.literal('flush_progress') }),
   z.object({ type: z.literal('finish'), epoch, output: z.record(z.string(), z.unknown()) }),
   z.object({ type: z.literal('fail'), epoch, error: z.string().max(10_000) }),
@@ -33,4 +26,15 @@ export const TaskMsg = z.discriminatedUnion('type', [
 ]);
 export type TaskMsg = z.infer<typeof TaskMsg>;
 export type TaskMsgType = TaskMsg['type'];
-export type TaskProgressMsg = z.infer<typeof progress>;
+export type TaskProgressMsg = z.infer<typeof TaskProgressSchema>;
+
+/** Most messages are acknowledged: ok=false when stale, rejected by the fence, or the task is missing. */
+export interface TaskAck {
+  ok: boolean;
+  status?: TaskStatus | 'missing';
+}
+export type AssignReply = { ok: true; epoch: number } | { ok: false; status: TaskStatus | 'missing' };
+
+/** The reply to each task message type (`get` answers the record; a missing task is a not_found error). */
+export type TaskReplies = { [T in TaskMsgType]: T extends 'get' ? TaskRecord : T extends 'assign' ? AssignReply : TaskAck };
+export type TaskReply = TaskReplies[TaskMsgType];

@@ -1,12 +1,13 @@
-import type { ActorContext, Actor } from '../runtime/system.js';
+import type { ActorContext, Actor, ReplyHandle } from '../runtime/system.js';
 import { conflict, notFound } from '../../shared/errors.js';
-import type { EventBusPort, TaskAssignment, TaskRecord, TaskStorePort } from '../ports.js';
-import { decide, type DecideConfig, type TaskEffect } from './decide.js';
-import { TaskMsg, type TaskProgressMsg } from './protocol.js';
+import { AGENT_KIND, SCHEDULER_KIND, TASK_KIND, type TaskRecord } from '../../domain/tasks/record.js';
+import type { EventBusPort, Protocols, TaskAssignment, TaskStorePort, TransitionResult } from '../ports.js';
+import { decide, type DecideConfig, type Decision, type TaskEffect } from './decide.js';
+import { TaskMsg, type TaskProgressMsg, type TaskReply } from './protocol.js';
 
-export const TASK = 'task';
-export const SCHEDULER = 'team-scheduler';
-export const AGENT = 'agent';
+export const TASK = TASK_KIND;
+export const SCHEDULER = SCHEDULER_KIND;
+export const AGENT = AGENT_KIND;
 
 export interface TaskActorDeps {
   store: TaskStorePort;
@@ -16,14 +17,28 @@ export interface TaskActorDeps {
   progressIntervalMs: number;
 }
 
-export const parseTaskMsg = (m: unknown): TaskMsg => TaskMsg.parse(m);
+export const parseTaskMsg = (m: TaskMsg): TaskMsg => TaskMsg.parse(m);
+
+type Ctx = ActorContext<Protocols, typeof TASK>;
 
 /**
- * The shell around decide(): loads the task from PostgreSQL, applies fenced transitions, then
- * runs the effects (dispatch to the agent actor, scheduler notifications, timers).
+ * The shell around decide(): applies fenced transitions, then runs the effects (dispatch to the
+ * agent actor, scheduler notifications, timers).
+ *
+ * No turn awaits I/O. A turn that needs PostgreSQL (the first load, a transition, a progress write)
+ * starts it with ctx.reenterAfter and marks the actor busy; until the result has been applied in
+ * its continuation turn, every other message is stashed (Akka's stash) and then replayed in arrival
+ * order. The next decision depends on the transition's result (the new status and epoch), so this
+ * keeps exactly the serial semantics of one message at a time against the committed row, while the
+ * mailbox loop itself never blocks. An ask whose answer depends on the write (cancel, assign) is
+ * answered from the continuation through ctx.deferReply().
  */
-export class TaskActor implements Actor {
+export class TaskActor implements Actor<Protocols, typeof TASK> {
   private t: TaskRecord | null = null;
+  /** The row does not exist (every message answers missing / not_found, then the actor stops). */
+  private missing = false;
+  /** A write or load is in flight: other messages are stashed until its continuation ran. */
+  private busy = false;
   private pendingProgress: TaskProgressMsg | null = null;
   /** The payload returned by the last assigning transition (handed to the dispatch effect). */
   private assignment: TaskAssignment | null = null;
@@ -31,7 +46,7 @@ export class TaskActor implements Actor {
 
   constructor(
     private readonly id: string,
-    private readonly ctx: ActorContext,
+    private readonly ctx: Ctx,
     private readonly d: TaskActorDeps,
   ) {}
 
@@ -40,45 +55,80 @@ export class TaskActor implements Actor {
    * scheduler's copy, which saves a read per task. A stale copy is harmless — the transition is
    * fenced by (from-states, lease_epoch) in PostgreSQL, and a rejected one re-reads the truth.
    */
-  async receive(raw: unknown): Promise<unknown> {
-    const m = raw as TaskMsg;
+  receive(m: TaskMsg): TaskReply | undefined {
+    if (this.busy) {
+      this.ctx.stash();
+      return undefined;
+    }
+    if (this.missing) {
+      this.ctx.stop();
+      if (m.type === 'get' || m.type === 'cancel') throw notFound('task');
+      return { ok: false, status: 'missing' };
+    }
     if (!this.t && m.type === 'assign' && m.task && m.task.id === this.id) this.t = m.task;
     if (!this.t) {
-      this.t = await this.d.store.load(this.id);
-      if (!this.t) {
-        this.ctx.stop();
-        if (m.type === 'get' || m.type === 'cancel') throw notFound('task');
-        return { ok: false, status: 'missing' };
-      }
+      // replayed once the record is here
+      this.ctx.stash();
+      this.start(this.d.store.load(this.id), (t) => {
+        this.t = t;
+        this.missing = t === null;
+      });
+      return undefined;
     }
     if (m.type === 'progress') this.pendingProgress = m.progress;
-    const now = this.ctx.clock.now();
-    const dec = decide(this.t, m, now, this.d.config);
+    const dec = decide(this.t, m, this.ctx.clock.now(), this.d.config);
     if (dec.stale) this.ctx.log.warn({ task_id: this.id, msg: m.type, reason: dec.stale }, 'stale task message rejected');
     if (dec.conflict) throw conflict(dec.conflict.code, dec.conflict.message);
     if (dec.transition) {
-      const res = await this.d.store.transition(dec.transition);
-      if (!res.ok) {
-        // a stale writer (another epoch/owner got there first): never applied; re-read the truth
-        this.ctx.log.warn({ task_id: this.id, msg: m.type, from: dec.transition.from, to: dec.transition.to, current: res.current?.status }, 'fenced transition rejected');
-        this.t = res.current;
-        if (m.type === 'cancel' && this.t) throw conflict('task_terminal', `task is already ${this.t.status}`);
-        if (m.type === 'assign') {
-          if (this.t) this.ctx.system.tell({ kind: SCHEDULER, id: this.t.teamId }, { type: 'assign_rejected', taskId: this.id, agentId: m.agentId });
-          return { ok: false, status: this.t?.status ?? 'missing' };
-        }
-        return { ok: false };
-      }
-      this.t = res.task;
-      this.assignment = res.assignment ?? null;
-      this.d.events.publish(res.events);
-      if (res.retryTaskId) this.ctx.system.tell({ kind: SCHEDULER, id: res.task.teamId }, { type: 'task_submitted', taskId: res.retryTaskId });
+      const reply = this.ctx.deferReply();
+      this.start(
+        this.d.store.transition(dec.transition),
+        (res) => this.applied(m, dec, res, reply),
+        (e) => reply.reject(e),
+      );
+      return undefined;
     }
-    await this.run(dec.effects);
+    this.run(dec.effects);
     return dec.reply ?? { ok: !dec.stale };
   }
 
-  private async run(effects: TaskEffect[]): Promise<void> {
+  /** Starts I/O; its continuation runs as a later turn, after which stashed messages are replayed. */
+  private start<T>(work: Promise<T>, then: (v: T) => void, failed?: (e: unknown) => void): void {
+    this.busy = true;
+    this.ctx.reenterAfter(work, (r) => {
+      this.busy = false;
+      this.ctx.unstashAll();
+      if (!r.ok) {
+        failed?.(r.error);
+        // a failed write is a crash (unless it is an application error): restart from PostgreSQL
+        throw r.error;
+      }
+      then(r.value);
+    });
+  }
+
+  private applied(m: TaskMsg, dec: Decision, res: TransitionResult, reply: ReplyHandle<TaskReply>): void {
+    if (!res.ok) {
+      // a stale writer (another epoch/owner got there first): never applied; re-read the truth
+      const req = dec.transition;
+      this.ctx.log.warn({ task_id: this.id, msg: m.type, from: req?.from, to: req?.to, current: res.current?.status }, 'fenced transition rejected');
+      this.t = res.current;
+      if (m.type === 'cancel' && this.t) return reply.reject(conflict('task_terminal', `task is already ${this.t.status}`));
+      if (m.type === 'assign') {
+        if (this.t) this.ctx.system.tell({ kind: SCHEDULER, id: this.t.teamId }, { type: 'assign_rejected', taskId: this.id, agentId: m.agentId });
+        return reply.resolve({ ok: false, status: this.t?.status ?? 'missing' });
+      }
+      return reply.resolve({ ok: false });
+    }
+    this.t = res.task;
+    this.assignment = res.assignment ?? null;
+    this.d.events.publish(res.events);
+    if (res.retryTaskId) this.ctx.system.tell({ kind: SCHEDULER, id: res.task.teamId }, { type: 'task_submitted', taskId: res.retryTaskId });
+    this.run(dec.effects);
+    reply.resolve(dec.reply ?? { ok: !dec.stale });
+  }
+
+  private run(effects: TaskEffect[]): void {
     const t = this.t;
     if (!t) return;
     for (const e of effects) {
@@ -103,7 +153,7 @@ export class TaskActor implements Actor {
           this.ctx.cancelTimer(e.name);
           break;
         case 'progress':
-          await this.progress(e.epoch);
+          this.progress(e.epoch);
           break;
         case 'stop':
           this.ctx.cancelTimer('progress');
@@ -114,7 +164,7 @@ export class TaskActor implements Actor {
   }
 
   /** Coalesces ticks: at most one persisted progress row per interval; the latest tick wins. */
-  private async progress(epoch: number): Promise<void> {
+  private progress(epoch: number): void {
     const p = this.pendingProgress;
     if (!p || !this.t) return;
     const now = this.ctx.clock.now();
@@ -126,7 +176,8 @@ export class TaskActor implements Actor {
     this.pendingProgress = null;
     this.lastProgressAt = now;
     const data: Record<string, unknown> = { task_id: this.t.id, ...p, timestamp: new Date(now).toISOString() };
-    const r = await this.d.store.progress(this.t.id, epoch, p, { type: 'progress', data });
-    if (r.event) this.d.events.publish([r.event]);
+    this.start(this.d.store.progress(this.t.id, epoch, p, { type: 'progress', data }), (r) => {
+      if (r.event) this.d.events.publish([r.event]);
+    });
   }
 }

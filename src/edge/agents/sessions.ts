@@ -1,7 +1,6 @@
 import type { ActorSystemPort, AgentInfo, AgentTransportPort, ServerToAgent } from '../../actors/ports.js';
 import { AGENT } from '../../actors/index.js';
-import type { AgentMsg } from '../../actors/agent/protocol.js';
-import type { AgentReport } from './wire-schema.js';
+import type { AgentReport } from '../../actors/agent/protocol.js';
 import { uuidv7 } from '../../shared/ids.js';
 import type { Logger } from '../../shared/logger.js';
 
@@ -51,10 +50,9 @@ export class AgentSessions implements AgentTransportPort {
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'update', sessionId, info });
   }
 
-  /** What the agent said on its stream (ack, progress, finished, failed, provisioned), decoded by wire-schema.ts. */
+  /** What the agent said on its stream (ack, progress, finished, failed, provisioned), already decoded by wire-schema.ts with the agent protocol's AgentReportMsg. */
   fromAgent(agentId: string, sessionId: string, msg: AgentReport): void {
-    const m: AgentMsg = { ...msg, sessionId };
-    this.actors.tell({ kind: AGENT, id: agentId }, m);
+    this.actors.tell({ kind: AGENT, id: agentId }, { ...msg, sessionId });
   }
 
   close(agentId: string, sessionId: string): void {

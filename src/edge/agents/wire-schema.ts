@@ -6,29 +6,29 @@
  * that does not decode ends the stream with INVALID_ARGUMENT (code invalid_message).
  *
  * Task reports (ack, provisioned, progress, failure) decode straight into the agent actor's own
- * message shapes: they are piped through the variants of AgentMsg (src/actors/agent/protocol.ts),
+ * message shapes: they are piped through the variants of AgentReportMsg (src/actors/agent/protocol.ts),
  * so progress bounds and stages are defined once, by the actor.
  */
 import { z } from 'zod';
-import { AgentMsg } from '../../actors/agent/protocol.js';
+import { AgentReportMsg, type AgentReport } from '../../actors/agent/protocol.js';
 import { AppError, fromZodIssues } from '../../shared/errors.js';
 import type { AgentMessage__Output } from '../../protocol/agent-wire.js';
 
-type AgentMsgVariant = (typeof AgentMsg.options)[number];
-type VariantOf<T extends AgentMsg['type']> = Extract<AgentMsgVariant, { shape: { type: z.ZodLiteral<T> } }>;
+type ReportType = AgentReport['type'];
+type ReportVariant<T extends ReportType> = Extract<(typeof AgentReportMsg.options)[number], { shape: { type: z.ZodLiteral<T> } }>;
 
-/** The agent actor's schema for one message type (the variant of the AgentMsg union). */
-function variantOf<T extends AgentMsg['type']>(type: T): VariantOf<T> {
-  const v = AgentMsg.options.find((o) => o.shape.type.value === type);
-  if (!v) throw new Error(`AgentMsg has no '${type}' message`);
-  return v as VariantOf<T>;
+/** The agent protocol's schema for one report type (a variant of AgentReportMsg, the actor's own). */
+function reportSchema<T extends ReportType>(type: T): ReportVariant<T> {
+  const v = AgentReportMsg.options.find((o) => o.shape.type.value === type);
+  if (!v) throw new Error(`AgentReportMsg has no '${type}' message`);
+  return v as ReportVariant<T>;
 }
 
-/** What the stream reports to the agent actor: its message minus the sessionId the session adds. */
-const AckToActor = variantOf('ack').omit({ sessionId: true });
-const ProvisionedToActor = variantOf('provisioned').omit({ sessionId: true });
-const ProgressToActor = variantOf('progress').omit({ sessionId: true });
-const FailedToActor = variantOf('failed').omit({ sessionId: true });
+/** What the stream reports to the agent actor (the session adds its sessionId). */
+const AckToActor = reportSchema('ack');
+const ProvisionedToActor = reportSchema('provisioned');
+const ProgressToActor = reportSchema('progress');
+const FailedToActor = reportSchema('failed');
 
 export const MACHINE_ID_RE = /^[A-Za-z0-9._:@-]{1,200}$/;
 /** Outputs beyond this are not recorded (the agent presigns at most this many per call). */
@@ -181,8 +181,8 @@ export type AgentStreamMessage = z.output<typeof AgentStreamMessage>;
 export type HelloMessage = z.output<typeof Hello>;
 export type HeartbeatMessage = z.output<typeof Heartbeat>;
 export type ResultMessage = z.output<typeof Result>;
-/** What a stream reports to the agent actor (AgentSessions.fromAgent). */
-export type AgentReport = z.output<typeof AckToActor> | z.output<typeof ProvisionedToActor> | z.output<typeof ProgressToActor> | z.output<typeof FailedToActor> | (Omit<Extract<AgentMsg, { type: 'finished' }>, 'sessionId'>);
+/** What a stream reports to the agent actor (AgentSessions.fromAgent): the agent protocol's AgentReportMsg. */
+export type { AgentReport };
 
 // ---------------------------------------------------------------------------------------------
 // unary requests

@@ -49,7 +49,7 @@ const runBody = z
   })
   .strict();
 
-const TASK_STATUS = ['pending', 'waiting', 'provisioning', 'queued', 'running', 'completed', 'failed', 'cancelled'] as const;
+import { TASK_STATUSES as TASK_STATUS } from '../../domain/tasks/record.js';
 
 
 
