@@ -4,6 +4,7 @@
  * this store and never run SQL themselves. Every query is scoped to the team it is given (a
  * foreign team's row is simply absent), except the sweeps, which work across teams by design.
  */
+import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q } from '../persistence/sql.js';
 import type { StagePurpose } from './keys.js';
@@ -144,11 +145,11 @@ export class FilesStore {
          where f.expires_at <= ?
            and not (f.purpose = 'input' and exists (
              select 1 from tasks t where t.team_id = f.team_id
-               and t.task_status in ('pending','waiting','provisioning','queued','running')
+               and t.task_status = any(?::text[])
                and t.input_files @> jsonb_build_array(jsonb_build_object('fileKey', f.file_key))))
          order by f.expires_at limit ?)
        returning s.file_key`,
-      [new Date(now), limit],
+      [new Date(now), `{${NON_TERMINAL.join(',')}}`, limit],
     );
     return rows.map((r) => r.file_key as string);
   }

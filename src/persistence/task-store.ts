@@ -1,3 +1,4 @@
+import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from './db.js';
 import { q, json, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
 import { uuidv7 } from '../shared/ids.js';
@@ -13,7 +14,6 @@ import type {
   TransitionResult,
 } from '../actors/ports.js';
 
-const NON_TERMINAL = ['pending', 'waiting', 'provisioning', 'queued', 'running'];
 
 export function rowToTask(r: Record<string, any>): TaskRecord {
   return {
@@ -391,7 +391,7 @@ export class PgTaskStore implements TaskStorePort {
   }
 
   async nonTerminal(): Promise<TaskRecord[]> {
-    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, NON_TERMINAL);
+    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, [...NON_TERMINAL]);
     return rows.map(rowToTask);
   }
 

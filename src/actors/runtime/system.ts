@@ -394,12 +394,14 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
             await a.actor.onActivate?.();
           } catch (e) {
             this.log.error({ actor: key(a.ref), err: e }, 'actor activation failed');
-            const env = a.mailbox.shift() as MsgEnvelope;
-            this.metrics?.depth(a.ref.kind, -1);
-            env.reject?.(e);
+            const env = a.mailbox.shift() as MsgEnvelope | undefined;
+            if (env) this.metrics?.depth(a.ref.kind, -1);
+            env?.reject?.(e);
             a.actor = null;
             continue;
           }
+          // the activation awaited its loads: shutdown may have emptied the mailbox meanwhile
+          continue;
         }
         const env = a.mailbox.shift() as MsgEnvelope;
         this.metrics?.depth(a.ref.kind, -1);
