@@ -1,5 +1,5 @@
 import type { Database } from './db.js';
-import { q, json, iso, ts } from './sql.js';
+import { q, json, iso, ts, TickBatcher, type BatcherStats } from './sql.js';
 import { uuidv7 } from '../shared/ids.js';
 import type { AgentInfo, AgentStorePort } from '../actors/ports.js';
 
@@ -79,10 +79,30 @@ export interface AgentRegistration {
 }
 
 /** Agent records: one per (team, machine_id); the live view is the agent actor's. */
+interface StatusWrite {
+  agentId: string;
+  status: AgentStatus;
+  currentTaskId: string | null | undefined;
+}
+
 export class PgAgentStore implements AgentStorePort {
   private syncCheck: ((teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean>) | null = null;
 
-  constructor(private readonly db: Database) {}
+  /**
+   * agent_status / current_task_id writes of many agents in one statement per tick (an agent flips
+   * busy <-> online once per task, so a fleet finishing many short tasks would otherwise cost one
+   * UPDATE per task). Keyed by agent: one agent's writes never share a batch and keep their order.
+   */
+  private readonly statusWrites: TickBatcher<StatusWrite, undefined>;
+
+  constructor(private readonly db: Database) {
+    this.statusWrites = new TickBatcher((ws) => this.writeStatuses(ws), { maxBatch: 500, maxInFlight: 2, key: (w) => w.agentId });
+  }
+
+  /** Status batches written (tests and benches read it). */
+  get statusStats(): BatcherStats {
+    return this.statusWrites.stats;
+  }
 
   /** Wires AgentInfo.needsSync (the files module's needsSync; main.ts sets it). */
   useSyncCheck(fn: (teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean>): void {
@@ -97,8 +117,20 @@ export class PgAgentStore implements AgentStorePort {
   }
 
   async setStatus(agentId: string, status: AgentStatus, currentTaskId?: string | null): Promise<void> {
-    if (currentTaskId === undefined) await q(this.db)('update agents set agent_status = ?, last_seen_at = now(), updated_at = now() where id = ?', [status, agentId]);
-    else await q(this.db)('update agents set agent_status = ?, current_task_id = ?, last_seen_at = now(), updated_at = now() where id = ?', [status, currentTaskId, agentId]);
+    await this.statusWrites.submit({ agentId, status, currentTaskId });
+  }
+
+  private async writeStatuses(ws: StatusWrite[]): Promise<Array<{ value: undefined }>> {
+    const rows = ws.map((w) => ({ id: w.agentId, status: w.status, set_task: w.currentTaskId !== undefined, task: w.currentTaskId ?? null }));
+    await q(this.db)(
+      `update agents a set agent_status = v.status,
+         current_task_id = case when v.set_task then v.task else a.current_task_id end,
+         last_seen_at = now(), updated_at = now()
+       from jsonb_to_recordset(?::jsonb) as v(id uuid, status text, set_task boolean, task uuid)
+       where a.id = v.id`,
+      [JSON.stringify(rows)],
+    );
+    return ws.map(() => ({ value: undefined }));
   }
 
   /** Registers or updates the agent for (team, machine_id); the same machine keeps its id. */

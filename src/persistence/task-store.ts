@@ -1,7 +1,7 @@
 import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from './db.js';
 import { q, json, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
-import { uuidv7 } from '../shared/ids.js';
+import { UUID_RE, uuidv7 } from '../shared/ids.js';
 import type {
   TaskAssignment,
   TaskEvent,
@@ -186,12 +186,14 @@ const BATCH_SQL = `with r as (
 export class PgTaskStore implements TaskStorePort {
   /** Lifecycle writes of the same tick share one statement (per task: one at a time, in order). */
   private readonly lifecycle: TickBatcher<LifecycleOp, LifecycleResult>;
+  private readonly reads: TickBatcher<string, TaskRecord | null>;
 
   constructor(
     private readonly db: Database,
     opts: { maxBatch?: number; maxInFlight?: number } = {},
   ) {
     this.lifecycle = new TickBatcher((ops) => this.runLifecycle(ops), { maxBatch: opts.maxBatch ?? 500, maxInFlight: opts.maxInFlight ?? 2, key: opTaskId });
+    this.reads = new TickBatcher((ids) => this.loadBatch(ids), { maxBatch: 500, maxInFlight: 2 });
   }
 
   /** Lifecycle batches written, ops, failed batches, largest batch (bench and tests read it). */
@@ -204,9 +206,15 @@ export class PgTaskStore implements TaskStorePort {
     return this.lifecycle;
   }
 
+  /** Reads of one tick share one `where id = any(...)` statement (agents' presign calls read the task per output). */
   async load(taskId: string): Promise<TaskRecord | null> {
-    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id = ?`, [taskId]);
-    return rows[0] ? rowToTask(rows[0]) : null;
+    if (!UUID_RE.test(taskId)) return null;
+    return this.reads.submit(taskId);
+  }
+
+  private async loadBatch(ids: string[]): Promise<Array<Settled<TaskRecord | null>>> {
+    const byId = new Map((await this.loadMany([...new Set(ids)])).map((t) => [t.id, t]));
+    return ids.map((id) => ({ value: byId.get(id) ?? null }));
   }
 
   /** Batched with the other lifecycle writes of this tick; the result is this request's own. */
@@ -402,7 +410,7 @@ export class PgTaskStore implements TaskStorePort {
 
   /** Many records in one statement (the scheduler's bulk refresh); ids that are not UUIDs or not found are absent. */
   async loadMany(taskIds: readonly string[]): Promise<TaskRecord[]> {
-    const ids = taskIds.filter((id) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id));
+    const ids = taskIds.filter((id) => UUID_RE.test(id));
     if (ids.length === 0) return [];
     const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id = any(?::uuid[])`, [`{${ids.join(',')}}`]);
     return rows.map(rowToTask);

@@ -29,16 +29,15 @@ export function ineligibility(task: TaskRecord, a: AgentSlot): string | null {
  */
 export function pickAgent(task: TaskRecord, agents: Iterable<AgentSlot>): AgentSlot | null {
   let best: AgentSlot | null = null;
+  let bestScore = 2;
   const pref = task.preferredGpu?.toLowerCase() ?? null;
-  const score = (a: AgentSlot): number => (pref !== null && (a.gpuType ?? '').toLowerCase() === pref ? 0 : 1);
   for (const a of agents) {
     if (ineligibility(task, a) !== null) continue;
-    if (
-      best === null ||
-      score(a) < score(best) ||
-      (score(a) === score(best) && (a.lastAssignedAt < best.lastAssignedAt || (a.lastAssignedAt === best.lastAssignedAt && a.agentId < best.agentId)))
-    )
+    const score = pref !== null && (a.gpuType ?? '').toLowerCase() === pref ? 0 : 1;
+    if (best === null || score < bestScore || (score === bestScore && (a.lastAssignedAt < best.lastAssignedAt || (a.lastAssignedAt === best.lastAssignedAt && a.agentId < best.agentId)))) {
       best = a;
+      bestScore = score;
+    }
   }
   return best;
 }
@@ -49,26 +48,31 @@ export interface PlanStep {
   agentId: string | null;
 }
 
+/**
+ * One pass in FIFO order. Only agents with a free slot are considered, and once every free slot
+ * (or the team's quota) is used up the rest of the queue is only checked for `pending` tasks to
+ * move to `waiting`: a long backlog with a busy fleet costs one cheap scan, not a search per task.
+ */
 export function plan(queue: readonly TaskRecord[], agents: Map<string, AgentSlot>, activeCount: number, maxConcurrent: number): { assign: PlanStep[]; wait: string[] } {
   const assign: PlanStep[] = [];
   const wait: string[] = [];
-  const sim = new Map([...agents].map(([k, v]) => [k, { ...v }]));
+  const sim: AgentSlot[] = [];
+  let capacity = 0;
+  for (const a of agents.values())
+    if (!a.draining && a.free > 0) {
+      sim.push({ ...a });
+      capacity += a.free;
+    }
   let active = activeCount;
   for (const t of queue) {
-    if (t.dispatchTarget !== 'agent') {
-      if (t.status === 'pending') wait.push(t.id);
-      continue;
-    }
-    if (maxConcurrent > 0 && active >= maxConcurrent) {
-      if (t.status === 'pending') wait.push(t.id);
-      continue;
-    }
-    const a = pickAgent(t, sim.values());
+    const full = capacity <= 0 || (maxConcurrent > 0 && active >= maxConcurrent);
+    const a = full || t.dispatchTarget !== 'agent' ? null : pickAgent(t, sim);
     if (!a) {
       if (t.status === 'pending') wait.push(t.id);
       continue;
     }
     a.free -= 1;
+    capacity -= 1;
     a.lastAssignedAt = Number.MAX_SAFE_INTEGER - 1e6 + assign.length; // assigned in this pass: now the most recently used
     active += 1;
     assign.push({ taskId: t.id, agentId: a.agentId });
@@ -166,6 +170,8 @@ const freeSlot = (s: SchedulerState, agentId: string): void => {
 
 export const statsOf = (s: SchedulerState): SchedulerStats => ({ queued: s.queue.size, active: s.active.size, agents: [...s.agents.values()].map((a) => ({ agentId: a.agentId, free: a.free })) });
 
+const bySeq = (a: TaskRecord, b: TaskRecord): number => a.seq - b.seq;
+
 /** One pass over the FIFO queue: assign what can run (optimistic reservation), mark the rest waiting. */
 function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
   const effects: SchedulerEffect[] = [];
@@ -178,8 +184,10 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
     effects.push({ type: 'load', token, ids });
   }
   if (s.queue.size === 0) return effects;
-  const queue = [...s.queue.values()].sort((a, b) => a.seq - b.seq);
-  const p = plan(queue, s.agents, s.active.size, env.maxConcurrent);
+  // nothing can be placed (no free slot, or the quota is used up): FIFO order does not matter, only
+  // which tasks are still `pending` (they move to `waiting`), so skip the sort and the search
+  const full = (env.maxConcurrent > 0 && s.active.size >= env.maxConcurrent) || ![...s.agents.values()].some((a) => !a.draining && a.free > 0);
+  const p = full ? { assign: [], wait: [...s.queue.values()].filter((t) => t.status === 'pending').map((t) => t.id) } : plan([...s.queue.values()].sort(bySeq), s.agents, s.active.size, env.maxConcurrent);
   for (const step of p.assign) {
     const agent = step.agentId ? s.agents.get(step.agentId) : undefined;
     if (!agent) continue;
