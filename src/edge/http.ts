@@ -9,6 +9,8 @@ import { toHttpError, statusLine } from './error-map.js';
 import { createBodyChannel } from '../storage/local-http.js';
 import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
 
+const EMPTY = Buffer.alloc(0);
+
 export interface Ctx {
   method: string;
   path: string;
@@ -389,6 +391,7 @@ export class HttpEdge {
     const requestId = rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7();
     // the request's child logger is built on first use: most requests never log beyond the access line
     let child: Logger | null = null;
+    let query: URLSearchParams | undefined;
     const root = this.o.logger;
     let finished = false;
     let statusSent = 0;
@@ -409,7 +412,9 @@ export class HttpEdge {
       method,
       path,
       params: {},
-      query: new URLSearchParams(qs),
+      get query(): URLSearchParams {
+        return (query ??= new URLSearchParams(qs));
+      },
       headers,
       ip,
       requestId,
@@ -418,7 +423,7 @@ export class HttpEdge {
       },
       principal: null,
       body: undefined,
-      rawBody: Buffer.alloc(0),
+      rawBody: EMPTY,
     };
 
     const fail = (e: unknown): void => {
@@ -471,6 +476,11 @@ export class HttpEdge {
     if (declared !== undefined && Number(declared) > cap) {
       res.onData(() => undefined);
       fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${cap} bytes`));
+      return;
+    }
+    if ((method === 'GET' || method === 'HEAD') && declared === undefined && headers['transfer-encoding'] === undefined) {
+      // no body to read: straight to the handler (no data callback, no buffers)
+      void this.handleJson(def, ctx, EMPTY, sr, fail, (s) => (statusSent = s));
       return;
     }
     const chunks: Buffer[] = [];

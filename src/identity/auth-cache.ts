@@ -123,6 +123,12 @@ export class CachedAuthLookup implements AuthLookup {
     return this.load(this.inflightCreds, hash, () => this.inner.credentialByHash(hash), (row) => this.creds.set(hash, row, this.clock.now()), () => this.stats.credentialLookups++);
   }
 
+  cachedCredential(hash: string): CredentialAuthRow | undefined {
+    const hit = this.creds.get(hash, this.clock.now(), this.ttlMs);
+    if (hit) this.stats.credentialHits++;
+    return hit;
+  }
+
   async userAuth(userId: string, teamId: string | null): Promise<UserAuthRow | null> {
     const key = userKey(userId, teamId);
     const hit = this.users.get(key, this.clock.now(), this.ttlMs);

@@ -4,7 +4,7 @@ import { badRequest, forbidden, unauthorized } from '../shared/errors.js';
 import { isUuid } from '../shared/ids.js';
 import type { Logger } from '../shared/logger.js';
 import { systemClock, type Clock } from '../shared/clock.js';
-import { hasCredentialPrefix, parseCredential, sha256Hex, type CredentialKind } from './credentials.js';
+import { credentialFormat, hasCredentialPrefix, parseCredential, sha256Hex, type CredentialKind } from './credentials.js';
 import type { CredentialAuthRow, UserAuthRow } from './store.js';
 import { looksLikeJwt, type AccessClaims } from './tokens.js';
 
@@ -14,6 +14,8 @@ import { looksLikeJwt, type AccessClaims } from './tokens.js';
  */
 export interface AuthLookup {
   credentialByHash(hash: string): Promise<CredentialAuthRow | null>;
+  /** A cached row for this hash, without I/O (undefined when not cached); optional. */
+  cachedCredential?(hash: string): CredentialAuthRow | undefined;
   userAuth(userId: string, teamId: string | null): Promise<UserAuthRow | null>;
   flushLastUsed(entries: Array<[string, Date]>): Promise<void>;
 }
@@ -146,12 +148,17 @@ export class GantryAuthenticator implements Authenticator {
   }
 
   private async credential(token: string, auth: RouteAuth, kinds: readonly PrincipalKind[]): Promise<Principal> {
-    const ck = parseCredential(token);
+    const ck = credentialFormat(token);
     if (!ck) throw unauthorized('credential_invalid', 'invalid credential');
     const kind = KIND_OF[ck];
     // ak- is for the agent stream only: rejected before any lookup on REST routes
     if (kind === 'agent' && !kinds.includes('agent')) throw unauthorized('agent_credential_not_allowed', 'agent credentials (ak-) are accepted by the agent stream only');
-    const row = await this.valid(token, ck);
+    const hash = sha256Hex(token);
+    // a value whose SHA-256 is a cached credential's hash is that credential, checksum included;
+    // anything else has its checksum verified before it may cost a lookup
+    const cached = this.lookup.cachedCredential?.(hash);
+    if (!cached && parseCredential(token) !== ck) throw unauthorized('credential_invalid', 'invalid credential');
+    const row = this.check(cached ?? (await this.lookup.credentialByHash(hash)), ck);
     if (!kinds.includes(kind)) {
       if (auth.jwtOnly401) throw unauthorized('user_session_required', 'this endpoint accepts user sessions (JWT) only');
       if (kind === 'integration') throw forbidden('integration_credential_not_allowed', 'integration credentials (sk-) are accepted on /r/ and /mcp only');
@@ -175,7 +182,10 @@ export class GantryAuthenticator implements Authenticator {
 
   /** Lookup by hash (cached or not, the checks run on every request): revoked / expired / deleted team are 401 at once. */
   private async valid(token: string, ck: CredentialKind): Promise<CredentialAuthRow> {
-    const row = await this.lookup.credentialByHash(sha256Hex(token));
+    return this.check(await this.lookup.credentialByHash(sha256Hex(token)), ck);
+  }
+
+  private check(row: CredentialAuthRow | null, ck: CredentialKind): CredentialAuthRow {
     if (!row || row.credential_type !== ck) throw unauthorized('credential_invalid', 'invalid credential');
     if (row.revoked_at || row.team_deleted) throw unauthorized('credential_revoked', 'this credential has been revoked');
     if (row.expires_at && row.expires_at.getTime() <= this.clock.now()) throw unauthorized('credential_expired', 'this credential has expired');

@@ -59,6 +59,12 @@ export function hasCredentialPrefix(value: string): boolean {
   return /^(sk|ak|dk)-/.test(value);
 }
 
+/** Format only (prefix, lengths, alphabet; no checksum): the kind, or null. */
+export function credentialFormat(value: string): CredentialKind | null {
+  const m = CREDENTIAL_RE.exec(value);
+  return m ? (PREFIX_KIND[m[1] as string] ?? null) : null;
+}
+
 /** Format and checksum only (no I/O). Returns the kind, or null for anything malformed. */
 export function parseCredential(value: string): CredentialKind | null {
   const m = CREDENTIAL_RE.exec(value);

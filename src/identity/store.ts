@@ -1,4 +1,5 @@
-import type { Database, Em } from '../persistence/db.js';
+import type { Database } from '../persistence/db.js';
+import { inTx, q as pooled } from '../persistence/sql.js';
 import { RefreshToken } from '../persistence/entities/identity.js';
 import type { TeamRole } from './principal.js';
 import type { PageRequest } from '../shared/pagination.js';
@@ -19,11 +20,6 @@ function withDates<T>(rows: unknown): T[] {
     }
   return rows as T[];
 }
-
-const queryOn =
-  (em: Em): Q =>
-  async <T>(sql: string, params: unknown[] = []) =>
-    withDates<T>(await em.execute(sql, params as never[], 'all'));
 
 export interface UserRow {
   id: string;
@@ -107,11 +103,15 @@ export interface OutboxRow {
 export class IdentityStore {
   constructor(readonly db: Database) {}
 
-  q: Q = (sql, params) => queryOn(this.db.em())(sql, params);
+  /** Autocommit statements on the pool (no unit of work, so no EntityManager fork per query). */
+  q: Q = async <T>(sql: string, params?: unknown[]) => withDates<T>(await pooled(this.db)(sql, params));
 
-  /** One PostgreSQL transaction (commit on return, rollback on throw). */
-  tx<T>(fn: (q: Q, em: Em) => Promise<T>): Promise<T> {
-    return this.db.em().transactional(async (tem) => fn(queryOn(tem as unknown as Em), tem as unknown as Em));
+  /**
+   * One PostgreSQL transaction (commit on return, rollback on throw), on the driver connection: not
+   * em.transactional, whose AsyncLocalStorage would put an async hook on every promise of the process.
+   */
+  tx<T>(fn: (q: Q) => Promise<T>): Promise<T> {
+    return inTx(this.db, (tq) => fn(async <R>(sql: string, params?: unknown[]) => withDates<R>(await tq(sql, params))));
   }
 
   /** Serialises quota checks of one kind across nodes (inside a transaction). */
