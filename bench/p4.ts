@@ -75,7 +75,7 @@ runBench('P4', async () => {
   console.log(await machineLine());
   const g = await startGantry('p4');
   const ak = await g.agentCredential();
-  const agents = spawnChild(process.execPath, ['--import', 'tsx', 'bench/proc/agents.ts', `127.0.0.1:${g.grpcPort}`, ak, String(AGENTS), String(SLOTS)]);
+  const agents = spawnChild(process.execPath, [...(process.env.BENCH_AGENTS_NODE_ARGS ?? '').split(' ').filter(Boolean), '--import', 'tsx', 'bench/proc/agents.ts', `127.0.0.1:${g.grpcPort}`, ak, String(AGENTS), String(SLOTS)]);
   const agentOut = jsonLines(agents);
   await agentOut.next((o) => typeof o.ready === 'number', 'the agents to connect', 90_000);
   await waitUntil(`${AGENTS} agents online`, async () => {
