@@ -200,8 +200,26 @@ export class LocalObjectStore implements ObjectStore {
     if (!UPLOAD_ID_RE.test(uploadId)) throw noSuchUpload();
     return join(this.uploadsDir, uploadId);
   }
+  /**
+   * Directories this store created or found, so a write does not pay a recursive mkdir per
+   * directory level each time. A directory pruned by a delete leaves the set; a write that still
+   * meets ENOENT forgets it and creates it again.
+   */
+  private knownDirs = new Set<string>();
+
+  private async ensureDir(dir: string): Promise<void> {
+    if (this.knownDirs.has(dir)) return;
+    await fsp.mkdir(dir, { recursive: true });
+    if (this.knownDirs.size >= 10_000) this.knownDirs.clear();
+    this.knownDirs.add(dir);
+  }
+
+  private forgetDirs(under: string): void {
+    for (const d of this.knownDirs) if (d === under || d.startsWith(under + sep)) this.knownDirs.delete(d);
+  }
+
   private async tmpFile(): Promise<string> {
-    await fsp.mkdir(this.tmpDir, { recursive: true });
+    await this.ensureDir(this.tmpDir);
     return join(this.tmpDir, `${randomBytes(12).toString('hex')}.tmp`);
   }
 
@@ -264,7 +282,7 @@ export class LocalObjectStore implements ObjectStore {
     const dest = this.dataPath(key);
     try {
       for (let attempt = 0; ; attempt++) {
-        await fsp.mkdir(dirname(dest), { recursive: true });
+        await this.ensureDir(dirname(dest));
         try {
           if (ifNoneMatch) {
             try {
@@ -282,7 +300,10 @@ export class LocalObjectStore implements ObjectStore {
           break;
         } catch (e) {
           // a concurrent deletePrefix may have pruned the (empty) parent directory: retry once
-          if (isErrno(e, 'ENOENT') && attempt < 2) continue;
+          if (isErrno(e, 'ENOENT') && attempt < 2) {
+            this.forgetDirs(dirname(dest));
+            continue;
+          }
           if (isErrno(e, 'EEXIST')) throw s3err('precondition_failed', 'precondition_failed', 'At least one of the pre-conditions you specified did not hold (If-None-Match: * and the object exists).');
           throw e;
         }
@@ -297,8 +318,16 @@ export class LocalObjectStore implements ObjectStore {
   private async writeJson(path: string, v: unknown): Promise<void> {
     const tmp = await this.tmpFile();
     await fsp.writeFile(tmp, JSON.stringify(v));
-    await fsp.mkdir(dirname(path), { recursive: true });
-    await fsp.rename(tmp, path);
+    await this.ensureDir(dirname(path));
+    try {
+      await fsp.rename(tmp, path);
+    } catch (e) {
+      if (!isErrno(e, 'ENOENT')) throw e;
+      // its directory was pruned meanwhile: create it again
+      this.forgetDirs(dirname(path));
+      await this.ensureDir(dirname(path));
+      await fsp.rename(tmp, path);
+    }
   }
 
   /** Used by local-http for a signed PUT; also the implementation of put(). */
@@ -464,6 +493,7 @@ export class LocalObjectStore implements ObjectStore {
     while (d.startsWith(this.objectsDir + sep)) {
       try {
         await fsp.rmdir(d);
+        this.forgetDirs(d);
       } catch {
         return;
       }
@@ -578,6 +608,7 @@ export class LocalObjectStore implements ObjectStore {
     const meta: MetaFile = { size: total, etag, ...(upload.contentType ? { contentType: upload.contentType } : {}) };
     await this.commit(tmp, key, meta, false);
     await fsp.rm(dir, { recursive: true, force: true });
+    this.forgetDirs(dir);
     return { size: total, etag, ...(upload.contentType ? { contentType: upload.contentType } : {}), lastModified: this.clock.now() };
   }
 
