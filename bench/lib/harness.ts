@@ -13,6 +13,7 @@ import pg from 'pg';
 import { HttpClient } from '../../test/helpers/node.js';
 import { createTestDatabase, type TestDatabase } from '../../test/helpers/pg.js';
 import { createCredential, registerUser, type TestUser } from '../../test/helpers/identity.js';
+import { tinyGraph } from '../../test/agents/helpers.js';
 
 export const root = fileURLToPath(new URL('../../', import.meta.url));
 export const DEFAULT_ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -231,19 +232,6 @@ export interface GantryProcess {
   agentCredential(): Promise<string>;
 }
 
-/** A tiny ComfyUI API graph: valid for the node, ignored by the simulate executor. */
-export function benchGraph(): Record<string, unknown> {
-  return {
-    '3': { class_type: 'KSampler', inputs: { seed: 42, steps: 4, cfg: 7, sampler_name: 'euler', scheduler: 'normal', denoise: 1, model: ['4', 0], positive: ['6', 0], negative: ['7', 0], latent_image: ['5', 0] } },
-    '4': { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'v1-5-pruned-emaonly.safetensors' } },
-    '5': { class_type: 'EmptyLatentImage', inputs: { width: 64, height: 64, batch_size: 1 } },
-    '6': { class_type: 'CLIPTextEncode', inputs: { text: 'a lighthouse', clip: ['4', 1] } },
-    '7': { class_type: 'CLIPTextEncode', inputs: { text: 'watermark', clip: ['4', 1] } },
-    '8': { class_type: 'VAEDecode', inputs: { samples: ['3', 0], vae: ['4', 2] } },
-    '9': { class_type: 'SaveImage', inputs: { filename_prefix: 'gantry', images: ['8', 0] } },
-  };
-}
-
 /**
  * Starts `node bin/gantry.mjs serve` on free ports against a fresh database, registers a user,
  * creates an sk- credential and one workflow. Everything is removed at the bench's exit.
@@ -290,7 +278,7 @@ export async function startGantry(label: string, env: Record<string, string> = {
   const http = new HttpClient(apiBase);
   const user = await registerUser(http);
   const sk = (await createCredential(http, user, 'integration')).value;
-  const wf = await http.post('/workflows', { workflow_slug: `bench-${Date.now().toString(36)}`, display_name: 'bench', workflow_json: benchGraph(), max_retries: 0 }, { token: user.accessToken, team: user.teamId });
+  const wf = await http.post('/workflows', { workflow_slug: `bench-${Date.now().toString(36)}`, display_name: 'bench', workflow_json: tinyGraph(), max_retries: 0 }, { token: user.accessToken, team: user.teamId });
   if (wf.status !== 200) throw new BenchError(`create workflow: ${wf.status} ${wf.text}`);
   return {
     pid: child.pid as number,

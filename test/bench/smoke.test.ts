@@ -4,7 +4,7 @@
 // scripts/run-tests.mjs) is passed through; each bench creates and drops its own database.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -115,4 +115,25 @@ test('bench/sse.ts runs and prints its figures', { timeout: TEST_TIMEOUT_MS }, a
     /^publisher timer lag\s+p50 -?[\d.]+ ms\s+p99 -?[\d.]+ ms$/m,
     /^node process CPU\s+[\d.]+% of one core/m,
   ]);
+});
+
+const hasTool = (name: string): boolean => spawnSync('sh', ['-c', `command -v ${name}`]).status === 0;
+
+// The issue 11 figure benches, at the smallest settings. P1 and P2 need wrk (and P2 pgbench), which
+// .ci/run installs; where one is missing the test says so and skips.
+test('bench/p1.ts runs and prints its figure line', { timeout: TEST_TIMEOUT_MS }, async (t) => {
+  if (!hasTool('wrk')) return t.skip('wrk is not installed (apt-get install -y wrk)');
+  const r = await runBench(['--import', 'tsx', 'bench/p1.ts'], { BENCH_DURATION_S: '1', BENCH_WARMUP_S: '1', BENCH_CONNS: '4' });
+  check('bench/p1.ts (1 s, 4 conns)', r, [/^P1 gantry_rps=\d+ uws_rps=\d+ ratio=[\d.]+ /m]);
+});
+
+test('bench/p2.ts runs and prints its figure line', { timeout: TEST_TIMEOUT_MS }, async (t) => {
+  if (!hasTool('wrk') || !hasTool('pgbench')) return t.skip('wrk or pgbench is not installed (apt-get install -y wrk postgresql-client)');
+  const r = await runBench(['--import', 'tsx', 'bench/p2.ts'], { BENCH_DURATION_S: '1', BENCH_WARMUP_S: '1', BENCH_CONNS: '4', BENCH_RATE: '50', BENCH_PGBENCH_CLIENTS: '2' });
+  check('bench/p2.ts (1 s, 50/s offered, 4 conns)', r, [/^P2 sat_submits_per_s=\d+ .*open_accepted_per_s=\d+ .*pgbench_tps=\d+ ratio=[\d.]+ /m]);
+});
+
+test('bench/p4.ts runs and prints its figure line', { timeout: TEST_TIMEOUT_MS }, async () => {
+  const r = await runBench(['--import', 'tsx', 'bench/p4.ts'], { BENCH_TASKS: '20', BENCH_CONNS: '4', BENCH_AGENTS: '2', BENCH_SLOTS: '2', BENCH_WARMUP_TASKS: '0' });
+  check('bench/p4.ts (20 tasks, 2 agents x 2 slots)', r, [/^P4 tasks_per_s=\d+ submits_per_s=\d+ .*tasks=20 /m]);
 });
