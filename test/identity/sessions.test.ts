@@ -7,6 +7,11 @@ import { SignJWT } from 'jose';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { registerUser, login, emailToken, type TestUser } from '../helpers/identity.js';
 import { JWT_KEY_FILE } from '../../src/identity/tokens.js';
+import { CachedAuthLookup } from '../../src/identity/auth-cache.js';
+import { InMemoryInvalidation } from '../../src/identity/invalidation.js';
+import type { AuthLookup } from '../../src/identity/authenticator.js';
+import type { SessionAuthRow } from '../../src/identity/store.js';
+import { FakeClock } from '../../src/shared/clock.js';
 
 /**
  * Access tokens end with their session (issue 12, fault 7), over real HTTP against a real node with
@@ -172,4 +177,63 @@ test('an access token that names no session, or a session of another user, is re
   // both users' own tokens still work
   assert.equal((await t.http.get('/users/me', { token: u.accessToken })).status, 200);
   assert.equal((await t.http.get('/users/me', { token: v.accessToken })).status, 200);
+});
+
+test('session cache: a session read in flight when the session ends is not stored; session and user events drop entries', async () => {
+  const rows = new Map<string, SessionAuthRow>();
+  let reads = 0;
+  let gate: Promise<void> | null = null;
+  const lookup: AuthLookup = {
+    async credentialByHash() {
+      return null;
+    },
+    async userAuth() {
+      return null;
+    },
+    async sessionAuth(id) {
+      reads++;
+      const r = rows.get(id);
+      const snapshot = r ? { ...r } : null;
+      if (gate) await gate;
+      return snapshot;
+    },
+    async flushLastUsed() {},
+  };
+  const bus = new InMemoryInvalidation();
+  const cache = new CachedAuthLookup(lookup, bus, { maxEntries: 10, ttlMs: 3_600_000, clock: new FakeClock() });
+  const sid = '0195f0c2-7a4e-7000-8000-000000000010';
+  const other = '0195f0c2-7a4e-7000-8000-000000000011';
+  rows.set(sid, { id: sid, user_id: 'u1', ended: false });
+  rows.set(other, { id: other, user_id: 'u2', ended: false });
+
+  // a read that began before the logout committed holds the live row: it must not be cached
+  let release: () => void = () => undefined;
+  gate = new Promise<void>((r) => (release = r));
+  const early = cache.sessionAuth(sid);
+  rows.set(sid, { id: sid, user_id: 'u1', ended: true });
+  bus.publish({ type: 'session', ids: [sid] });
+  gate = null;
+  release();
+  assert.equal((await early)?.ended, false, 'the early read saw the live row');
+  assert.equal((await cache.sessionAuth(sid))?.ended, true, 'the next request reads the ended session');
+  const n = reads;
+  assert.equal((await cache.sessionAuth(sid))?.ended, true);
+  assert.equal(reads, n, 'an ended session is answered from the cache');
+
+  // warm entries: a session event drops only its ids; a user event drops that user's sessions
+  assert.equal((await cache.sessionAuth(other))?.ended, false);
+  assert.equal((await cache.sessionAuth(other))?.ended, false);
+  assert.equal(cache.stats.sessionHits >= 2, true);
+  rows.set(other, { id: other, user_id: 'u2', ended: true });
+  bus.publish({ type: 'session', ids: [sid] });
+  assert.equal((await cache.sessionAuth(other))?.ended, false, 'another session stays cached');
+  bus.publish({ type: 'user', userId: 'u2' });
+  assert.equal((await cache.sessionAuth(other))?.ended, true, "the user's sessions are read again");
+
+  // an unknown session is never cached
+  const m = reads;
+  assert.equal(await cache.sessionAuth('0195f0c2-7a4e-7000-8000-000000000012'), null);
+  assert.equal(await cache.sessionAuth('0195f0c2-7a4e-7000-8000-000000000012'), null);
+  assert.equal(reads, m + 2);
+  cache.close();
 });
