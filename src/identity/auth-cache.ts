@@ -1,10 +1,10 @@
 import { systemClock, type Clock } from '../shared/clock.js';
 import type { AuthLookup } from './authenticator.js';
 import type { CacheInvalidationPort, Invalidation } from './invalidation.js';
-import type { CredentialAuthRow, UserAuthRow } from './store.js';
+import type { CredentialAuthRow, SessionAuthRow, UserAuthRow } from './store.js';
 
 export interface AuthCacheOptions {
-  /** Entries per map (credentials, user x team); the least recently used is evicted beyond it. */
+  /** Entries per map (credentials, user x team, sessions); the least recently used is evicted beyond it. */
   maxEntries: number;
   /** Backstop age of an entry (ms): invalidation is the mechanism, the TTL only bounds a missed one. 0 disables the cache. */
   ttlMs: number;
@@ -19,6 +19,8 @@ export interface AuthCacheStats {
   credentialLookups: number;
   userHits: number;
   userLookups: number;
+  sessionHits: number;
+  sessionLookups: number;
   invalidations: number;
   evictions: number;
 }
@@ -70,8 +72,9 @@ const userKey = (userId: string, teamId: string | null): string => `${userId}/${
 
 /**
  * The authenticator's lookups, answered from memory when warm: a verified credential by the SHA-256
- * of its value (the key is the hash, never the secret), and a user's session version plus their
- * role in the requested team. A warm request reads no PostgreSQL at all.
+ * of its value (the key is the hash, never the secret), a user's session version plus their role
+ * in the requested team, and whether an access token's session (refresh family) has ended. A warm
+ * request reads no PostgreSQL at all.
  *
  * Correctness rests on invalidation, not on the TTL:
  * - every identity write that changes a cached answer publishes an Invalidation after it commits
@@ -88,11 +91,13 @@ const userKey = (userId: string, teamId: string | null): string => `${userId}/${
  *   service (e.g. SQL by hand).
  */
 export class CachedAuthLookup implements AuthLookup {
-  readonly stats: AuthCacheStats = { credentialHits: 0, credentialLookups: 0, userHits: 0, userLookups: 0, invalidations: 0, evictions: 0 };
+  readonly stats: AuthCacheStats = { credentialHits: 0, credentialLookups: 0, userHits: 0, userLookups: 0, sessionHits: 0, sessionLookups: 0, invalidations: 0, evictions: 0 };
   private readonly creds: Lru<CredentialAuthRow>;
   private readonly users: Lru<UserAuthRow & { teamId: string | null }>;
+  private readonly sessions: Lru<SessionAuthRow>;
   private readonly inflightCreds = new Map<string, Promise<CredentialAuthRow | null>>();
   private readonly inflightUsers = new Map<string, Promise<UserAuthRow | null>>();
+  private readonly inflightSessions = new Map<string, Promise<SessionAuthRow | null>>();
   private epoch = 0;
   private readonly clock: Clock;
   private readonly ttlMs: number;
@@ -111,6 +116,7 @@ export class CachedAuthLookup implements AuthLookup {
     };
     this.creds = new Lru(max, evicted);
     this.users = new Lru(max, evicted);
+    this.sessions = new Lru(max, evicted);
     this.unsubscribe = invalidation.subscribe((ev) => this.invalidate(ev));
   }
 
@@ -148,6 +154,16 @@ export class CachedAuthLookup implements AuthLookup {
     );
   }
 
+  /** An ended session is final, so both answers are kept; an unknown family id is not (always read). */
+  async sessionAuth(sessionId: string): Promise<SessionAuthRow | null> {
+    const hit = this.sessions.get(sessionId, this.clock.now(), this.ttlMs);
+    if (hit) {
+      this.stats.sessionHits++;
+      return hit;
+    }
+    return this.load(this.inflightSessions, sessionId, () => this.inner.sessionAuth(sessionId), (row) => this.sessions.set(sessionId, row, this.clock.now()), () => this.stats.sessionLookups++);
+  }
+
   flushLastUsed(entries: Array<[string, Date]>): Promise<void> {
     return this.inner.flushLastUsed(entries);
   }
@@ -159,6 +175,7 @@ export class CachedAuthLookup implements AuthLookup {
     // lookups started before this point may hold the old answer: later requests must not join them
     this.inflightCreds.clear();
     this.inflightUsers.clear();
+    this.inflightSessions.clear();
     switch (ev.type) {
       case 'credential': {
         const ids = new Set(ev.ids);
@@ -173,25 +190,33 @@ export class CachedAuthLookup implements AuthLookup {
       case 'user':
         this.creds.deleteWhere((_k, r) => r.user_id === ev.userId);
         this.users.deleteWhere((_k, u) => u.id === ev.userId);
+        this.sessions.deleteWhere((_k, x) => x.user_id === ev.userId);
         return;
       case 'team':
         this.creds.deleteWhere((_k, r) => r.team_id === ev.teamId);
         this.users.deleteWhere((_k, u) => u.teamId === ev.teamId);
         return;
+      case 'session': {
+        const ids = new Set(ev.ids);
+        this.sessions.deleteWhere((k) => ids.has(k));
+        return;
+      }
     }
   }
 
-  /** Entries held (credentials, user x team). */
-  size(): { credentials: number; users: number } {
-    return { credentials: this.creds.map.size, users: this.users.map.size };
+  /** Entries held (credentials, user x team, sessions). */
+  size(): { credentials: number; users: number; sessions: number } {
+    return { credentials: this.creds.map.size, users: this.users.map.size, sessions: this.sessions.map.size };
   }
 
   clear(): void {
     this.epoch++;
     this.inflightCreds.clear();
     this.inflightUsers.clear();
+    this.inflightSessions.clear();
     this.creds.clear();
     this.users.clear();
+    this.sessions.clear();
   }
 
   close(): void {

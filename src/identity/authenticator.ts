@@ -5,7 +5,7 @@ import { isUuid } from '../shared/ids.js';
 import type { Logger } from '../shared/logger.js';
 import { systemClock, type Clock } from '../shared/clock.js';
 import { credentialFormat, hasCredentialPrefix, parseCredential, sha256Hex, type CredentialKind } from './credentials.js';
-import type { CredentialAuthRow, UserAuthRow } from './store.js';
+import type { CredentialAuthRow, SessionAuthRow, UserAuthRow } from './store.js';
 import { looksLikeJwt, type AccessClaims } from './tokens.js';
 
 /**
@@ -17,6 +17,8 @@ export interface AuthLookup {
   /** A cached row for this hash, without I/O (undefined when not cached); optional. */
   cachedCredential?(hash: string): CredentialAuthRow | undefined;
   userAuth(userId: string, teamId: string | null): Promise<UserAuthRow | null>;
+  /** The session (refresh family) an access token names, by its `sid`. */
+  sessionAuth(sessionId: string): Promise<SessionAuthRow | null>;
   flushLastUsed(entries: Array<[string, Date]>): Promise<void>;
 }
 
@@ -90,7 +92,11 @@ export class LastUsedTracker {
  * The spec's authentication rules, driven by each route's RouteAuth:
  * - no credential: 401 credential_missing; a malformed one (bad shape or checksum): 401
  *   credential_invalid without touching the database;
- * - JWT (EdDSA, issuer and audience pinned) -> user; `sk-` -> integration (team from the
+ * - JWT (EdDSA, issuer and audience pinned, `iat` not in the future beyond the skew) -> user, while
+ *   its session lives: the user's session version (`sv`, bumped by a password reset) must be the
+ *   current one and its session (`sid`, the refresh family) must not have ended (logout, refresh
+ *   reuse), else 401 credential_revoked; both answers are cached and invalidated like credentials;
+ *   `sk-` -> integration (team from the
  *   credential); `dk-` -> device (the user's identity, team from the credential); `ak-` -> 401 on
  *   every REST route;
  * - credentials are looked up by hash (from the identity cache when warm, see auth-cache.ts);
@@ -137,10 +143,11 @@ export class GantryAuthenticator implements Authenticator {
       if (!isUuid(raw.trim())) throw badRequest('team_header_invalid', 'X-Team-ID must be a team id (uuid)');
       teamId = raw.trim().toLowerCase();
     }
-    const u = await this.lookup.userAuth(claims.userId, teamId);
+    const [u, session] = await Promise.all([this.lookup.userAuth(claims.userId, teamId), this.lookup.sessionAuth(claims.sessionId)]);
     if (!u) throw unauthorized('credential_invalid', 'the account of this session no longer exists');
     if (claims.sessionVersion !== u.session_version)
       throw unauthorized('credential_revoked', 'this session was revoked (password changed); log in again');
+    if (!session || session.ended || session.user_id !== claims.userId) throw unauthorized('credential_revoked', 'this session has ended (logged out or revoked); log in again');
     if (!teamId) return { kind: 'user', userId: claims.userId };
     if (!u.member_role) throw forbidden('not_a_member', 'you are not a member of this team');
     checkRole(auth.role, u.member_role);

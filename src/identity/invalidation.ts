@@ -11,7 +11,9 @@ import { z } from 'zod';
  *   ownership transferred);
  * - user: something about the user every session depends on changed (password reset bumps the
  *   session version; account removal);
- * - team: the team was deleted (its members and credentials went with it).
+ * - team: the team was deleted (its members and credentials went with it);
+ * - session: these login sessions (refresh families, the `sid` of access tokens) ended: logout or
+ *   refresh-token reuse.
  */
 const uuidish = z.string().min(1).max(64);
 
@@ -20,6 +22,7 @@ export const InvalidationSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('membership'), teamId: uuidish, userId: uuidish }),
   z.strictObject({ type: z.literal('user'), userId: uuidish }),
   z.strictObject({ type: z.literal('team'), teamId: uuidish }),
+  z.strictObject({ type: z.literal('session'), ids: z.array(uuidish).min(1).max(10_000) }),
 ]);
 
 export type Invalidation = z.infer<typeof InvalidationSchema>;

@@ -133,7 +133,8 @@ export class IdentityService {
     const refresh = randomToken();
     const now = new Date();
     await this.d.store.insertRefresh({ id: uuidv7(), familyId, userId, hash: sha256Hex(refresh), expiresAt: new Date(now.getTime() + this.d.config.GANTRY_REFRESH_TOKEN_TTL_S * 1000), now }, q);
-    const access = await this.d.jwt.issue(userId, sessionVersion);
+    // the access token names its session (the family): logout and reuse detection end it at once
+    const access = await this.d.jwt.issue(userId, sessionVersion, familyId);
     return { access_token: access.token, refresh_token: refresh, token_type: 'Bearer', expires_in: access.expiresIn };
   }
 
@@ -144,7 +145,7 @@ export class IdentityService {
     if (!row) throw unauthorized('refresh_token_invalid', 'invalid refresh token');
     if (row.revoked_at) throw unauthorized('refresh_token_revoked', 'this refresh token has been revoked; log in again');
     if (row.rotated_at) {
-      await this.d.store.revokeFamily(row.family_id, now);
+      await this.endSession(row.family_id, now);
       this.d.logger.warn({ user_id: row.user_id, family_id: row.family_id }, 'refresh token reuse: session family revoked');
       throw unauthorized('refresh_token_reused', 'this refresh token was already used; the session has been revoked, log in again');
     }
@@ -155,7 +156,7 @@ export class IdentityService {
     });
     if (!pair) {
       // lost a race with another use of the same token: that is reuse too
-      await this.d.store.revokeFamily(row.family_id, now);
+      await this.endSession(row.family_id, now);
       throw unauthorized('refresh_token_reused', 'this refresh token was already used; the session has been revoked, log in again');
     }
     return pair;
@@ -163,7 +164,13 @@ export class IdentityService {
 
   async logout(p: Principal, b: { refresh_token: string }): Promise<void> {
     const row = await this.d.store.refreshByHash(sha256Hex(b.refresh_token));
-    if (row && row.user_id === p.userId) await this.d.store.revokeFamily(row.family_id, new Date());
+    if (row && row.user_id === p.userId) await this.endSession(row.family_id, new Date());
+  }
+
+  /** Revokes the refresh family and, once committed, ends its access tokens (the `sid` check) on the next request. */
+  private async endSession(familyId: string, now: Date): Promise<void> {
+    await this.d.store.revokeFamily(familyId, now);
+    this.publish({ type: 'session', ids: [familyId] });
   }
 
   async forgotPassword(b: { email_address: string }): Promise<void> {
@@ -186,6 +193,7 @@ export class IdentityService {
     const now = new Date();
     const userId = await this.d.store.consumeOneTime('password_reset', sha256Hex(b.reset_token), now);
     if (!userId) throw badRequest('reset_token_invalid', 'reset_token is invalid, expired or already used');
+    // bumps session_version and revokes every refresh token: all access tokens of the user end
     await this.d.store.setPassword(userId, hash, now);
     this.publish({ type: 'user', userId });
     await this.d.store.markEmailVerified(userId, now);

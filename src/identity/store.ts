@@ -65,6 +65,15 @@ export interface UserAuthRow {
   member_role: TeamRole | null;
 }
 
+/** A login session (a refresh-token family), as the authenticator checks it for every access token naming it. */
+export interface SessionAuthRow {
+  /** The family id (the access token's `sid`). */
+  id: string;
+  user_id: string;
+  /** Ended by logout, refresh-token reuse or a password reset (some token of the family is revoked). Final. */
+  ended: boolean;
+}
+
 export interface PairingRow {
   id: string;
   user_code: string;
@@ -458,6 +467,20 @@ export class IdentityStore {
   /** Marks the token rotated if it still is the live one; false means someone used it already (reuse). */
   async rotateRefresh(id: string, now: Date, q: Q = this.q): Promise<boolean> {
     return (await q(`update refresh_tokens set rotated_at = ? where id = ? and rotated_at is null and revoked_at is null returning id`, [now, id])).length === 1;
+  }
+
+  /**
+   * The session an access token names: its refresh family, ended once any of its tokens is revoked
+   * (revocation always covers the whole family). Null when no token of the family is left (swept
+   * long after expiry, or never issued). Served by refresh_tokens_family_idx.
+   */
+  async sessionAuth(familyId: string): Promise<SessionAuthRow | null> {
+    const r = await this.q<SessionAuthRow>(
+      `select family_id as id, min(user_id::text) as user_id, bool_or(revoked_at is not null) as ended
+         from refresh_tokens where family_id = ? group by family_id`,
+      [familyId],
+    );
+    return r[0] ?? null;
   }
 
   async revokeFamily(familyId: string, now: Date): Promise<number> {

@@ -3,7 +3,7 @@ import { readFileSync, writeFileSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 import { unauthorized } from '../shared/errors.js';
-import { uuidv7 } from '../shared/ids.js';
+import { isUuid, uuidv7 } from '../shared/ids.js';
 import type { Logger } from '../shared/logger.js';
 
 export const JWT_KEY_FILE = 'jwt-ed25519.pem';
@@ -51,9 +51,18 @@ export interface AccessClaims {
   jti: string;
   /** The user's session version at issue time (`sv`); a password reset bumps it and ends every session. */
   sessionVersion: number;
+  /** The session (`sid`): the refresh-token family the token was issued with; logout and reuse detection end it. */
+  sessionId: string;
 }
 
-/** Access tokens: EdDSA only, issuer and audience pinned, sub = user id, short-lived. */
+/** How far in the future an `iat` may be (clock skew between nodes); beyond it the token is refused. */
+export const IAT_SKEW_S = 60;
+
+/**
+ * Access tokens: EdDSA only, issuer and audience pinned, sub = user id, short-lived; each names its
+ * session (`sid`, the refresh family) and the user's session version (`sv`), which the authenticator
+ * checks on every request. An `iat` more than IAT_SKEW_S in the future is refused.
+ */
 export class JwtService {
   private readonly publicKey: KeyObject;
 
@@ -68,9 +77,9 @@ export class JwtService {
     return this.o.ttlS;
   }
 
-  async issue(userId: string, sessionVersion = 0): Promise<{ token: string; expiresIn: number }> {
+  async issue(userId: string, sessionVersion: number, sessionId: string): Promise<{ token: string; expiresIn: number }> {
     const now = Math.floor((this.o.now?.() ?? Date.now()) / 1000);
-    const token = await new SignJWT({ sv: sessionVersion })
+    const token = await new SignJWT({ sv: sessionVersion, sid: sessionId })
       .setProtectedHeader({ alg: 'EdDSA', typ: 'JWT' })
       .setSubject(userId)
       .setIssuer(this.o.issuer)
@@ -82,19 +91,22 @@ export class JwtService {
     return { token, expiresIn: this.o.ttlS };
   }
 
-  /** Throws 401 credential_expired / credential_invalid. */
+  /** Throws 401 credential_expired / credential_invalid (a future `iat`, a missing `sv` or `sid` included). */
   async verify(token: string): Promise<AccessClaims> {
     try {
       const { payload } = await jwtVerify(token, this.publicKey, {
         issuer: this.o.issuer,
         audience: this.o.audience,
         algorithms: ['EdDSA'],
-        requiredClaims: ['sub', 'iat', 'exp', 'jti'],
+        requiredClaims: ['sub', 'iat', 'exp', 'jti', 'sv', 'sid'],
         ...(this.o.now ? { currentDate: new Date(this.o.now()) } : {}),
       });
-      if (typeof payload.sub !== 'string' || typeof payload.iat !== 'number' || typeof payload.jti !== 'string' || typeof payload.sv !== 'number')
+      const { sub, iat, jti, sv, sid } = payload;
+      if (typeof sub !== 'string' || typeof iat !== 'number' || typeof jti !== 'string' || typeof sv !== 'number' || typeof sid !== 'string' || !isUuid(sid))
         throw unauthorized('credential_invalid', 'invalid access token');
-      return { userId: payload.sub, iat: payload.iat, jti: payload.jti, sessionVersion: payload.sv };
+      const nowS = Math.floor((this.o.now?.() ?? Date.now()) / 1000);
+      if (iat > nowS + IAT_SKEW_S) throw unauthorized('credential_invalid', 'invalid access token (issued in the future)');
+      return { userId: sub, iat, jti, sessionVersion: sv, sessionId: sid.toLowerCase() };
     } catch (e) {
       if (e instanceof joseErrors.JWTExpired) throw unauthorized('credential_expired', 'access token expired; refresh it');
       if (e instanceof Error && e.name === 'AppError') throw e;

@@ -32,6 +32,9 @@ function source() {
       if (gate) await gate;
       return row;
     },
+    async sessionAuth() {
+      return null;
+    },
     async flushLastUsed() {},
   };
   const hold = (): (() => void) => {
@@ -110,7 +113,7 @@ test('bounded: least recently used entries are evicted; entries expire after the
   await cache.credentialByHash('a'); // a is now the most recent
   await cache.credentialByHash('c'); // evicts b
   assert.equal(cache.stats.evictions, 1);
-  assert.deepEqual(cache.size(), { credentials: 2, users: 0 });
+  assert.deepEqual(cache.size(), { credentials: 2, users: 0, sessions: 0 });
   const n = src.reads.credential;
   await cache.credentialByHash('a');
   await cache.credentialByHash('c');

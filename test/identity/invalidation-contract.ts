@@ -13,6 +13,7 @@ export function invalidationContract(name: string, make: () => Promise<{ a: Cach
     { type: 'membership', teamId: '0195f0c2-7a4e-7000-8000-0000000000aa', userId: '0195f0c2-7a4e-7000-8000-0000000000bb' },
     { type: 'user', userId: '0195f0c2-7a4e-7000-8000-0000000000bb' },
     { type: 'team', teamId: '0195f0c2-7a4e-7000-8000-0000000000aa' },
+    { type: 'session', ids: ['0195f0c2-7a4e-7000-8000-0000000000cc'] },
   ];
 
   test(`${name}: a publisher's own subscribers get each event before publish() returns`, async () => {

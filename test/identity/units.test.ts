@@ -71,6 +71,8 @@ test('rate limiter: token bucket per route and key, Retry-After until the next t
   assert.throws(() => rl.take('login', '1.2.3.4'));
 });
 
+const SESSION = '0195f0c2-7a4e-7000-8000-0000000000cc';
+
 function fakeLookup(rows: Record<string, Partial<CredentialAuthRow>>) {
   const calls = { credential: 0, user: 0 };
   const lookup: AuthLookup = {
@@ -82,6 +84,9 @@ function fakeLookup(rows: Record<string, Partial<CredentialAuthRow>>) {
     async userAuth(userId, teamId) {
       calls.user++;
       return { id: userId, session_version: 0, member_role: teamId ? 'member' : null };
+    },
+    async sessionAuth(id) {
+      return { id, user_id: 'u1', ended: false };
     },
     async flushLastUsed() {},
   };
@@ -117,7 +122,7 @@ test('authenticator: checksum before any lookup; ak- refused on REST without a l
   assert.equal(calls.credential, 4, 'one lookup per credential request (no cache)');
   assert.ok(tracker.peek('c1'), 'last use is kept in memory');
 
-  const { token } = await jwt.issue('u1');
+  const { token } = await jwt.issue('u1', 0, SESSION);
   assert.equal(await code(a.authenticate(req(token), mgmt)), 'bad_request:team_header_missing');
   assert.equal(await code(a.authenticate(req(token, 'nope'), mgmt)), 'bad_request:team_header_invalid');
   assert.deepEqual(await a.authenticate(req(token, '01a201c1-b671-7557-96da-42cf69746fdd'), mgmt), { kind: 'user', userId: 'u1', teamId: '01a201c1-b671-7557-96da-42cf69746fdd', role: 'member' });
@@ -128,7 +133,7 @@ test('authenticator: checksum before any lookup; ak- refused on REST without a l
 
   // another issuer / audience / algorithm: invalid
   const other = new JwtService(privateKey, { issuer: 'someone-else', audience: 'gantry-api', ttlS: 900, now: () => clock.now() });
-  assert.equal(await code(a.authenticate(req((await other.issue('u1')).token), { kinds: ['user'] })), 'unauthorized:credential_invalid');
+  assert.equal(await code(a.authenticate(req((await other.issue('u1', 0, SESSION)).token), { kinds: ['user'] })), 'unauthorized:credential_invalid');
   const none = `${Buffer.from('{"alg":"none"}').toString('base64url')}.${Buffer.from('{"sub":"u1"}').toString('base64url')}.x`;
   assert.equal(await code(a.authenticate(req(none), { kinds: ['user'] })), 'unauthorized:credential_invalid');
 
