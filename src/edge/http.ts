@@ -6,6 +6,7 @@ import { AppError, badRequest, notFound, isAppError } from '../shared/errors.js'
 import { uuidv7 } from '../shared/ids.js';
 import { Router, type Method } from './router.js';
 import { toHttpError, statusLine } from './error-map.js';
+import { checkPairs, parseJsonBody, parseQuery } from '../shared/input-hygiene.js';
 import { createBodyChannel } from '../storage/local-http.js';
 import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
 
@@ -413,7 +414,7 @@ export class HttpEdge {
       path,
       params: {},
       get query(): URLSearchParams {
-        return (query ??= new URLSearchParams(qs));
+        return (query ??= parseQuery(qs));
       },
       headers,
       ip,
@@ -508,12 +509,11 @@ export class HttpEdge {
         const ct = ctx.headers['content-type'] ?? 'application/json';
         if (!/^application\/(.+\+)?json\b/i.test(ct) && !/^text\/plain\b/i.test(ct))
           throw badRequest('unsupported_content_type', `content-type must be application/json (got ${ct})`);
-        try {
-          ctx.body = JSON.parse(raw.toString('utf8'));
-        } catch (e) {
-          throw badRequest('malformed_json', `malformed JSON body: ${(e as Error).message}`);
-        }
+        // NUL, unpaired surrogates, non-finite numbers and deep nesting are refused here, once for every route
+        ctx.body = parseJsonBody(raw.toString('utf8'));
       }
+      const badParam = checkPairs(Object.entries(ctx.params), 'path parameter');
+      if (badParam) throw badParam;
       const out = await def.handler?.(ctx);
       if (sr.aborted || sr.ended) return;
       if (out instanceof Reply) {
