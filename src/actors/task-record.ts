@@ -20,6 +20,8 @@ export interface TaskAssignment {
   parameters: Record<string, unknown>;
   inputFiles: Array<{ key: string; fileKey: string; fileName: string; nodeId?: string; field?: string; targetPath?: string }>;
   timeoutS: number;
+  /** The workflow's required_models: provisioning fails only when one of these cannot be synced. */
+  requiredModels?: string[];
 }
 
 /**

@@ -38,6 +38,12 @@ export interface AgentConfig {
   syncIntervalS?: number;
   simulateDurationMs: number;
   simulateSteps: number;
+  /** simulate executor: every task fails with this message ('' = the default message). */
+  simulateFail?: string | undefined;
+  /** simulate executor: every task hangs until cancelled. */
+  simulateHang?: boolean;
+  /** simulate executor: every task kills the agent (SIGKILL). */
+  simulateCrash?: boolean;
   window: number;
   logLevel: string;
 }
@@ -64,6 +70,9 @@ export const AGENT_FLAGS = [
   ['sync-interval-s', 'GANTRY_AGENT_SYNC_INTERVAL_S', '60', 'sync models/custom nodes at start, on server hints and every N s (0: only when a task provisions)'],
   ['simulate-duration-ms', 'GANTRY_AGENT_SIMULATE_DURATION_MS', '1000', 'simulate executor: run time per task'],
   ['simulate-steps', 'GANTRY_AGENT_SIMULATE_STEPS', '10', 'simulate executor: progress ticks per task'],
+  ['simulate-fail', 'GANTRY_AGENT_SIMULATE_FAIL', '', 'simulate executor: every task fails (tool_error) halfway; --simulate-fail=MESSAGE sets the error'],
+  ['simulate-hang', 'GANTRY_AGENT_SIMULATE_HANG', 'false', 'simulate executor: every task hangs after its steps until cancelled (or timed out)'],
+  ['simulate-crash', 'GANTRY_AGENT_SIMULATE_CRASH', 'false', 'simulate executor: every task kills the agent process (SIGKILL) after its first tick'],
   ['window', 'GANTRY_AGENT_WINDOW', String(DEFAULT_WINDOW), 'flow-control window (messages in flight)'],
   ['log-level', 'LOG_LEVEL', 'info', 'fatal | error | warn | info | debug | trace | silent'],
 ] as const;
@@ -85,11 +94,19 @@ const boolOf = (v: string | boolean | undefined): boolean => v === true || (type
 
 /** Flags win over env; env over defaults. Returns null for --help. */
 export function parseAgentArgs(argv: string[], env: Record<string, string | undefined> = process.env): AgentConfig | null {
-  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = { help: { type: 'boolean' }, tls: { type: 'boolean' }, gpu: { type: 'string', multiple: true } };
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = {
+    help: { type: 'boolean' },
+    tls: { type: 'boolean' },
+    gpu: { type: 'string', multiple: true },
+    'simulate-hang': { type: 'boolean' },
+    'simulate-crash': { type: 'boolean' },
+  };
   for (const [f] of AGENT_FLAGS) options[f] ??= { type: 'string' };
+  // --simulate-fail takes an optional value: only the =MESSAGE form sets one
+  const args = argv.map((a) => (a === '--simulate-fail' ? '--simulate-fail=' : a));
   let values: Record<string, string | boolean | Array<string | boolean> | undefined>;
   try {
-    values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values;
+    values = parseArgs({ args, options, strict: true, allowPositionals: false }).values;
   } catch (e) {
     throw new UsageError((e as Error).message);
   }
@@ -120,6 +137,13 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
   const modelsDir = get('models-dir');
   const defNodes = modelsDir ? path.join(path.dirname(path.resolve(modelsDir)), 'custom_nodes') : undefined;
   const ca = get('ca');
+  const envFail = env.GANTRY_AGENT_SIMULATE_FAIL?.trim();
+  const simulateFail =
+    typeof values['simulate-fail'] === 'string' ? values['simulate-fail'] : envFail && !['0', 'false', 'no'].includes(envFail.toLowerCase()) ? (boolOf(envFail) ? '' : envFail) : undefined;
+  const simulateHang = boolOf(values['simulate-hang'] as boolean | undefined) || boolOf(env.GANTRY_AGENT_SIMULATE_HANG);
+  const simulateCrash = boolOf(values['simulate-crash'] as boolean | undefined) || boolOf(env.GANTRY_AGENT_SIMULATE_CRASH);
+  if (executor !== 'simulate' && (simulateFail !== undefined || simulateHang || simulateCrash))
+    throw new UsageError('--simulate-fail, --simulate-hang and --simulate-crash need --executor simulate');
   return {
     server,
     credential,
@@ -141,6 +165,9 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     syncIntervalS: intIn('sync-interval-s', get('sync-interval-s') ?? '60', 0, 7 * 86_400),
     simulateDurationMs: intIn('simulate-duration-ms', get('simulate-duration-ms') ?? '1000', 0, 86_400_000),
     simulateSteps: intIn('simulate-steps', get('simulate-steps') ?? '10', 0, 100_000),
+    simulateFail,
+    simulateHang,
+    simulateCrash,
     window: intIn('window', get('window') ?? String(DEFAULT_WINDOW), 4, 4096),
     logLevel: get('log-level') ?? 'info',
   };
@@ -170,7 +197,14 @@ export interface StartAgentOptions {
 function executorConfig(c: AgentConfig): ExecutorConfig {
   switch (c.executor) {
     case 'simulate':
-      return { kind: 'simulate', durationMs: c.simulateDurationMs, steps: c.simulateSteps };
+      return {
+        kind: 'simulate',
+        durationMs: c.simulateDurationMs,
+        steps: c.simulateSteps,
+        ...(c.simulateFail !== undefined ? { failMessage: c.simulateFail } : {}),
+        hang: c.simulateHang ?? false,
+        crash: c.simulateCrash ?? false,
+      };
     case 'comfyui':
       return { kind: 'comfyui', baseUrl: c.comfyUrl };
     case 'nerfstudio':
@@ -188,6 +222,8 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   let gpuSample: GpuSample[] | null = firstSample;
   let models: ModelEntry[] = await scanModels(c.modelsDir);
   let customNodes: string[] = await customNodeInventory(c.customNodesDir);
+  if (c.executor === 'simulate' && (c.simulateFail !== undefined || c.simulateHang || c.simulateCrash))
+    log.warn({ simulate_fail: c.simulateFail !== undefined ? c.simulateFail || 'simulated failure' : false, simulate_hang: c.simulateHang ?? false, simulate_crash: c.simulateCrash ?? false }, 'simulate failure mode on: it applies to every task this agent runs');
   log.info({ machine_id: machineId, executor: c.executor, gpus, models: models.length, custom_nodes: customNodes.length, gpu_source: c.gpus.length ? 'flags' : firstSample ? 'nvidia-smi' : 'none' }, 'agent starting');
 
   const syncIntervalS = c.syncIntervalS ?? 60;
@@ -197,7 +233,7 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     toolTypes: c.executor === 'simulate' ? null : new Set([c.executor]),
     executorName: c.executor,
     logger: log,
-    provision: (): Promise<unknown> => syncer.request(),
+    provision: (requiredModels): Promise<unknown> => syncer.provision(requiredModels),
   });
   const cpu = new CpuMeter();
   let resolveDone: (code: number) => void = () => undefined;

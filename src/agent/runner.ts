@@ -24,9 +24,10 @@ export interface RunnerOptions {
   logger: Logger;
   /**
    * An assignment with provision=true: sync the team's models and custom nodes (a sync that starts
-   * after the assignment arrived) and report the inventory; resolves when done. Absent: nothing to do.
+   * after the assignment arrived) and report the inventory; resolves when done, rejects when a model
+   * in requiredModels (the assignment's required_models) could not be synced. Absent: nothing to do.
    */
-  provision?: () => Promise<unknown>;
+  provision?: (requiredModels: readonly string[]) => Promise<unknown>;
 }
 
 /** Provisioning (model/custom node sync) failed: the task fails with code download_failed. */
@@ -196,7 +197,7 @@ export class AgentRunner {
     try {
       if (a.provision) {
         log.info('provisioning: syncing models and custom nodes first');
-        await this.provision(t.abort.signal);
+        await this.provision(a.required_models ?? [], t.abort.signal);
         // the inventory report went out before this, on the same ordered stream
         c.send({ provisioned: ref }, 'transition', ref);
       }
@@ -265,8 +266,8 @@ export class AgentRunner {
   }
 
   /** Waits for a sync (abortable: a cancel does not wait for the download, which continues for the next task). */
-  private async provision(signal: AbortSignal): Promise<void> {
-    const p = this.o.provision ? this.o.provision() : Promise.resolve();
+  private async provision(requiredModels: readonly string[], signal: AbortSignal): Promise<void> {
+    const p = this.o.provision ? this.o.provision(requiredModels) : Promise.resolve();
     await new Promise<void>((resolve, reject) => {
       const onAbort = (): void => reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
       if (signal.aborted) {

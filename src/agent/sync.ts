@@ -13,12 +13,16 @@
  *    `python3 -m zipfile`; tar/tar.gz: `tar`) into a temporary directory, descended through a single
  *    top-level folder and moved to <custom nodes dir>/<package_name> (replacing what was there). An
  *    archive of another format is placed as the file <package_name>/<package_name>.pkg.
- * Paths from the manifest are never trusted: a model_path or package_name that is absolute, has
- * empty, `.` or `..` segments, a backslash, or resolves outside its root is refused.
+ * Paths from the manifest are never trusted: a model_path that breaks the rule the server applies
+ * at the API (src/protocol/model-path.ts), a package_name that is not a single directory name, or
+ * anything that resolves outside its root is refused.
  *
- * Entries are processed one by one; one failing does not stop the others, but the sync as a whole
- * then fails with every problem listed (a provisioning task fails with that message). Models that
- * are no longer in the manifest (disabled or deleted) are left alone: they just stop being required.
+ * Entries are processed one by one; one failing does not stop the others and does not fail the
+ * sync: it is skipped, logged (a warning when the set of skipped entries changes) and listed in
+ * the report. Provisioning a task (provision()) fails only when a model the task's workflow
+ * requires (the assignment's required_models) was skipped, or when the manifest could not be
+ * fetched at all; a bad model never fails a task that does not need it. Models that are no
+ * longer in the manifest (disabled or deleted) are left alone: they just stop being required.
  * After every sync the caller reports the rescanned inventory; custom nodes installed by sync are
  * reported as `<package_name>@<node_version>` (what the server's needsSync compares), other entries
  * of the custom nodes dir by name.
@@ -36,6 +40,7 @@ import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.j
 import type { SyncModel__Output } from '../gen/gantry/agent/v1/SyncModel.js';
 import type { SyncCustomNode__Output } from '../gen/gantry/agent/v1/SyncCustomNode.js';
 import { scanCustomNodes } from './discovery.js';
+import { modelPathProblem, NODE_VERSION_RE, PACKAGE_NAME_RE } from '../protocol/model-path.js';
 
 export const SYNC_STATE_FILE = '.gantry-sync.json';
 export const SYNC_TMP_DIR = '.gantry-tmp';
@@ -43,8 +48,6 @@ export const SYNC_TMP_DIR = '.gantry-tmp';
 export class SyncError extends Error {}
 
 const SHA256_RE = /^[a-f0-9]{64}$/;
-const PACKAGE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
-const NODE_VERSION_RE = /^[A-Za-z0-9][A-Za-z0-9.+_-]{0,99}$/;
 
 /**
  * <root>/<rel> for a manifest path, or a SyncError when rel could land anywhere else: absolute,
@@ -223,11 +226,21 @@ async function unpack(archive: string, dest: string, packageName: string): Promi
   return root;
 }
 
+/** A manifest entry this sync could not place (refused path, failed download, checksum...). */
+export interface SyncSkip {
+  kind: 'model' | 'custom_node';
+  /** model_path, or package_name for a custom node. */
+  name: string;
+  error: string;
+}
+
 export interface SyncReport {
   /** Model paths and package names downloaded by this sync. */
   downloaded: string[];
   /** Entries already present. */
   present: number;
+  /** Entries skipped (each one logged); the rest of the manifest was synced. */
+  skipped: SyncSkip[];
 }
 
 export interface SyncerOptions {
@@ -246,13 +259,15 @@ export class ModelSyncer {
   private readonly abort = new AbortController();
   /** Completed syncs (tests, logs). */
   syncs = 0;
+  /** The previous sync's skipped entries (a warning is logged when they change). */
+  private lastSkipped = '[]';
 
   constructor(private readonly o: SyncerOptions) {}
 
   /**
    * A sync that starts after this call: joins the one already queued, or queues one behind the one
-   * running (whose manifest may predate the reason for asking). Rejects with a SyncError listing
-   * every entry that could not be synced.
+   * running (whose manifest may predate the reason for asking). Entries that could not be synced
+   * are listed in the report's skipped; rejects (SyncError) only when the manifest could not be fetched.
    */
   request(): Promise<SyncReport> {
     if (!this.running) {
@@ -274,6 +289,19 @@ export class ModelSyncer {
     return this.next;
   }
 
+  /**
+   * Provisioning for a task: a sync that starts after this call; rejects (SyncError) when the
+   * manifest could not be fetched or a model in requiredModels was skipped. Other skipped entries
+   * do not concern this task (they were logged by the sync).
+   */
+  async provision(requiredModels: readonly string[]): Promise<SyncReport> {
+    const r = await this.request();
+    const need = new Set(requiredModels);
+    const missing = r.skipped.filter((x) => x.kind === 'model' && need.has(x.name));
+    if (missing.length) throw new SyncError(`sync failed for a model this task's workflow requires: ${missing.map((x) => x.error).join('; ')}`);
+    return r;
+  }
+
   /** Stops downloads in progress (shutdown). */
   close(): void {
     this.abort.abort(new SyncError('the agent is shutting down'));
@@ -282,8 +310,8 @@ export class ModelSyncer {
   private async runOnce(): Promise<SyncReport> {
     const log = this.o.logger;
     const started = Date.now();
-    const report: SyncReport = { downloaded: [], present: 0 };
-    const problems: string[] = [];
+    const report: SyncReport = { downloaded: [], present: 0, skipped: [] };
+    let fatal: string | null = null;
     try {
       let manifest: SyncManifest__Output;
       try {
@@ -294,15 +322,17 @@ export class ModelSyncer {
       const models = manifest.models ?? [];
       const nodes = manifest.custom_nodes ?? [];
       if (models.length > 0) {
-        if (!this.o.modelsDir) problems.push(`the team has ${models.length} active model(s) but this agent has no --models-dir to place them in`);
-        else await this.syncModels(this.o.modelsDir, models, report, problems);
+        if (!this.o.modelsDir) {
+          for (const m of models) report.skipped.push({ kind: 'model', name: m.model_path, error: `model ${m.model_path}: this agent has no --models-dir to place it in` });
+        } else await this.syncModels(this.o.modelsDir, models, report);
       }
       if (nodes.length > 0) {
-        if (!this.o.customNodesDir) problems.push(`the team has ${nodes.length} active custom node package(s) but this agent has no --custom-nodes-dir (or --models-dir) to install them in`);
-        else await this.syncNodes(this.o.customNodesDir, nodes, report, problems);
+        if (!this.o.customNodesDir) {
+          for (const n of nodes) report.skipped.push({ kind: 'custom_node', name: n.package_name, error: `custom node ${n.package_name}@${n.node_version}: this agent has no --custom-nodes-dir (or --models-dir) to install it in` });
+        } else await this.syncNodes(this.o.customNodesDir, nodes, report);
       }
     } catch (e) {
-      problems.push((e as Error).message);
+      fatal = (e as Error).message;
     }
     try {
       await this.o.afterSync();
@@ -310,16 +340,20 @@ export class ModelSyncer {
       log.warn({ err: e }, 'inventory report after sync failed');
     }
     this.syncs++;
-    if (problems.length) {
-      log.warn({ problems, downloaded: report.downloaded }, 'sync failed');
-      throw new SyncError(`sync failed: ${problems.join('; ')}`);
+    if (fatal !== null) {
+      log.warn({ error: fatal, downloaded: report.downloaded }, 'sync failed');
+      throw new SyncError(`sync failed: ${fatal}`);
     }
-    if (report.downloaded.length) log.info({ downloaded: report.downloaded, present: report.present, ms: Date.now() - started }, 'sync done');
-    else log.debug({ present: report.present }, 'sync: nothing to download');
+    const skipSig = JSON.stringify(report.skipped);
+    if (report.skipped.length && skipSig !== this.lastSkipped) log.warn({ skipped: report.skipped.map((x) => x.error) }, 'sync: entries skipped (tasks that do not require them are not affected)');
+    else if (report.skipped.length) log.debug({ skipped: report.skipped.length }, 'sync: entries still skipped');
+    this.lastSkipped = skipSig;
+    if (report.downloaded.length) log.info({ downloaded: report.downloaded, present: report.present, skipped: report.skipped.length, ms: Date.now() - started }, 'sync done');
+    else log.debug({ present: report.present, skipped: report.skipped.length }, 'sync: nothing to download');
     return report;
   }
 
-  private async syncModels(root: string, models: SyncModel__Output[], report: SyncReport, problems: string[]): Promise<void> {
+  private async syncModels(root: string, models: SyncModel__Output[], report: SyncReport): Promise<void> {
     await mkdir(root, { recursive: true });
     const state = await readState<ModelState>(root);
     let dirty = false;
@@ -328,6 +362,8 @@ export class ModelSyncer {
       for (const m of models) {
         if (this.abort.signal.aborted) throw this.abort.signal.reason;
         try {
+          const problem = modelPathProblem(m.model_path);
+          if (problem !== null) throw new SyncError(`model_path ${JSON.stringify(m.model_path)} refused: ${problem}`);
           const dest = resolveInside(root, m.model_path, 'model_path');
           const sha = String(m.sha256).toLowerCase();
           if (!SHA256_RE.test(sha)) throw new SyncError(`model ${m.model_path}: the manifest has no valid SHA-256`);
@@ -363,7 +399,7 @@ export class ModelSyncer {
           report.downloaded.push(m.model_path);
         } catch (e) {
           if (this.abort.signal.aborted) throw e;
-          problems.push(e instanceof SyncError ? e.message : `model ${m.model_path}: ${(e as Error).message}`);
+          report.skipped.push({ kind: 'model', name: m.model_path, error: e instanceof SyncError ? e.message : `model ${m.model_path}: ${(e as Error).message}` });
         }
       }
     } finally {
@@ -372,7 +408,7 @@ export class ModelSyncer {
     }
   }
 
-  private async syncNodes(root: string, nodes: SyncCustomNode__Output[], report: SyncReport, problems: string[]): Promise<void> {
+  private async syncNodes(root: string, nodes: SyncCustomNode__Output[], report: SyncReport): Promise<void> {
     await mkdir(root, { recursive: true });
     const state = await readState<NodeState>(root);
     let dirty = false;
@@ -416,7 +452,7 @@ export class ModelSyncer {
           report.downloaded.push(n.inventory_name || `${n.package_name}@${n.node_version}`);
         } catch (e) {
           if (this.abort.signal.aborted) throw e;
-          problems.push(e instanceof SyncError ? e.message : `${label}: ${(e as Error).message}`);
+          report.skipped.push({ kind: 'custom_node', name: n.package_name, error: e instanceof SyncError ? e.message : `${label}: ${(e as Error).message}` });
         }
       }
     } finally {

@@ -6,11 +6,14 @@
  * measure its size and SHA-256 (never buffered); a given sha256 must match, file_size must match.
  * The staged row is consumed, the registry owns the object from then on; DELETE removes it.
  * Active models and nodes are what agents sync (sync.ts); every change calls onChange(team).
+ * model_path and package_name follow the rule agents apply to the manifest
+ * (src/protocol/model-path.ts): what is accepted here, every agent can place.
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { ObjectStore } from '../storage/port.js';
 import { modelPathSchema } from '../domain/workflows/schema.js';
+import { NODE_VERSION_RE, NODE_VERSION_RULE, PACKAGE_NAME_RE, PACKAGE_NAME_RULE } from '../protocol/model-path.js';
 import { AppError, conflict, fromZodIssues, invalidParameter, notFound } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import type { Logger } from '../shared/logger.js';
@@ -51,14 +54,12 @@ export const modelUpdateSchema = z.strictObject({
   model_status: z.enum(MODEL_STATUSES).optional(),
 });
 
-/** A directory name under the runtime's custom_nodes dir. */
-export const PACKAGE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
-export const NODE_VERSION_RE = /^[A-Za-z0-9][A-Za-z0-9.+_-]{0,99}$/;
+export { NODE_VERSION_RE, PACKAGE_NAME_RE } from '../protocol/model-path.js';
 
 export const nodeCreateSchema = z.strictObject({
   display_name: displayName,
-  package_name: z.string().regex(PACKAGE_NAME_RE, 'must be 1-200 characters of A-Z a-z 0-9 . _ - starting with a letter or digit'),
-  node_version: z.string().regex(NODE_VERSION_RE, 'must be 1-100 characters of A-Z a-z 0-9 . + _ - starting with a letter or digit'),
+  package_name: z.string().regex(PACKAGE_NAME_RE, PACKAGE_NAME_RULE),
+  node_version: z.string().regex(NODE_VERSION_RE, NODE_VERSION_RULE),
   storage_key: storageKey,
   file_size: fileSize,
   sha256: sha256Schema.optional(),

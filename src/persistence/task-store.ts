@@ -62,6 +62,7 @@ const rowToAssignment = (r: Record<string, any>): TaskAssignment => ({
   parameters: r.parameters ?? {},
   inputFiles: r.input_files ?? [],
   timeoutS: Number(r.task_timeout_s),
+  requiredModels: r.required_models ?? [],
 });
 
 /** Builds the fenced UPDATE of a transition (SET list and WHERE with the from-states and the epoch). */
@@ -404,7 +405,7 @@ export class PgTaskStore implements TaskStorePort {
   }
 
   async assignment(taskId: string): Promise<TaskAssignment | null> {
-    const rows = await q(this.db)(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s from tasks where id = ?`, [taskId]);
+    const rows = await q(this.db)(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s, required_models from tasks where id = ?`, [taskId]);
     return rows[0] ? rowToAssignment(rows[0]) : null;
   }
 

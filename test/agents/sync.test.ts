@@ -5,7 +5,8 @@
  * provisioning -> queued -> running), a workflow requiring it is only scheduled once the agent has
  * it, disabling it excludes it from the next manifest and from a fresh agent's sync, a custom node
  * package is unpacked into custom_nodes/<package_name> on a server hint and reported as
- * <package_name>@<node_version>, and a corrupted object fails provisioning with a clear error.
+ * <package_name>@<node_version>, and a model that cannot be synced (corrupted object, a legacy path
+ * agents refuse) is skipped: it fails only the tasks whose workflow requires it, with a clear error.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -115,7 +116,7 @@ test('sync paths: anything that could land outside the root is refused', () => {
     assert.throws(() => resolveInside(root, bad, 'model_path'), /refused/, JSON.stringify(bad));
 });
 
-test('syncer (in process): zip and unknown-format packages, refused paths and size mismatches are reported, the rest is installed', async () => {
+test('syncer (in process): zip and unknown-format packages, refused paths and size mismatches are skipped and reported, the rest is installed', async () => {
   const blobs = new Map<string, Buffer>();
   const srv: Server = createServer((req, res) => {
     const b = blobs.get(req.url ?? '');
@@ -156,8 +157,21 @@ test('syncer (in process): zip and unknown-format packages, refused paths and si
         ],
       }),
     });
-    await assert.rejects(syncer.request(), (e: Error) => /model_path "\.\.\/escape\.bin" refused/.test(e.message) && /vae\/short\.bin: size mismatch/.test(e.message));
-    assert.equal(reported, 1, 'the inventory is reported after a failed sync too');
+    const r1 = await syncer.request();
+    assert.deepEqual(
+      r1.skipped.map((x) => [x.kind, x.name]),
+      [
+        ['model', '../escape.bin'],
+        ['model', 'vae/short.bin'],
+      ],
+    );
+    assert.match(r1.skipped[0]?.error ?? '', /model_path "\.\.\/escape\.bin" refused/);
+    assert.match(r1.skipped[1]?.error ?? '', /vae\/short\.bin: size mismatch/);
+    // provisioning fails only for a task that requires a skipped model
+    const r2 = await syncer.provision(['vae/good.bin']);
+    assert.equal(r2.skipped.length, 2);
+    await assert.rejects(syncer.provision(['vae/good.bin', 'vae/short.bin']), (e: Error) => /requires: model vae\/short\.bin: size mismatch/.test(e.message) && !/escape/.test(e.message));
+    assert.equal(reported, 3, 'the inventory is reported after every sync, also one that skipped entries');
     assert.equal(fileSha(join(modelsDir, 'vae/good.bin')), sha256(good));
     assert.equal(existsSync(join(base, 'escape.bin')), false);
     assert.equal(existsSync(join(modelsDir, 'vae/short.bin')), false);
@@ -168,8 +182,16 @@ test('syncer (in process): zip and unknown-format packages, refused paths and si
     // a second sync downloads nothing that is already in place (hash remembered by size and mtime)
     blobs.delete('/good');
     blobs.delete('/zip');
-    await assert.rejects(syncer.request(), (e: Error) => !/good\.bin|Zipped/.test(e.message));
-    assert.equal(syncer.syncs, 2);
+    const r4 = await syncer.request();
+    assert.deepEqual(
+      r4.skipped.map((x) => x.name),
+      ['../escape.bin', 'vae/short.bin'],
+    );
+    assert.equal(r4.downloaded.length, 0);
+    assert.equal(syncer.syncs, 4);
+    // the manifest itself failing still fails the sync
+    const broken = new ModelSyncer({ modelsDir, customNodesDir: nodesDir, logger: createLogger('silent'), afterSync: async () => undefined, fetchManifest: () => Promise.reject(new Error('unavailable')) });
+    await assert.rejects(broken.provision([]), /could not fetch the sync manifest: unavailable/);
   } finally {
     srv.close();
   }
@@ -283,22 +305,45 @@ test('model sync: an active model reaches the agent through provisioning; a work
   assert.equal(existsSync(join(modelsDir, '..', 'custom_nodes', 'ComfyUI-Sync-Test')), false);
 });
 
-test('model sync: a download that does not match the registry checksum fails the provisioning task with a clear error', async () => {
+test('model sync: a model that cannot be synced (checksum mismatch, a legacy path agents refuse) fails only the tasks whose workflow requires it', async () => {
   const s = await setupTeam(t);
   const modelPath = 'checkpoints/corrupt.safetensors';
   const bytes = randomBytes(200_000);
   const model = await createModel(s, modelPath, bytes);
   // the stored object changes behind the registry's back (same size, other bytes)
   await t.node.objectStore.put(model.storageKey, randomBytes(bytes.length), { contentLength: bytes.length });
-  const wf = await createWorkflow(t, s, tinyGraph());
+  // a row accepted before the API applied the agents' path rule (issue 12): every agent refuses it
+  const legacy = await createModel(s, 'loras/legacy.safetensors', randomBytes(1000));
+  await sql.query(`update models set model_path = 'loras/.' where id = $1`, [legacy.id]);
+  assert.deepEqual((await manifestOf(s)).models.map((m) => m.model_path).sort(), [modelPath, 'loras/.']);
+
+  // the agent has an older copy of the corrupt model (so a workflow requiring it can be scheduled on it)
   const modelsDir = join(tmpDir('gantry-sync-c-'), 'models');
+  mkdirSync(join(modelsDir, 'checkpoints'), { recursive: true });
+  const stale = randomBytes(bytes.length);
+  writeFileSync(join(modelsDir, modelPath), stale);
   const a = agent(s, ['--models-dir', modelsDir, '--sync-interval-s', '0']);
+
+  // a workflow that needs no model: provisioned (the agent lacks loras/.), both entries skipped, completed
+  const wf = await createWorkflow(t, s, tinyGraph());
   const taskId = await runWorkflow(t, s, wf, { prompt: 'x' });
   const done = await waitTask(t, s, taskId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
-  assert.equal(done.task_status, 'failed', JSON.stringify(done));
-  assert.match(String(done.error ?? done.error_message ?? JSON.stringify(done)), /provisioning failed: .*checksum mismatch/);
-  assert.ok((await statusEvents(taskId)).some((e) => e.status === 'provisioning'));
-  assert.equal(existsSync(join(modelsDir, modelPath)), false, 'nothing placed');
+  assert.equal(done.task_status, 'completed', JSON.stringify(done));
+  assert.ok((await statusEvents(taskId)).some((e) => e.status === 'provisioning'), 'it went through provisioning');
+  const skipped = await a.waitLine((l) => String(l.msg).startsWith('sync: entries skipped'), 'the skipped entries logged');
+  const errors = (skipped.skipped as string[]).join(' | ');
+  assert.match(errors, /model checkpoints\/corrupt\.safetensors: checksum mismatch/);
+  assert.match(errors, /model_path "loras\/\." refused/);
+
+  // a workflow requiring the corrupt model fails with a clear error naming it (not the unrelated one)
+  const wfNeeds = await createWorkflow(t, s, tinyGraph(), { required_models: [modelPath] });
+  const needsId = await runWorkflow(t, s, wfNeeds, { prompt: 'y' });
+  const failed = await waitTask(t, s, needsId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
+  assert.equal(failed.task_status, 'failed', JSON.stringify(failed));
+  const msg = String(failed.error ?? failed.error_message ?? JSON.stringify(failed));
+  assert.match(msg, /provisioning failed: .*requires: model checkpoints\/corrupt\.safetensors: checksum mismatch/);
+  assert.doesNotMatch(msg, /loras/);
+  await a.waitLine((l) => l.msg === 'task failed' && l.code === 'download_failed' && l.task_id === needsId, 'the failure log line');
+  assert.deepEqual(readFileSync(join(modelsDir, modelPath)), stale, 'the older copy was left in place');
   assert.equal(existsSync(join(modelsDir, '.gantry-tmp')), false, 'no temp file left');
-  await a.waitLine((l) => l.msg === 'task failed' && l.code === 'download_failed', 'the failure log line');
 });

@@ -124,10 +124,16 @@ describe('workflow create: field boundaries', () => {
   });
 
   it('required_models: entry of 512 vs 513 chars', () => {
-    const path = (n: number): string => `loras/${'x'.repeat(n - 6)}`;
+    // segments of 199 characters: a file or directory name is at most 255 (the agents' rule)
+    const path = (n: number): string => `loras/${`${'x'.repeat(199)}/`.repeat(3)}`.slice(0, n);
     assert.equal(path(512).length, 512);
     ok({ required_models: [path(512)] });
     bad({ required_models: [path(513)] }, /^required_models\.0: /);
+  });
+
+  it('required_models: a segment of 255 vs 256 chars', () => {
+    ok({ required_models: [`loras/${'x'.repeat(255)}`] });
+    bad({ required_models: [`loras/${'x'.repeat(256)}`] }, /^required_models\.0: each segment must be at most 255 characters/);
   });
 
   it('required_models: path rules', () => {

@@ -2,6 +2,9 @@
  * simulate: no GPU. Emits progress ticks, writes a real PNG rendered from the parameters.
  * Per-task overrides (parameters, workflow top level, or any graph node's inputs):
  *   simulate_duration_ms, simulate_steps, simulate_fail (message), simulate_hang, simulate_crash.
+ * The failure modes are also agent-wide options (`gantry agent --simulate-fail[=message]
+ * --simulate-hang --simulate-crash`): they apply to every task unless the task's own input sets
+ * the same key (simulate_fail: false runs a task normally on an agent started with --simulate-fail).
  */
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -16,6 +19,12 @@ export interface SimulateOptions {
   steps?: number;
   /** Output image size (square). Default 64. */
   imageSize?: number;
+  /** Every task fails with this message (tool_error) halfway through its steps. */
+  failMessage?: string;
+  /** Every task hangs after its steps until cancelled. */
+  hang?: boolean;
+  /** Every task kills the agent process (SIGKILL) after its first progress tick. */
+  crash?: boolean;
 }
 
 export class SimulateExecutor implements Executor {
@@ -23,22 +32,31 @@ export class SimulateExecutor implements Executor {
   private readonly durationMs: number;
   private readonly steps: number;
   private readonly imageSize: number;
+  private readonly failMessage: string | undefined;
+  private readonly hang: boolean;
+  private readonly crash: boolean;
 
   constructor(opts: SimulateOptions = {}) {
     this.durationMs = Math.max(0, opts.durationMs ?? 1000);
     this.steps = Math.max(0, Math.floor(opts.steps ?? 10));
     this.imageSize = Math.max(1, Math.min(1024, Math.floor(opts.imageSize ?? 64)));
+    this.failMessage = opts.failMessage === undefined ? undefined : opts.failMessage || 'simulated failure';
+    this.hang = opts.hang ?? false;
+    this.crash = opts.crash ?? false;
   }
 
   async run(ctx: ExecContext): Promise<ExecResult> {
     const ov = (k: string): unknown => readOverride(k, ctx.parameters, ctx.workflow);
     const durationMs = Math.max(0, toNumber(ov('simulate_duration_ms')) ?? this.durationMs);
     const steps = Math.max(0, Math.floor(toNumber(ov('simulate_steps')) ?? this.steps));
+    // a task's own input wins over the agent-wide option
     const failRaw = ov('simulate_fail');
     const failMessage =
-      typeof failRaw === 'string' && failRaw !== '' ? failRaw : failRaw === true ? 'simulated failure' : undefined;
-    const hang = toBool(ov('simulate_hang'));
-    const crash = toBool(ov('simulate_crash'));
+      failRaw === undefined ? this.failMessage : typeof failRaw === 'string' && failRaw !== '' ? failRaw : failRaw === true ? 'simulated failure' : undefined;
+    const hangRaw = ov('simulate_hang');
+    const hang = hangRaw === undefined ? this.hang : toBool(hangRaw);
+    const crashRaw = ov('simulate_crash');
+    const crash = crashRaw === undefined ? this.crash : toBool(crashRaw);
 
     if (ctx.signal.aborted) throw cancelledError();
     ctx.log('simulate: start', { durationMs, steps, fail: failMessage !== undefined, hang, crash });

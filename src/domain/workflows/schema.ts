@@ -16,6 +16,7 @@
  */
 import { z } from 'zod';
 import { fromZodIssues, invalidParameter } from '../../shared/errors.js';
+import { modelPathProblem } from '../../protocol/model-path.js';
 import { validateComfyGraph, isComfyLink, type ComfyGraph } from './comfy.js';
 import { NERFSTUDIO_FILE_TARGET, getAtKeys, nerfstudioTargetKeys, validateNerfstudioSpec } from './nerfstudio.js';
 import {
@@ -42,12 +43,11 @@ export const MAX_RETRIES_CAP = 100;
 export const MAX_TASK_TIMEOUT_S = 2_147_483_647;
 export const MAX_PARAMETERS = 256;
 export const MAX_REQUIRED_MODELS = 512;
-export const MAX_MODEL_PATH_LENGTH = 512;
+export { MAX_MODEL_PATH_LENGTH } from '../../protocol/model-path.js';
 export const MAX_REQUIRED_LABELS = 64;
 
 export const WORKFLOW_SLUG_RE = /^[a-z0-9]+(-[a-z0-9]+)*$/;
 export const PARAMETER_KEY_RE = /^[A-Za-z_][A-Za-z0-9_.-]*$/;
-const MODEL_PATH_CHARS_RE = /^[A-Za-z0-9_./ -]+$/;
 
 export const workflowSlugSchema = z
   .string()
@@ -56,17 +56,13 @@ export const workflowSlugSchema = z
   .regex(WORKFLOW_SLUG_RE, 'must be lowercase letters and digits with single hyphens between groups (e.g. sdxl-txt2img)');
 
 /**
- * A model file path relative to the runtime models root (also used by the models API): non-empty,
- * at most 512 chars, not starting with /, no `..`, no backslash, only letters, digits, _ . / space -.
+ * A model file path relative to the runtime models root (also used by the models API): the one
+ * rule agents apply too (src/protocol/model-path.ts).
  */
-export const modelPathSchema = z
-  .string()
-  .min(1, 'must not be empty')
-  .max(MAX_MODEL_PATH_LENGTH, `must be at most ${MAX_MODEL_PATH_LENGTH} characters`)
-  .refine((s) => !s.startsWith('/'), 'must be relative (must not start with /)')
-  .refine((s) => !s.includes('..'), 'must not contain ..')
-  .refine((s) => !s.includes('\\'), 'must not contain a backslash')
-  .refine((s) => MODEL_PATH_CHARS_RE.test(s), 'may only contain letters, digits, underscore, dot, slash, space and hyphen');
+export const modelPathSchema = z.string().superRefine((s, ctx) => {
+  const problem = modelPathProblem(s);
+  if (problem !== null) ctx.addIssue({ code: 'custom', message: problem });
+});
 
 export const parameterDefSchema = z.strictObject({
   key: z

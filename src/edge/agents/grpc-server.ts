@@ -520,6 +520,7 @@ export class AgentGrpcServer {
             input_files: a.inputFiles.map((f) => ({ key: f.key, file_key: f.fileKey, file_name: f.fileName, node_id: f.nodeId ?? '', field: f.field ?? '', target_path: f.targetPath ?? '' })),
             timeout_s: a.timeoutS,
             provision: msg.provision,
+            required_models: a.requiredModels ?? [],
           },
         };
         break;

@@ -29,9 +29,15 @@ export interface Assign {
   'timeout_s'?: (number);
   /**
    * Prepare first (model/custom node sync: GetSyncManifest, download, verify, report inventory),
-   * then send provisioned, then ack. A failed sync is reported as failure (code download_failed).
+   * then send provisioned, then ack. The task fails (code download_failed) when the manifest cannot
+   * be fetched or a model in required_models cannot be synced; other entries that cannot be synced
+   * are skipped and logged by the agent.
    */
   'provision'?: (boolean);
+  /**
+   * The workflow's required_models (paths relative to the models root).
+   */
+  'required_models'?: (string)[];
 }
 
 export interface Assign__Output {
@@ -60,7 +66,13 @@ export interface Assign__Output {
   'timeout_s': (number);
   /**
    * Prepare first (model/custom node sync: GetSyncManifest, download, verify, report inventory),
-   * then send provisioned, then ack. A failed sync is reported as failure (code download_failed).
+   * then send provisioned, then ack. The task fails (code download_failed) when the manifest cannot
+   * be fetched or a model in required_models cannot be synced; other entries that cannot be synced
+   * are skipped and logged by the agent.
    */
   'provision': (boolean);
+  /**
+   * The workflow's required_models (paths relative to the models root).
+   */
+  'required_models': (string)[];
 }
