@@ -12,7 +12,6 @@ import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './princ
 
 const EMPTY = Buffer.alloc(0);
 /** Control characters other than HTAB are invalid in a field value (RFC 9110 §5.5). */
-// eslint-disable-next-line no-control-regex
 const CTL_IN_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
 /** uri-host [":" port] (RFC 9112 §3.2, RFC 3986 §3.2.2); empty is allowed. */
 const HOST_VALUE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?$/;
