@@ -170,3 +170,16 @@ test('through nginx: an SSE stream is delivered live (each status as it happens)
   assert.deepEqual(sse.messages.map(label), ['pending', 'queued', 'running', 'completed']);
   await agent.disconnect();
 });
+
+test('through nginx: requests this uWS build drops without an answer get one', { skip: SKIP }, async () => {
+  const cases: Record<string, string> = {
+    'missing Host': 'GET /healthz HTTP/1.1\r\n\r\n',
+    'NUL in a value': 'GET /healthz HTTP/1.1\r\nHost: gantry.test\r\nX-Note: a\x00b\r\n\r\n',
+    'space before the colon': 'POST /api/v1/auth/login HTTP/1.1\r\nHost: gantry.test\r\nTransfer-Encoding : chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n',
+  };
+  for (const [name, req] of Object.entries(cases)) {
+    const r = await rawHttp(proxyPort, [req], BOUND_MS, true);
+    assert.equal(r.timedOut, false, `${name}: ${JSON.stringify(r.data)}`);
+    assert.equal(firstResponse(r.data).status, 400, `${name}: ${JSON.stringify(r.data)}`);
+  }
+});
