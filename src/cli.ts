@@ -39,7 +39,17 @@ async function main(argv: string[]): Promise<number> {
   }
   if (cmd === 'serve') {
     const { startNode } = await import('./main.js');
-    const node = await startNode(config, { logger });
+    let node;
+    try {
+      node = await startNode(config, { logger });
+    } catch (e) {
+      // a port another process holds: one line, like other configuration errors
+      if (e instanceof ConfigError) {
+        process.stderr.write(`gantry: ${e.message}\n`);
+        return 78;
+      }
+      throw e;
+    }
     await new Promise<void>((resolve) => {
       const stop = (sig: string): void => {
         logger.info({ signal: sig }, 'signal received');

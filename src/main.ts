@@ -1,6 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
-import type { Config } from './shared/config.js';
+import { ConfigError, type Config } from './shared/config.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { Database } from './persistence/db.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
@@ -72,6 +72,20 @@ export interface GantryNode {
 export interface StartOptions {
   logger?: Logger;
   clock?: Clock;
+}
+
+/** A listen that failed at start: what was started is stopped, then one line for the operator. */
+async function failStart(e: unknown, what: string, stops: Array<() => unknown>): Promise<never> {
+  for (const stop of stops) {
+    try {
+      await stop();
+    } catch {
+      // already failing: the listen error is the one to report
+    }
+  }
+  if (e instanceof ConfigError) throw e;
+  const msg = (e as Error)?.message ?? String(e);
+  throw new ConfigError(/EADDRINUSE/.test(msg) ? `${what}: address already in use (another node or process listens there)` : `${what}: ${msg}`);
 }
 
 /** The composition root: the only place that knows every layer. */
@@ -160,7 +174,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     needsSync: (teamId, inv) => files.sync.needsSync(teamId, inv),
     syncManifest: (teamId) => files.sync.syncManifest(teamId),
   });
-  const grpcPort = await agentGrpc.start();
+  const grpcPort = await agentGrpc.start().catch((e: unknown) =>
+    failStart(e, `cannot listen on gRPC ${config.GANTRY_GRPC_HOST}:${config.GANTRY_GRPC_PORT}`, [() => agentGrpc.stop(), () => sessions.stop(), () => actors.shutdown(), () => identity.stop(), () => db.close()]),
+  );
   identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
 
   // --- live events: SSE, webhook outbox/dispatcher, notifications (all fed from task_events)
@@ -220,7 +236,18 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute());
   if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
-  const http = await edge.listen();
+  const http = await edge
+    .listen()
+    .catch((e: unknown) =>
+      failStart(e, `cannot listen on HTTP ${config.GANTRY_HTTP_HOST}:${config.GANTRY_HTTP_PORT}`, [
+        () => liveEvents.stop(),
+        () => sessions.stop(),
+        () => agentGrpc.stop(),
+        () => actors.shutdown(),
+        () => identity.stop(),
+        () => db.close(),
+      ]),
+    );
   const baseUrl = `http://127.0.0.1:${http.port}/api/v1`;
   const publicUrl = config.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${http.port}`;
   if (objectStore instanceof LocalObjectStore) objectStore.setPublicBaseUrl(publicUrl);

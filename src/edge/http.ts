@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import uWS from 'uWebSockets.js';
 import type { HttpResponse, HttpRequest, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
 import type { Logger } from '../shared/logger.js';
+import { ConfigError } from '../shared/config.js';
 import { AppError, badRequest, notFound, isAppError } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import { Router, type Method } from './router.js';
@@ -11,6 +12,12 @@ import { createBodyChannel } from '../storage/local-http.js';
 import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
 
 const EMPTY = Buffer.alloc(0);
+/** Control characters other than HTAB are invalid in a field value (RFC 9110 §5.5). */
+const CTL_IN_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
+/** uri-host [":" port] (RFC 9112 §3.2, RFC 3986 §3.2.2); empty is allowed. */
+const HOST_VALUE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?$/;
+/** uWS listen option: fail instead of sharing a port another process listens on (no SO_REUSEPORT). */
+const LIBUS_LISTEN_EXCLUSIVE_PORT = 1;
 
 export interface Ctx {
   method: string;
@@ -335,8 +342,10 @@ export class HttpEdge {
     this.app = app;
     app.any('/*', (res, req) => this.onRequest(res, req));
     await new Promise<void>((resolve, reject) => {
-      app.listen(this.o.host, this.o.port, (sock) => {
-        if (!sock) reject(new Error(`cannot listen on ${this.o.host}:${this.o.port}`));
+      // the typings lack the (host, port, options, cb) overload the addon implements
+      const listen = app.listen.bind(app) as unknown as (host: string, port: number, options: number, cb: (s: us_listen_socket | false) => void) => void;
+      listen(this.o.host, this.o.port, LIBUS_LISTEN_EXCLUSIVE_PORT, (sock) => {
+        if (!sock) reject(new ConfigError(`cannot listen on HTTP ${this.o.host}:${this.o.port}: address in use (another node or process listens there) or not available`));
         else {
           this.listenSocket = sock;
           resolve();
@@ -384,9 +393,23 @@ export class HttpEdge {
     const path = req.getUrl();
     const qs = req.getQuery() ?? '';
     const headers: Record<string, string> = {};
+    // framing checks (RFC 9112 §3.2, §6.3; RFC 9110 §5.5): uWS passes these through to us
+    let framing: [code: string, message: string] | null = null;
+    let hosts = 0;
+    let contentLength: string | undefined;
     req.forEach((k, v) => {
+      if (CTL_IN_VALUE.test(v)) framing ??= ['invalid_header_value', `header ${k} contains a control character`];
+      if (k === 'host') hosts++;
+      else if (k === 'content-length') {
+        if (contentLength !== undefined && contentLength !== v) framing ??= ['conflicting_content_length', 'conflicting Content-Length headers'];
+        contentLength = v;
+        headers[k] = v;
+        return;
+      }
       headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
     });
+    if (hosts !== 1) framing ??= ['invalid_host_header', hosts === 0 ? 'missing Host header' : 'more than one Host header'];
+    else if (!HOST_VALUE.test(headers.host ?? '')) framing ??= ['invalid_host_header', 'invalid Host header'];
     const ip = Buffer.from(res.getRemoteAddressAsText()).toString();
     const rid = headers['x-request-id'];
     const requestId = rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7();
@@ -434,6 +457,19 @@ export class HttpEdge {
       if (!sr.aborted && !sr.ended) sr.json(status, body, h);
       else finish(status);
     };
+
+    if (framing !== null) {
+      // answered on the next turn and closed: a request pipelined behind this one in the same read
+      // (the smuggling case) makes uWS drop the connection instead of routing it
+      const [code, message] = framing;
+      setImmediate(() => {
+        if (sr.aborted || sr.ended) return;
+        statusSent = 400;
+        sr.writeHead(400, { 'Content-Type': 'application/json' });
+        sr.endAndClose(JSON.stringify({ error_message: message, error_code: code }));
+      });
+      return;
+    }
 
     if (this.draining) {
       statusSent = 503;
