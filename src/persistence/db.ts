@@ -132,7 +132,21 @@ export class Database {
     let orm: MikroORM;
     let embedded = false;
     if (o.databaseUrl) {
-      orm = await MikroORM.init({ ...common, driver: PostgreSqlDriver, clientUrl: o.databaseUrl, pool: { min: 0, max: o.poolMax } } as Options);
+      // knex's own warnings ("Connection Error: ..." once per dropped connection during an outage)
+      // go to the node's logger at debug: the outage itself is logged once by failed()
+      const knexLog =
+        (level: 'warn' | 'debug') =>
+        (m: unknown): void => {
+          const text = typeof m === 'string' ? m : String(m);
+          o.logger[level === 'debug' || text.startsWith('Connection Error') ? 'debug' : 'warn']({ component: 'knex' }, text);
+        };
+      orm = await MikroORM.init({
+        ...common,
+        driver: PostgreSqlDriver,
+        clientUrl: o.databaseUrl,
+        pool: { min: 0, max: o.poolMax },
+        driverOptions: { log: { warn: knexLog('warn'), error: knexLog('warn'), deprecate: knexLog('warn'), debug: knexLog('debug') } },
+      } as Options);
     } else {
       embedded = true;
       const dir = resolve(o.dataDir, 'pg');

@@ -72,8 +72,7 @@ before(async () => {
   );
   node = await startNode(config, { logger: createLogger('debug', dest) });
   http = new HttpClient(node.baseUrl);
-  node.db.orm.em
-    .getConnection()
+  (node.db.orm.em.getConnection() as unknown as { getKnex(): { on(ev: 'query', f: (d: { sql: string; bindings?: unknown[] }) => void): void } })
     .getKnex()
     .on('query', (d: { sql: string; bindings?: unknown[] }) => sent.push({ sql: d.sql, bindings: d.bindings ?? [] }));
 });
