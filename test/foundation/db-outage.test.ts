@@ -20,6 +20,8 @@ import { startNode } from '../../src/main.js';
 import { HttpClient } from '../helpers/node.js';
 import { adminUrl, createTestDatabase } from '../helpers/pg.js';
 import { registerUser } from '../helpers/identity.js';
+import { normaliseDbError, isConnectionError } from '../../src/persistence/db.js';
+import { AppError, DbError, statementShape } from '../../src/shared/errors.js';
 
 /** A cuttable TCP proxy to the shared PostgreSQL. */
 class PgProxy {
@@ -159,4 +161,55 @@ test('a PostgreSQL outage answers 503 database_unavailable with Retry-After, is 
     await db.drop();
     rmSync(dataDir, { recursive: true, force: true });
   }
+});
+
+/** An error shaped like the pg driver's (knex writes the query, values filled in, before its message). */
+const pgError = (code: string, message: string, extra: Record<string, unknown> = {}): Error =>
+  Object.assign(new Error(`select * from users where email = 'SECRET-VALUE' - ${message}`), { code, severity: 'ERROR', routine: 'r', ...extra });
+
+test('the database layer classifies errors in one place: connection-level ones are 503 database_unavailable, others a DbError without values', () => {
+  const outage = [
+    Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED', errno: -111, syscall: 'connect' }),
+    Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }),
+    pgError('57P01', 'terminating connection due to administrator command', { severity: 'FATAL' }),
+    pgError('57P03', 'the database system is starting up', { severity: 'FATAL' }),
+    pgError('08006', 'connection failure'),
+    new Error('Connection terminated unexpectedly'),
+    Object.assign(new Error('Knex: Timeout acquiring a connection. The pool is probably full.'), { name: 'KnexTimeoutError' }),
+    new Error('wrapped', { cause: Object.assign(new Error('connect ECONNREFUSED ::1:5432'), { code: 'ECONNREFUSED' }) }),
+  ];
+  for (const e of outage) {
+    assert.ok(isConnectionError(e), e.message);
+    const n = normaliseDbError(e, 'select 1');
+    assert.ok(n instanceof AppError, e.message);
+    assert.equal(n.kind, 'unavailable');
+    assert.equal(n.code, 'database_unavailable');
+    assert.ok((n.retryAfterS ?? 0) >= 1);
+  }
+  // client-made or statement errors are not an outage: 08P01 (a NUL byte), 22P02, 23505, 40001
+  for (const [code, msg] of [
+    ['08P01', 'invalid message format'],
+    ['22P02', 'invalid input syntax for type uuid: "SECRET-VALUE"'],
+    ['23505', 'duplicate key value violates unique constraint "users_email_uq"'],
+    ['40001', 'could not serialize access'],
+  ] as const) {
+    const e = pgError(code, msg, { constraint: code === '23505' ? 'users_email_uq' : undefined, detail: 'Key (email)=(SECRET-VALUE) already exists.' });
+    assert.equal(isConnectionError(e), false, code);
+    const n = normaliseDbError(e, "select * from users where email = ? and note = 'SECRET-LITERAL'");
+    assert.ok(n instanceof DbError, code);
+    assert.equal(n.code, code);
+    const all = JSON.stringify({ ...n, message: n.message, stack: n.stack });
+    assert.doesNotMatch(all, /SECRET-VALUE|SECRET-LITERAL/);
+    assert.equal(n.statement, "select * from users where email = ? and note = '?'");
+    if (code === '23505') {
+      assert.equal(n.constraint, 'users_email_uq');
+      assert.match(n.message, /users_email_uq/);
+    }
+  }
+  // the caller's own errors pass through untouched
+  const mine = new AppError('conflict', 'slug_taken', 'taken');
+  assert.equal(normaliseDbError(mine), mine);
+  const bug = new TypeError('x is undefined');
+  assert.equal(normaliseDbError(bug), bug);
+  assert.equal(statementShape(`do $$ begin raise 'SECRET'; end $$`), 'do $$?$$');
 });

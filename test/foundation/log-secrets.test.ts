@@ -226,23 +226,55 @@ test('pino redacts secret-bearing fields wherever they sit in a log object', () 
       },
     }),
   );
-  const err = Object.assign(new Error('boom'), { signing_secret: 'SIGNING-SECRET-1', detail: 'Key (email)=(DETAIL-VALUE-1) already exists', query: 'QUERY-TEXT-1' });
+  const err = Object.assign(new Error('boom'), {
+    signing_secret: 'SIGNING-SECRET-1',
+    detail: 'Key (email)=(DETAIL-VALUE-1) already exists',
+    query: 'QUERY-TEXT-1',
+    response: { headers: { Authorization: 'Bearer AUTH-2' } },
+  });
+  const body = { password_hash: 'HASH-1', credential: { secret_hash: 'SECRET-HASH-1' }, access_token: 'ACCESS-1', refresh_token: 'REFRESH-1', list: [{ deep: { client_secret: 'CLIENT-1' } }] };
   log.error(
     {
       err,
       password: 'PASSWORD-1',
-      body: { password_hash: 'HASH-1', credential: { secret_hash: 'SECRET-HASH-1' }, access_token: 'ACCESS-1', refresh_token: 'REFRESH-1' },
+      body,
       headers: { authorization: 'Bearer AUTH-1', cookie: 'COOKIE-1' },
       api_key: 'APIKEY-1',
       token: 'TOKEN-1',
+      webhook: { signing_secret: 'SIGNING-SECRET-2', display_name: 'kept-name' },
     },
     'x',
   );
+  // a raw driver error (pg's shape: SQLSTATE + severity, the query with values in its message) as a cause
+  const driver = Object.assign(new Error("insert into webhooks values ('SIGNING-SECRET-3') - forced"), { code: '23505', severity: 'ERROR', constraint: 'webhooks_pkey', detail: 'Key (id)=(X) exists' });
+  log.error({ err: new Error('wrapper', { cause: driver }) }, 'y');
   const out = buf.join('');
-  for (const v of ['SIGNING-SECRET-1', 'DETAIL-VALUE-1', 'QUERY-TEXT-1', 'PASSWORD-1', 'HASH-1', 'SECRET-HASH-1', 'ACCESS-1', 'REFRESH-1', 'AUTH-1', 'COOKIE-1', 'APIKEY-1', 'TOKEN-1'])
+  for (const v of [
+    'SIGNING-SECRET-1',
+    'SIGNING-SECRET-2',
+    'SIGNING-SECRET-3',
+    'DETAIL-VALUE-1',
+    'QUERY-TEXT-1',
+    'PASSWORD-1',
+    'HASH-1',
+    'SECRET-HASH-1',
+    'ACCESS-1',
+    'REFRESH-1',
+    'AUTH-1',
+    'AUTH-2',
+    'COOKIE-1',
+    'APIKEY-1',
+    'TOKEN-1',
+    'CLIENT-1',
+  ])
     assert.ok(!out.includes(v), `${v} in ${out}`);
   assert.match(out, /\[redacted\]/);
   assert.match(out, /"message":"boom"/);
+  assert.match(out, /kept-name/);
+  assert.match(out, /wrapper: database error 23505 unique_violation \(constraint webhooks_pkey\)/);
+  // the caller's objects are not changed
+  assert.equal(body.password_hash, 'HASH-1');
+  assert.equal(body.list[0]?.deep.client_secret, 'CLIENT-1');
 });
 
 test('a 500 is logged with the request id the response carries', async () => {
