@@ -1,5 +1,5 @@
 import { pino, stdSerializers, type Logger, type DestinationStream } from 'pino';
-import { dbErrorFrom, isRawDbError } from './errors.js';
+import { AppError, dbErrorFrom, isRawDbError } from './errors.js';
 
 export type { Logger };
 
@@ -111,6 +111,13 @@ export function serializeError(e: unknown): unknown {
   return redactSecrets(s);
 }
 
+/** True when e (or an error in its cause chain) is the database layer's 503 `database_unavailable`. */
+function isDatabaseOutage(e: unknown, depth = 0): boolean {
+  if (!(e instanceof Error) || depth > 8) return false;
+  if (e instanceof AppError && e.code === 'database_unavailable') return true;
+  return isDatabaseOutage((e as { cause?: unknown }).cause, depth + 1);
+}
+
 /** Structured JSON logs on stdout (pino). Child loggers carry request_id, actor, task_id... */
 export function createLogger(level: string, dest?: DestinationStream): Logger {
   return pino(
@@ -120,6 +127,18 @@ export function createLogger(level: string, dest?: DestinationStream): Logger {
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }), log: (o) => redactSecrets(o) as Record<string, unknown> },
       serializers: { err: serializeError, error: serializeError, cause: serializeError },
+      hooks: {
+        // a database outage is logged once by the database layer (and its end once); a background
+        // loop's warning or error caused by it goes to debug, so an outage is not one line per tick
+        logMethod(args, method, level) {
+          const first = args[0] as unknown;
+          if (level >= 40 && first !== null && typeof first === 'object' && isDatabaseOutage((first as { err?: unknown }).err ?? first)) {
+            if (this.isLevelEnabled('debug')) this.debug(...(args as [object, string]));
+            return;
+          }
+          method.apply(this, args);
+        },
+      },
       // secret fields at the top level (cheap paths, no wildcard); nested ones: redactSecrets above
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie', ...SECRET_FIELDS.filter((k) => /^[A-Za-z_$][\w$]*$/.test(k))], censor: CENSOR },
     },

@@ -20,7 +20,7 @@ import { startNode } from '../../src/main.js';
 import { HttpClient } from '../helpers/node.js';
 import { adminUrl, createTestDatabase } from '../helpers/pg.js';
 import { registerUser } from '../helpers/identity.js';
-import { normaliseDbError, isConnectionError } from '../../src/persistence/db.js';
+import { normaliseDbError, isConnectionError, databaseUnavailable } from '../../src/persistence/db.js';
 import { AppError, DbError, statementShape } from '../../src/shared/errors.js';
 
 /** A cuttable TCP proxy to the shared PostgreSQL. */
@@ -212,4 +212,34 @@ test('the database layer classifies errors in one place: connection-level ones a
   const bug = new TypeError('x is undefined');
   assert.equal(normaliseDbError(bug), bug);
   assert.equal(statementShape(`do $$ begin raise 'SECRET'; end $$`), 'do $$?$$');
+});
+
+test('a background loop failing on the outage logs at debug, not once per tick at warn (the outage line is the database layer\'s)', () => {
+  const capture = (level: string): { log: ReturnType<typeof createLogger>; out: () => LogLine[] } => {
+    const buf: string[] = [];
+    const log = createLogger(
+      level,
+      new Writable({
+        write(chunk: Buffer, _enc, cb) {
+          buf.push(String(chunk));
+          cb();
+        },
+      }),
+    );
+    return { log, out: () => buf.join('').split('\n').filter(Boolean).map((l) => JSON.parse(l) as LogLine) };
+  };
+  const info = capture('info');
+  info.log.warn({ err: databaseUnavailable() }, 'outbox scan failed');
+  info.log.error({ err: new Error('sweep failed', { cause: databaseUnavailable() }) }, 'files sweep failed');
+  info.log.warn({ err: new Error('disk full') }, 'could not write the sync state file');
+  assert.deepEqual(
+    info.out().map((l) => [l.level, l.msg]),
+    [['warn', 'could not write the sync state file']],
+  );
+  const debug = capture('debug');
+  debug.log.warn({ err: databaseUnavailable() }, 'outbox scan failed');
+  assert.deepEqual(
+    debug.out().map((l) => [l.level, l.msg, (l.err as { code?: string } | undefined)?.code]),
+    [['debug', 'outbox scan failed', 'database_unavailable']],
+  );
 });
