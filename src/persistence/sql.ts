@@ -1,13 +1,23 @@
 import type { Knex } from '@mikro-orm/knex';
-import type { Database, Em } from './db.js';
+import { normaliseDbError, type Database, type Em } from './db.js';
 
-/** A query function bound to a unit of work (or a transaction). `?` placeholders (knex style). */
+/**
+ * A query function bound to a unit of work (or a transaction). `?` placeholders (knex style).
+ * Every function here throws errors normalised by the database layer (Database.failed /
+ * normaliseDbError): a 503 `database_unavailable` AppError when the server is unreachable, a
+ * DbError (SQLSTATE, constraint, statement shape; no parameter values) for a failed statement.
+ */
 export type Q = <T = Record<string, any>>(sql: string, params?: unknown[]) => Promise<T[]>;
 
 export const queryOn =
   (em: Em): Q =>
-  async <T>(sql: string, params: unknown[] = []) =>
-    (await em.execute(sql, params as never[], 'all')) as T[];
+  async <T>(sql: string, params: unknown[] = []) => {
+    try {
+      return (await em.execute(sql, params as never[], 'all')) as T[];
+    } catch (e) {
+      throw normaliseDbError(e, sql);
+    }
+  };
 
 /** The driver connection (its knex pool): raw SQL needs no unit of work, so no em.fork() per query. */
 const connectionOf = (db: Database) => db.orm.em.getConnection();
@@ -15,18 +25,39 @@ const connectionOf = (db: Database) => db.orm.em.getConnection();
 /**
  * Runs fn in one PostgreSQL transaction (commit on return, rollback on throw). The pooled
  * connection is held until commit: fn must await only its own queries, never unrelated work.
+ * fn's own errors pass through; a failed BEGIN or COMMIT is normalised like a statement's.
  */
 export async function inTx<T>(db: Database, fn: (q: Q) => Promise<T>): Promise<T> {
   const conn = connectionOf(db);
-  return conn.transactional(async (trx: Knex.Transaction) =>
-    fn(async <R>(sql: string, params: unknown[] = []) => (await conn.execute(sql, params as never[], 'all', trx)) as R[]),
-  );
+  try {
+    const r = await conn.transactional(async (trx: Knex.Transaction) =>
+      fn(async <R>(sql: string, params: unknown[] = []) => {
+        try {
+          return (await conn.execute(sql, params as never[], 'all', trx)) as R[];
+        } catch (e) {
+          throw db.failed(e, sql);
+        }
+      }),
+    );
+    db.succeeded();
+    return r;
+  } catch (e) {
+    throw db.failed(e, 'commit');
+  }
 }
 
 /** Autocommit queries on the pool (one statement = one atomic transaction). */
 export const q = (db: Database): Q => {
   const conn = connectionOf(db);
-  return async <T>(sql: string, params: unknown[] = []) => (await conn.execute(sql, params as never[], 'all')) as T[];
+  return async <T>(sql: string, params: unknown[] = []) => {
+    try {
+      const rows = (await conn.execute(sql, params as never[], 'all')) as T[];
+      db.succeeded();
+      return rows;
+    } catch (e) {
+      throw db.failed(e, sql);
+    }
+  };
 };
 
 export const json = (v: unknown): string => JSON.stringify(v ?? null);
