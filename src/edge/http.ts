@@ -563,7 +563,6 @@ export class HttpEdge {
         sr.json(200, out ?? { is_success: true });
       }
     } catch (e) {
-      if (!isAppError(e)) ctx.log.error({ err: e }, 'handler threw');
       fail(e);
     }
   }

@@ -1,6 +1,5 @@
 import type { Database } from '../persistence/db.js';
 import { inTx, q as pooled } from '../persistence/sql.js';
-import { RefreshToken } from '../persistence/entities/identity.js';
 import type { TeamRole } from './principal.js';
 import type { PageRequest } from '../shared/pagination.js';
 import type { CredentialKind } from './credentials.js';
@@ -484,7 +483,7 @@ export class IdentityStore {
   }
 
   async revokeFamily(familyId: string, now: Date): Promise<number> {
-    return this.db.em().nativeUpdate(RefreshToken, { familyId, revokedAt: null }, { revokedAt: now });
+    return (await this.q(`update refresh_tokens set revoked_at = ? where family_id = ? and revoked_at is null returning id`, [now, familyId])).length;
   }
 
   // ---- one-time tokens -----------------------------------------------------------------------

@@ -109,6 +109,8 @@ export class TaskQueries {
         [JSON.stringify(rowsIn)],
       );
     } catch (err) {
+      // an outage is said as such (database_unavailable, its Retry-After); any other failure of the batch is task_submit_failed
+      if (err instanceof AppError && err.code === 'database_unavailable') throw err;
       throw submitFailed(err);
     }
     const byTask = new Map(rows.map((r) => [String(r.task_id), r]));
