@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { ConfigError, type Config } from './shared/config.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { Database } from './persistence/db.js';
+import { assertPortFree, lockDataDir } from './shared/startup.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
 import { systemRoutes } from './edge/routes/system.js';
 import { debugRoutes } from './edge/routes/debug.js';
@@ -92,9 +93,16 @@ async function failStart(e: unknown, what: string, stops: Array<() => unknown>):
 export async function startNode(config: Config, opts: StartOptions = {}): Promise<GantryNode> {
   const logger = opts.logger ?? createLogger(config.LOG_LEVEL);
   const dataDir = resolve(config.GANTRY_DATA_DIR);
+  // start-up checks before anything is touched (no migration, no key): busy ports, data dir in use
+  await assertPortFree('GANTRY_GRPC_PORT', config.GANTRY_GRPC_HOST, config.GANTRY_GRPC_PORT);
+  await assertPortFree('GANTRY_HTTP_PORT', config.GANTRY_HTTP_HOST, config.GANTRY_HTTP_PORT);
   mkdirSync(dataDir, { recursive: true });
+  const dataDirLock = lockDataDir(dataDir);
 
-  const db = await Database.open({ databaseUrl: config.DATABASE_URL, dataDir, poolMax: config.GANTRY_DB_POOL_MAX, logger });
+  const db = await Database.open({ databaseUrl: config.DATABASE_URL, dataDir, poolMax: config.GANTRY_DB_POOL_MAX, logger, createDatabase: config.GANTRY_DB_CREATE }).catch((e: unknown) => {
+    dataDirLock.release();
+    throw e;
+  });
   const migrationsApplied = await db.migrate();
   const installationId = await db.installationId();
   logger.info({ installation_id: installationId, embedded: db.embedded, migrations_applied: migrationsApplied.length }, 'database ready');
@@ -290,6 +298,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await actors.shutdown();
         await identity.stop();
         await db.close();
+        dataDirLock.release();
         logger.info('stopped');
       })();
       return closing;

@@ -3,7 +3,7 @@ import uWS from 'uWebSockets.js';
 import type { HttpResponse, HttpRequest, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
 import type { Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/config.js';
-import { AppError, badRequest, notFound, isAppError } from '../shared/errors.js';
+import { AppError, badRequest, notFound } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import { Router, type Method } from './router.js';
 import { toHttpError, statusLine } from './error-map.js';

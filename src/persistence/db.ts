@@ -8,6 +8,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { PGliteDriver } from 'mikro-orm-pglite';
 import type { Logger } from '../shared/logger.js';
 import { AppError, DbError, dbErrorFrom, isRawDbError } from '../shared/errors.js';
+import { ConfigError } from '../shared/config.js';
 import { uuidv7 } from '../shared/ids.js';
 import { allEntities } from './entities/index.js';
 import { migrationsList } from './migrations/index.js';
@@ -74,6 +75,17 @@ export interface DatabaseOptions {
   dataDir: string;
   poolMax: number;
   logger: Logger;
+  /** Create the database named by databaseUrl when it does not exist (GANTRY_DB_CREATE); otherwise open refuses. */
+  createDatabase?: boolean;
+}
+
+/** The database name in a postgres:// URL (its path), as PostgreSQL will see it. */
+function databaseName(url: string): string {
+  try {
+    return decodeURIComponent(new URL(url).pathname.replace(/^\//, '')) || 'postgres';
+  } catch {
+    return '(unparsable)';
+  }
 }
 
 /**
@@ -128,6 +140,8 @@ export class Database {
       debug: false,
       forceUtcTimezone: true,
       ignoreUndefinedInQuery: true,
+      // never create a missing database behind the user's back (see open)
+      ensureDatabase: false,
     };
     let orm: MikroORM;
     let embedded = false;
@@ -147,6 +161,24 @@ export class Database {
         pool: { min: 0, max: o.poolMax },
         driverOptions: { log: { warn: knexLog('warn'), error: knexLog('warn'), deprecate: knexLog('warn'), debug: knexLog('debug') } },
       } as Options);
+      // A DATABASE_URL naming a database that does not exist is refused (a typo must not split the
+      // data into a fresh database) unless creation was asked for. The migrator would otherwise
+      // create it on its first call.
+      try {
+        await orm.em.getConnection().execute('select 1');
+      } catch (e) {
+        if ((e as { code?: string }).code !== '3D000') {
+          await orm.close(true);
+          throw e;
+        }
+        const name = databaseName(o.databaseUrl);
+        if (!o.createDatabase) {
+          await orm.close(true);
+          throw new ConfigError(`DATABASE_URL names database ${JSON.stringify(name)}, which does not exist; create it, or set GANTRY_DB_CREATE=true (or pass --create-db) to let gantry create it`);
+        }
+        await orm.schema.ensureDatabase();
+        o.logger.info({ database: name }, 'database created (GANTRY_DB_CREATE)');
+      }
     } else {
       embedded = true;
       const dir = resolve(o.dataDir, 'pg');

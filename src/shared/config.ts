@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
 import { z } from 'zod';
 
 /**
@@ -23,6 +25,8 @@ export const configSchema = z.object({
   GANTRY_DATA_DIR: z.string().min(1).default('./data'),
   DATABASE_URL: optStr.pipe(z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL').optional()),
   GANTRY_DB_POOL_MAX: int(20, 1, 200),
+  /** Create the database named by DATABASE_URL when it does not exist (otherwise start-up refuses, so a typo never splits data). */
+  GANTRY_DB_CREATE: bool(false),
   REDIS_URL: optStr.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
   GANTRY_REDIS_PREFIX: z.string().default('gantry:'),
   GANTRY_STORAGE: optStr.pipe(z.string().regex(/^(local|s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](\/.*)?)$/, 'must be "local" or s3://bucket[/prefix]').optional()),
@@ -87,7 +91,38 @@ export interface Config extends RawConfig {
   oauthProviders: Array<{ id: string; display_name: string }>;
 }
 
+/**
+ * A refusal to start: bad configuration, or a start-up check that failed before anything was
+ * touched (busy port, data dir in use, missing database). The CLI prints its message as one line
+ * on stderr and exits 78 (EX_CONFIG).
+ */
 export class ConfigError extends Error {}
+
+/** Both halves of the gRPC TLS pair set together, both files readable, and the key matching the certificate. */
+function checkGrpcTls(cert: string | undefined, key: string | undefined): void {
+  if (cert === undefined && key === undefined) return;
+  if (cert === undefined || key === undefined) {
+    const missing = cert === undefined ? 'GANTRY_GRPC_TLS_CERT' : 'GANTRY_GRPC_TLS_KEY';
+    const set = cert === undefined ? 'GANTRY_GRPC_TLS_KEY' : 'GANTRY_GRPC_TLS_CERT';
+    throw new ConfigError(`invalid configuration: ${set} is set but ${missing} is not (set both, or neither for plaintext gRPC)`);
+  }
+  const read = (name: string, path: string): Buffer => {
+    try {
+      return readFileSync(path);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code ?? 'unreadable';
+      throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(path)}: cannot read the file (${code})`);
+    }
+  };
+  const certPem = read('GANTRY_GRPC_TLS_CERT', cert);
+  const keyPem = read('GANTRY_GRPC_TLS_KEY', key);
+  try {
+    createSecureContext({ cert: certPem, key: keyPem });
+  } catch (e) {
+    const reason = String((e as Error).message ?? e).split('\n')[0];
+    throw new ConfigError(`invalid configuration: GANTRY_GRPC_TLS_CERT/GANTRY_GRPC_TLS_KEY: not a usable PEM certificate and matching key (${reason})`);
+  }
+}
 
 export function loadConfig(env: Record<string, string | undefined> = process.env, overrides: Partial<RawConfig> = {}): Config {
   const picked: Record<string, string | undefined> = {};
@@ -99,6 +134,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration: ${name}=${JSON.stringify(env[name] ?? '')}: ${issue?.message ?? 'invalid'}`);
   }
   const raw = { ...parsed.data, ...overrides };
+  checkGrpcTls(raw.GANTRY_GRPC_TLS_CERT, raw.GANTRY_GRPC_TLS_KEY);
   const oauthProviders = (raw.GANTRY_OAUTH_PROVIDERS ?? '')
     .split(',')
     .map((s) => s.trim())
