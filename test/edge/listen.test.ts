@@ -57,7 +57,8 @@ test('a second node on the same HTTP port fails at start with a clear error; the
   const port = first.node.httpPort;
   const err = await startSecond({ GANTRY_HTTP_PORT: port });
   assert.ok(err instanceof ConfigError, `the second start must fail with a ConfigError, got ${String(err)}`);
-  assert.equal(err.message, `cannot listen on HTTP 127.0.0.1:${port}: address in use (another node or process listens there) or not available`);
+  // refused by the start-up port check, before the database is touched (the exclusive listen closes the window after it)
+  assert.equal(err.message, `GANTRY_HTTP_PORT=${port}: 127.0.0.1:${port} already in use (is another node running?)`);
   const codes = await Promise.all(Array.from({ length: 10 }, async () => (await fetch(`http://127.0.0.1:${port}/healthz`)).status));
   assert.deepEqual(codes, Array(10).fill(200));
 });
@@ -66,7 +67,7 @@ test('a second node on the same gRPC port fails at start with a clear error', as
   const port = first.node.grpcPort;
   const err = await startSecond({ GANTRY_GRPC_PORT: port });
   assert.ok(err instanceof ConfigError, `the second start must fail with a ConfigError, got ${String(err)}`);
-  assert.equal(err.message, `cannot listen on gRPC 127.0.0.1:${port}: address already in use (another node or process listens there)`);
+  assert.equal(err.message, `GANTRY_GRPC_PORT=${port}: 127.0.0.1:${port} already in use (is another node running?)`);
 });
 
 test('`gantry serve` on a busy HTTP port: one line on stderr and exit 78', async () => {
@@ -85,7 +86,7 @@ test('`gantry serve` on a busy HTTP port: one line on stderr and exit 78', async
     const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
     clearTimeout(bound);
     assert.equal(code, 78, `exit code (stderr: ${stderr})`);
-    assert.equal(stderr, `gantry: cannot listen on HTTP 127.0.0.1:${port}: address in use (another node or process listens there) or not available\n`);
+    assert.equal(stderr, `gantry: GANTRY_HTTP_PORT=${port}: 127.0.0.1:${port} already in use (is another node running?)\n`);
   } finally {
     await db.drop();
     rmSync(dataDir, { recursive: true, force: true });

@@ -80,7 +80,11 @@ describe('POST /workflows: create rules over HTTP (boundary on each side)', () =
     const paths = (n: number): string[] => Array.from({ length: n }, (_, i) => `loras/m${i}.safetensors`);
     await expectOk(comfyBody({ required_models: paths(512) }), '512 entries');
     expect400(await create(comfyBody({ required_models: paths(513) })), 'required_models');
-    const long = (len: number): string => `checkpoints/${'m'.repeat(len - 'checkpoints/'.length)}`;
+    // segments are at most 255 characters (the shared model-path rule): a long path is several of them
+    const long = (len: number): string => {
+      const head = `checkpoints/${'a'.repeat(200)}/${'b'.repeat(200)}/`;
+      return head + 'm'.repeat(len - head.length);
+    };
     await expectOk(comfyBody({ required_models: [long(512)] }), 'path 512');
     expect400(await create(comfyBody({ required_models: [long(513)] })), 'required_models.0');
     for (const bad of ['/abs/model.ckpt', 'loras/../../etc/passwd', 'loras\\x.safetensors']) {
