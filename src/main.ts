@@ -5,6 +5,7 @@ import { createLogger, type Logger } from './shared/logger.js';
 import { Database } from './persistence/db.js';
 import { assertPortFree, lockDataDir } from './shared/startup.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
+import { createRateLimits } from './edge/rate-limits.js';
 import { systemRoutes } from './edge/routes/system.js';
 import { debugRoutes } from './edge/routes/debug.js';
 import { identityRoutes, identityDebugRoutes } from './edge/routes/identity.js';
@@ -207,6 +208,11 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     maxBodyBytes: config.GANTRY_MAX_BODY_BYTES,
     logger,
     authenticator: identity.authenticator,
+    rateLimits: createRateLimits(
+      { runtimePerCredential: config.GANTRY_RATE_LIMIT_RUNTIME_PER_MIN, runtimePerTeam: config.GANTRY_RATE_LIMIT_RUNTIME_TEAM_PER_MIN, managementPerCredential: config.GANTRY_RATE_LIMIT_MANAGEMENT_PER_MIN, managementPerTeam: config.GANTRY_RATE_LIMIT_MANAGEMENT_TEAM_PER_MIN },
+      '/api/v1',
+      clock,
+    ),
   });
   edge.addAll(
     systemRoutes({

@@ -10,6 +10,7 @@ import { toHttpError, statusLine } from './error-map.js';
 import { checkPairs, parseJsonBody, parseQuery } from '../shared/input-hygiene.js';
 import { createBodyChannel } from '../storage/local-http.js';
 import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
+import { refusalResponse, type RequestRateLimits } from './rate-limits.js';
 
 const EMPTY = Buffer.alloc(0);
 /** Control characters other than HTAB are invalid in a field value (RFC 9110 §5.5). */
@@ -75,6 +76,8 @@ export interface EdgeOptions {
   maxBodyBytes: number;
   logger: Logger;
   authenticator: Authenticator;
+  /** Per credential / per team request limits (src/edge/rate-limits.ts); null or absent = none. */
+  rateLimits?: RequestRateLimits | null;
 }
 
 /**
@@ -497,6 +500,7 @@ export class HttpEdge {
       const run = async (): Promise<void> => {
         try {
           ctx.principal = await this.o.authenticator.authenticate({ headers, ip }, def.auth);
+          if (this.o.rateLimits && this.refused(ctx, sr, (s) => (statusSent = s))) return;
           await def.stream?.(ctx, sr);
         } catch (e) {
           if (!sr.aborted && !sr.ended) fail(e);
@@ -537,10 +541,21 @@ export class HttpEdge {
     });
   }
 
+  /** Takes a token for the authenticated caller; on refusal answers 429 with the rate limit headers. */
+  private refused(ctx: Ctx, sr: StreamResponse, setStatus: (s: number) => void): boolean {
+    const r = this.o.rateLimits?.take(ctx.principal, ctx.path);
+    if (!r) return false;
+    const { body, headers } = refusalResponse(r);
+    setStatus(429);
+    sr.json(429, body, headers);
+    return true;
+  }
+
   private async handleJson(def: RouteDef, ctx: Ctx, raw: Buffer, sr: StreamResponse, fail: (e: unknown) => void, setStatus: (s: number) => void): Promise<void> {
     try {
       ctx.rawBody = raw;
       ctx.principal = await this.o.authenticator.authenticate({ headers: ctx.headers, ip: ctx.ip }, def.auth);
+      if (this.o.rateLimits && this.refused(ctx, sr, setStatus)) return;
       if (!def.rawBody && raw.length > 0) {
         const ct = ctx.headers['content-type'] ?? 'application/json';
         if (!/^application\/(.+\+)?json\b/i.test(ct) && !/^text\/plain\b/i.test(ct))

@@ -64,6 +64,15 @@ export const configSchema = z.object({
   GANTRY_REFRESH_TOKEN_TTL_S: int(30 * 86_400, 3600, 365 * 86_400),
   /** Requests per minute per client IP on each of login, register, password forgot and pairing start/confirm. */
   GANTRY_AUTH_RATE_LIMIT_PER_MIN: int(30, 1, 1_000_000),
+  /**
+   * Requests per minute (0 = off, the default) on the runtime surface (/api/v1/r/...) and the
+   * management surface (every other authenticated route), per credential (sk-/dk-/ak- id, or JWT
+   * user + team) and per team. Per node, in memory (src/edge/rate-limits.ts).
+   */
+  GANTRY_RATE_LIMIT_RUNTIME_PER_MIN: int(0, 0, 100_000_000),
+  GANTRY_RATE_LIMIT_RUNTIME_TEAM_PER_MIN: int(0, 0, 100_000_000),
+  GANTRY_RATE_LIMIT_MANAGEMENT_PER_MIN: int(0, 0, 100_000_000),
+  GANTRY_RATE_LIMIT_MANAGEMENT_TEAM_PER_MIN: int(0, 0, 100_000_000),
   /** Minimum seconds between two polls of one device pairing (faster polls get 429 slow_down). */
   GANTRY_PAIRING_POLL_INTERVAL_S: int(5, 0, 60),
   SMTP_URL: optStr,
