@@ -45,7 +45,7 @@ async function ok(r: Promise<{ status: number; text: string; body: any }>, what:
 /** Presign, PUT the bytes, then the registry create call. */
 async function registryItem(u: TestUser, kind: 'models' | 'nodes', body: Record<string, unknown>, fileName: string, bytes: Buffer): Promise<string> {
   const pre = await ok(t.http.post(`/${kind}/presign`, { file_name: fileName, file_size: bytes.length, content_type: 'application/octet-stream' }, { token: u.accessToken, team: u.teamId }), `${kind} presign`);
-  const put = await fetch(pre.upload_url, { method: 'PUT', headers: pre.upload_headers, body: bytes });
+  const put = await fetch(pre.upload_url, { method: 'PUT', headers: pre.upload_headers, body: new Uint8Array(bytes) });
   assert.equal(put.status, 200, await put.text());
   return (await ok(t.http.post(`/${kind}`, { ...body, storage_key: pre.storage_key, file_size: bytes.length }, { token: u.accessToken, team: u.teamId }), `POST /${kind}`)).id;
 }
