@@ -153,6 +153,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     quotas: { maxConcurrentTasks: () => config.quotas.maxConcurrentTasks },
     timeoutMaxS: config.GANTRY_TASK_TIMEOUT_MAX_S,
     ackTimeoutMs: config.GANTRY_ACK_TIMEOUT_S * 1000,
+    retryBackoffBaseMs: config.GANTRY_RETRY_BACKOFF_BASE_S * 1000,
+    retryBackoffMaxMs: config.GANTRY_RETRY_BACKOFF_MAX_S * 1000,
     agentGraceMs: config.GANTRY_AGENT_GRACE_S * 1000,
     progressIntervalMs: 500,
     askTimeoutMs: 15_000,

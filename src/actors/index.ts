@@ -18,6 +18,9 @@ export interface ActorDeps {
   quotas: QuotaPort;
   timeoutMaxS: number;
   ackTimeoutMs: number;
+  /** Task retry backoff (full jitter): base and cap of the delay before a retry may be scheduled. */
+  retryBackoffBaseMs?: number;
+  retryBackoffMaxMs?: number;
   agentGraceMs: number;
   progressIntervalMs: number;
   askTimeoutMs: number;
@@ -31,7 +34,7 @@ export const envelopes = envelopeCodec<Protocols>(messageSchemas);
 
 /** Registers every actor kind with its protocol parser. */
 export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): void {
-  sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS, ackTimeoutMs: d.ackTimeoutMs }, progressIntervalMs: d.progressIntervalMs }), {
+  sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS, ackTimeoutMs: d.ackTimeoutMs, retryBackoffBaseMs: d.retryBackoffBaseMs ?? 0, retryBackoffMaxMs: d.retryBackoffMaxMs ?? 0 }, progressIntervalMs: d.progressIntervalMs }), {
     parse: parseTaskMsg,
     idleMs: 60_000,
   });

@@ -110,6 +110,8 @@ export interface TransitionRequest {
   events: TaskEventInput[];
   /** Create the retry task (attempt+1, parent_task_id) in the same transaction. */
   createRetry?: boolean;
+  /** With createRetry: the retry is not scheduled before this instant (epoch ms; retry backoff). */
+  retryNotBefore?: number;
 }
 
 export type TransitionResult =

@@ -36,6 +36,7 @@ export function rowToTask(r: Record<string, any>): TaskRecord {
     createdAt: ts(r.created_at) ?? 0,
     parentTaskId: r.parent_task_id ?? null,
     retryTaskId: r.retry_task_id ?? null,
+    notBefore: ts(r.not_before),
   };
 }
 
@@ -50,7 +51,7 @@ const rowToEvent = (r: Record<string, any>): TaskEvent => ({
 
 /** The columns of a TaskRecord (never the large JSON: workflow, parameters, output). */
 const TASK_COLS = `id, team_id, task_status, attempt, max_retries, lease_epoch, agent_id, dispatch_target, tool_type, task_timeout_s, required_labels,
-  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id`;
+  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id, not_before`;
 /** What an agent needs besides the record (returned by the assigning transition). */
 const ASSIGNMENT_COLS = 'resolved_workflow, parameters, input_files';
 
@@ -313,10 +314,10 @@ export class PgTaskStore implements TaskStorePort {
          r as (
            insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type,
              parameters, resolved_workflow, input_files, attempt, max_retries, parent_task_id, lease_epoch, task_timeout_s, required_labels,
-             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id)
+             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, not_before)
            select ?::uuid, p.team_id, p.workflow_id, p.workflow_slug, p.workflow_version, p.snapshot_id, 'pending', p.dispatch_target, p.tool_type,
              p.parameters, p.resolved_workflow, p.input_files, p.attempt + 1, p.max_retries, p.id, 0, p.task_timeout_s, p.required_labels,
-             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id
+             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id, ?::timestamptz
            from u join tasks p on p.id = u.id
            where u.retry_task_id = ?::uuid
            returning id, team_id),
@@ -339,7 +340,8 @@ export class PgTaskStore implements TaskStorePort {
            from u, jsonb_array_elements(?::jsonb) with ordinality as x(ev, n) order by x.n
            returning *)
          select (select row_to_json(u) from u) as task, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`;
-    const params = retryId ? [...upd.params, retryId, retryId, retryId, retryId, json(events), nowIso] : [...upd.params, json(events)];
+    const notBefore = req.retryNotBefore !== undefined ? new Date(req.retryNotBefore).toISOString() : null;
+    const params = retryId ? [...upd.params, retryId, notBefore, retryId, retryId, retryId, json(events), nowIso] : [...upd.params, json(events)];
     const [row] = await q(this.db)<{ task: Record<string, any> | null; events: Array<Record<string, any>> }>(sql, params);
     if (!row?.task) {
       // a stale writer: nothing was written; re-read the truth (as of now, like a read after the UPDATE)

@@ -43,6 +43,12 @@ export const configSchema = z.object({
   GANTRY_AGENT_GRACE_S: int(30, 1, 3600),
   /** A queued task not acknowledged by its agent within this goes back to waiting (dispatch is at-least-once). */
   GANTRY_ACK_TIMEOUT_S: int(60, 1, 3600),
+  /**
+   * Task retry backoff: a retry created by a failure of attempt n is not scheduled before
+   * failed_at + random(0, min(BASE * 2^(n-1), MAX)) seconds (full jitter). BASE 0 retries at once.
+   */
+  GANTRY_RETRY_BACKOFF_BASE_S: int(1, 0, 3600),
+  GANTRY_RETRY_BACKOFF_MAX_S: int(60, 0, 86_400),
   GANTRY_HEARTBEAT_INTERVAL_S: int(10, 1, 300),
   GANTRY_INPUT_RETENTION_S: int(86_400, 60, 365 * 86_400),
   GANTRY_OUTPUT_RETENTION_S: int(7 * 86_400, 60, 365 * 86_400),

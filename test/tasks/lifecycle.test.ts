@@ -11,7 +11,7 @@ let clock: FakeClock;
 let sql: pg.Client;
 before(async () => {
   clock = new FakeClock(Date.now());
-  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 5, GANTRY_TASK_TIMEOUT_MAX_S: 3600, GANTRY_ACK_TIMEOUT_S: 30 }, 'life', { clock });
+  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 5, GANTRY_TASK_TIMEOUT_MAX_S: 3600, GANTRY_ACK_TIMEOUT_S: 30, GANTRY_RETRY_BACKOFF_BASE_S: 0 }, 'life', { clock });
   sql = new pg.Client({ connectionString: t.db.url });
   await sql.connect();
 });

@@ -19,7 +19,7 @@ let sql: pg.Client;
 const GRACE_S = 2;
 before(async () => {
   clock = new FakeClock(Date.now());
-  t = await startTestNode({ GANTRY_AGENT_GRACE_S: GRACE_S, GANTRY_TASK_TIMEOUT_MAX_S: 3600 }, 'model', { clock });
+  t = await startTestNode({ GANTRY_AGENT_GRACE_S: GRACE_S, GANTRY_TASK_TIMEOUT_MAX_S: 3600, GANTRY_RETRY_BACKOFF_BASE_S: 0 }, 'model', { clock });
   sql = new pg.Client({ connectionString: t.db.url });
   await sql.connect();
 });

@@ -121,7 +121,9 @@ export type SchedulerEffect =
   | { type: 'load'; token: number; ids: string[] }
   /** One fenced statement pending -> waiting for the batch: the answer comes back as `waiting_marked`. */
   | { type: 'mark_waiting'; ids: string[] }
-  | { type: 'publish'; events: TaskEvent[] };
+  | { type: 'publish'; events: TaskEvent[] }
+  /** (Re)arms the scheduler's one backoff timer: a kick to self when the earliest retry backoff ends. */
+  | { type: 'set_timer'; ms: number };
 
 export interface SchedulerDecision {
   state: SchedulerState;
@@ -184,10 +186,22 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
     effects.push({ type: 'load', token, ids });
   }
   if (s.queue.size === 0) return effects;
+  // retries still in their backoff are not placed; a timer kicks a pass when the earliest is due
+  const due: TaskRecord[] = [];
+  const notDue: TaskRecord[] = [];
+  let earliest = Infinity;
+  for (const t of s.queue.values()) {
+    if (t.notBefore != null && t.notBefore > env.now) {
+      notDue.push(t);
+      earliest = Math.min(earliest, t.notBefore);
+    } else due.push(t);
+  }
+  if (notDue.length > 0) effects.push({ type: 'set_timer', ms: earliest - env.now });
   // nothing can be placed (no free slot, or the quota is used up): FIFO order does not matter, only
   // which tasks are still `pending` (they move to `waiting`), so skip the sort and the search
   const full = (env.maxConcurrent > 0 && s.active.size >= env.maxConcurrent) || ![...s.agents.values()].some((a) => !a.draining && a.free > 0);
-  const p = full ? { assign: [], wait: [...s.queue.values()].filter((t) => t.status === 'pending').map((t) => t.id) } : plan([...s.queue.values()].sort(bySeq), s.agents, s.active.size, env.maxConcurrent);
+  const p = full ? { assign: [], wait: [...s.queue.values()].filter((t) => t.status === 'pending').map((t) => t.id) } : plan(due.sort(bySeq), s.agents, s.active.size, env.maxConcurrent);
+  if (!full) for (const t of notDue) if (t.status === 'pending') p.wait.push(t.id);
   for (const step of p.assign) {
     const agent = step.agentId ? s.agents.get(step.agentId) : undefined;
     if (!agent) continue;

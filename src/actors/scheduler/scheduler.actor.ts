@@ -72,6 +72,9 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
       case 'kick':
         this.ctx.system.tell(this.ctx.self, { type: 'kick' });
         return;
+      case 'set_timer':
+        this.ctx.setTimer('backoff', e.ms, { type: 'kick' });
+        return;
       case 'publish':
         this.d.events.publish(e.events);
         return;

@@ -37,6 +37,20 @@ export interface DecideConfig {
    * staying queued forever; the late ACK of that epoch is stale.
    */
   ackTimeoutMs: number;
+  /** Retry backoff (0 = a retry may run at once); see retryDelayMs. */
+  retryBackoffBaseMs?: number;
+  retryBackoffMaxMs?: number;
+}
+
+/**
+ * The delay before the retry of a failed attempt may be scheduled: exponential with full jitter,
+ * `u * min(base * 2^(attempt-1), max)` for a uniform draw u in [0, 1) supplied by the caller (so
+ * this stays pure). attempt is the failed task's attempt (1 for the first run).
+ */
+export function retryDelayMs(attempt: number, baseMs: number, maxMs: number, u: number): number {
+  if (baseMs <= 0 || maxMs <= 0) return 0;
+  const cap = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), 40));
+  return Math.floor(Math.min(Math.max(u, 0), 1) * cap);
 }
 
 const OPEN_AGENT: readonly TaskStatus[] = ON_AGENT;

@@ -2,7 +2,7 @@ import type { ActorContext, Actor, ReplyHandle } from '../runtime/system.js';
 import { conflict, notFound } from '../../shared/errors.js';
 import { AGENT_KIND, SCHEDULER_KIND, TASK_KIND, type TaskRecord } from '../../domain/tasks/record.js';
 import type { EventBusPort, Protocols, TaskAssignment, TaskStorePort, TransitionResult } from '../ports.js';
-import { decide, type DecideConfig, type Decision, type TaskEffect } from './decide.js';
+import { decide, retryDelayMs, type DecideConfig, type Decision, type TaskEffect } from './decide.js';
 import { TaskMsg, type TaskProgressMsg, type TaskReply } from './protocol.js';
 
 export const TASK = TASK_KIND;
@@ -76,10 +76,16 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
       return undefined;
     }
     if (m.type === 'progress') this.pendingProgress = m.progress;
-    const dec = decide(this.t, m, this.ctx.clock.now(), this.d.config);
+    const now = this.ctx.clock.now();
+    const dec = decide(this.t, m, now, this.d.config);
     if (dec.stale) this.ctx.log.warn({ task_id: this.id, msg: m.type, reason: dec.stale }, 'stale task message rejected');
     if (dec.conflict) throw conflict(dec.conflict.code, dec.conflict.message);
     if (dec.transition) {
+      if (dec.transition.createRetry) {
+        // retry backoff: the jitter draw is the shell's (decide stays pure); the retry row carries not_before
+        const delay = retryDelayMs(this.t.attempt, this.d.config.retryBackoffBaseMs ?? 0, this.d.config.retryBackoffMaxMs ?? 0, Math.random());
+        if (delay > 0) dec.transition = { ...dec.transition, retryNotBefore: now + delay };
+      }
       const reply = this.ctx.deferReply();
       this.start(
         this.d.store.transition(dec.transition),

@@ -55,6 +55,8 @@ export const TaskRecordSchema = z.object({
   createdAt: z.number(),
   parentTaskId: z.string().nullable(),
   retryTaskId: z.string().nullable(),
+  /** A retry waiting out its backoff is not scheduled before this instant (epoch ms); null = at once. */
+  notBefore: z.number().nullable().optional(),
 });
 export type TaskRecord = z.infer<typeof TaskRecordSchema>;
 
