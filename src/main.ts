@@ -24,6 +24,7 @@ import { LocalEventBus } from './cluster/event-bus.js';
 import { SyncAwareSessions, type AgentSessions } from './edge/agents/sessions.js';
 import { taskRoutes } from './edge/routes/tasks.js';
 import { actorMetrics, metricsRoute } from './edge/metrics.js';
+import { pageRoutes } from './edge/routes/pages.js';
 import { createObjectStore, LocalObjectStore, type ObjectStore } from './storage/index.js';
 import { storageRoutes } from './edge/routes/storage.js';
 import { createFiles, type Files } from './files/index.js';
@@ -251,6 +252,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(agentRoutes({ agents: agentStore, session: (id) => sessions.session(id), kick: (id) => agentGrpc.kickAgent(id) }));
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute());
+  edge.addAll(pageRoutes('/api/v1'));
   if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
   const http = await edge
     .listen()

@@ -40,6 +40,25 @@ interface Running {
   cancelled: boolean;
   shuttingDown: boolean;
   done: Promise<void>;
+  progressLog: ProgressLogGate;
+}
+
+/** Progress is logged at most once per task every this many ms, or at once on a stage change. */
+export const PROGRESS_LOG_INTERVAL_MS = 5000;
+
+/** Decides whether a progress tick is logged: the first one, a stage change, or the interval passed. */
+export class ProgressLogGate {
+  private at: number | null = null;
+  private stage = '';
+
+  constructor(private readonly intervalMs = PROGRESS_LOG_INTERVAL_MS) {}
+
+  pass(stage: string, now: number): boolean {
+    if (this.at !== null && stage === this.stage && now - this.at < this.intervalMs) return false;
+    this.at = now;
+    this.stage = stage;
+    return true;
+  }
 }
 
 const safeName = (s: string, fallback: string): string => {
@@ -161,7 +180,7 @@ export class AgentRunner {
       this.waitingForSlot.push(a);
       return;
     }
-    const t: Running = { ref, toolType: a.tool_type, abort: new AbortController(), cancelled: false, shuttingDown: false, done: Promise.resolve() };
+    const t: Running = { ref, toolType: a.tool_type, abort: new AbortController(), cancelled: false, shuttingDown: false, done: Promise.resolve(), progressLog: new ProgressLogGate() };
     this.tasks.set(a.task_id, t);
     t.done = this.run(a, t).finally(() => {
       this.tasks.delete(a.task_id);
@@ -172,6 +191,7 @@ export class AgentRunner {
   }
 
   private progress(ref: TaskRef, p: ProgressTick): void {
+    this.logProgress(ref, p);
     this.client?.send(
       {
         progress: {
@@ -186,6 +206,19 @@ export class AgentRunner {
       },
       'progress',
       ref,
+    );
+  }
+
+  /** A progress line for humans: the first tick, then at most one per interval or on a stage change. */
+  private logProgress(ref: TaskRef, p: ProgressTick): void {
+    const t = this.tasks.get(ref.task_id);
+    if (!t || t.ref.epoch !== ref.epoch) return;
+    const stage = p.stage ?? '';
+    if (!t.progressLog.pass(stage, performance.now())) return;
+    const percent = Math.max(0, Math.min(100, Math.round(p.progress * 1000) / 10));
+    this.o.logger.info(
+      { task_id: ref.task_id, attempt: ref.attempt, ...(stage ? { stage } : {}), percent, step: `${p.step_current}/${p.step_total}`, ...(p.current_node ? { node: p.current_node } : {}) },
+      'task progress',
     );
   }
 

@@ -427,7 +427,11 @@ export class HttpEdge {
       finished = true;
       statusSent = status;
       this.done();
-      if (root.isLevelEnabled('info')) root.info({ request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+      // polling (a GET/HEAD answered 200 or 304: task status, lists, health, metrics) at debug;
+      // writes and errors at info
+      const polling = (method === 'GET' || method === 'HEAD') && (statusSent === 200 || statusSent === 304);
+      const level = polling ? 'debug' : 'info';
+      if (root.isLevelEnabled(level)) root[level]({ request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
     };
     const sr = new StreamResponse(res, requestId, () => finish(statusSent || 200));
     res.onAborted(() => {

@@ -126,7 +126,13 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
       }
       return reply.resolve({ ok: false });
     }
+    const from = this.t?.status ?? dec.transition?.from.join('|');
     this.t = res.task;
+    // one info line per committed transition: ids and states only (no parameters, no secrets)
+    this.ctx.log.info(
+      { task_id: res.task.id, team_id: res.task.teamId, from, to: res.task.status, attempt: res.task.attempt, agent_id: res.task.agentId, lease_epoch: res.task.leaseEpoch, ...(res.retryTaskId ? { retry_task_id: res.retryTaskId } : {}) },
+      'task transition',
+    );
     this.assignment = res.assignment ?? null;
     this.d.events.publish(res.events);
     if (res.retryTaskId) this.ctx.system.tell({ kind: SCHEDULER, id: res.task.teamId }, { type: 'task_submitted', taskId: res.retryTaskId });

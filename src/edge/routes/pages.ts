@@ -1,0 +1,138 @@
+import { createHash } from 'node:crypto';
+import type { RouteDef } from '../http.js';
+
+/**
+ * The two pages the identity mails link to (`${GANTRY_PUBLIC_URL}/verify-email?token=…` and
+ * `/reset-password?token=…`), served by the node outside /api/v1 so the flows complete without a
+ * console. Each page is static: the token is read from the page's own URL by the inline script and
+ * sent to the existing API endpoint, nothing from the request is reflected into the HTML, and every
+ * message is written with textContent. The Content-Security-Policy allows 'self' and exactly the
+ * page's inline script and style (by their sha256), no external assets.
+ */
+
+const STYLE = 'body{font-family:system-ui,sans-serif;max-width:28rem;margin:4rem auto;padding:0 1rem;color:#222}label{display:block;margin:.75rem 0 .25rem}input{width:100%;padding:.4rem;box-sizing:border-box}button{margin-top:1rem;padding:.5rem 1rem}#status{margin-top:1rem}';
+
+/** The script shared by both pages: reads ?token=, posts JSON to the API, shows the outcome. */
+const COMMON = `"use strict";
+var token = new URLSearchParams(location.search).get("token") || "";
+var statusEl = document.getElementById("status");
+function show(text) { statusEl.textContent = text; }
+function post(path, body) {
+  return fetch(API + path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), credentials: "omit", cache: "no-store" })
+    .then(function (r) { return r.json().catch(function () { return {}; }).then(function (b) { return { ok: r.ok, body: b }; }); })
+    .catch(function () { return { ok: false, body: { error_message: "the server could not be reached" } }; });
+}
+function failure(b) { return (b && typeof b.error_message === "string") ? b.error_message : "the request failed"; }
+`;
+
+export const VERIFY_API_PATH = '/auth/email/verify';
+export const RESET_API_PATH = '/auth/password/reset';
+
+function verifyScript(api: string): string {
+  return `var API = ${JSON.stringify(api)};
+${COMMON}
+if (!token) show("This link has no token; open the link from the email again.");
+else post(${JSON.stringify(VERIFY_API_PATH)}, { verification_token: token }).then(function (r) {
+  show(r.ok ? "Your email address is verified. You can close this page and log in." : "Verification failed: " + failure(r.body));
+});
+`;
+}
+
+function resetScript(api: string): string {
+  return `var API = ${JSON.stringify(api)};
+${COMMON}
+var form = document.getElementById("reset");
+if (!token) { show("This link has no token; open the link from the email again."); form.hidden = true; }
+form.addEventListener("submit", function (ev) {
+  ev.preventDefault();
+  var pw = document.getElementById("new_password").value;
+  var again = document.getElementById("confirm_password").value;
+  if (pw !== again) { show("The two passwords differ."); return; }
+  var button = form.querySelector("button");
+  button.disabled = true;
+  show("Saving…");
+  post(${JSON.stringify(RESET_API_PATH)}, { reset_token: token, new_password: pw }).then(function (r) {
+    button.disabled = false;
+    if (r.ok) { form.hidden = true; show("Your password is changed. You can close this page and log in."); }
+    else show("Password reset failed: " + failure(r.body));
+  });
+});
+`;
+}
+
+const sha256 = (s: string): string => `'sha256-${createHash('sha256').update(s, 'utf8').digest('base64')}'`;
+
+interface Page {
+  html: string;
+  csp: string;
+}
+
+function page(title: string, bodyHtml: string, script: string): Page {
+  const html = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+<title>${title}</title>
+<style>${STYLE}</style>
+</head>
+<body>
+<h1>${title}</h1>
+${bodyHtml}
+<p id="status" role="status"></p>
+<script>${script}</script>
+</body>
+</html>
+`;
+  const csp = [
+    "default-src 'self'",
+    `script-src ${sha256(script)}`,
+    `style-src ${sha256(STYLE)}`,
+    "connect-src 'self'",
+    "img-src 'self'",
+    "form-action 'self'",
+    "base-uri 'none'",
+    "object-src 'none'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+  return { html, csp };
+}
+
+function serve(path: string, p: Page): RouteDef {
+  return {
+    method: 'GET',
+    path,
+    absolute: true,
+    auth: { kinds: 'public' },
+    tag: 'page',
+    stream: async (_c, res) => {
+      res.writeHead(200, {
+        'Content-Type': 'text/html; charset=utf-8',
+        'Content-Security-Policy': p.csp,
+        'Cache-Control': 'no-store',
+        'Referrer-Policy': 'no-referrer',
+        'X-Content-Type-Options': 'nosniff',
+        'X-Frame-Options': 'DENY',
+      });
+      res.end(p.html);
+    },
+  };
+}
+
+/** GET /verify-email and GET /reset-password; `apiBase` is the API's path prefix (/api/v1). */
+export function pageRoutes(apiBase: string): RouteDef[] {
+  const verify = page('Verify your email address', '<p>Verifying…</p>', verifyScript(apiBase));
+  const reset = page(
+    'Choose a new password',
+    `<form id="reset" autocomplete="off">
+<label for="new_password">New password (at least 10 characters)</label>
+<input id="new_password" name="new_password" type="password" minlength="10" maxlength="256" required autocomplete="new-password">
+<label for="confirm_password">Repeat the new password</label>
+<input id="confirm_password" name="confirm_password" type="password" minlength="10" maxlength="256" required autocomplete="new-password">
+<button type="submit">Change password</button>
+</form>`,
+    resetScript(apiBase),
+  );
+  return [serve('/verify-email', verify), serve('/reset-password', reset)];
+}
