@@ -82,7 +82,11 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
         this.io(this.d.tasks.loadMany(e.ids), (records) => ({ type: 'loaded', token: e.token, ids: e.ids, records }));
         return;
       case 'mark_waiting':
-        this.io(this.d.tasks.markWaiting(this.teamId, e.ids), (r) => ({ type: 'waiting_marked', ids: e.ids, moved: r.moved, events: r.events }));
+        this.io(this.d.tasks.markWaiting(this.teamId, e.ids), (r) => {
+          // the task actors log their own transitions; this bulk pending -> waiting is the scheduler's
+          if (r.moved.length > 0) this.ctx.log.info({ team_id: this.teamId, from: 'pending', to: 'waiting', task_ids: r.moved.slice(0, 100), count: r.moved.length }, 'task transition');
+          return { type: 'waiting_marked', ids: e.ids, moved: r.moved, events: r.events };
+        });
         return;
     }
   }
