@@ -3,6 +3,7 @@ import { Migration20261122000100_identity } from './Migration20261122000100_iden
 import { Migration20261122000200_workflows_tasks } from './Migration20261122000200_workflows_tasks.js';
 import { Migration20261122000400_events } from './Migration20261122000400_events.js';
 import { Migration20261122000500_files } from './Migration20261122000500_files.js';
+import { Migration20261124000000_idempotency } from './Migration20261124000000_idempotency.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -14,4 +15,5 @@ export const migrationsList = [
   { name: 'Migration20261122000200_workflows_tasks', class: Migration20261122000200_workflows_tasks },
   { name: 'Migration20261122000400_events', class: Migration20261122000400_events },
   { name: 'Migration20261122000500_files', class: Migration20261122000500_files },
+  { name: 'Migration20261124000000_idempotency', class: Migration20261124000000_idempotency },
 ];
