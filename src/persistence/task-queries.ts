@@ -5,6 +5,7 @@ import { AppError } from '../shared/errors.js';
 const submitFailed = (cause?: unknown): AppError =>
   new AppError('unavailable', 'task_submit_failed', 'the task could not be committed (nothing was accepted); retry the request', { retryAfterS: 1, ...(cause === undefined ? {} : { cause }) });
 import type { TaskEvent, TaskRecord } from '../actors/ports.js';
+import { IdempotencyKeyTaken, IdempotencyStore, type IdempotencyRecord } from './idempotency-store.js';
 
 export interface NewTask {
   id: string;
@@ -26,6 +27,8 @@ export interface NewTask {
   preferredGpu: string | null;
   createdByUserId: string | null;
   createdByCredentialId: string | null;
+  /** Idempotency-Key of the run: recorded in the same statement as the task; when the key is taken, no task is inserted. */
+  idempotency?: IdempotencyRecord;
 }
 
 /** Reads and the one insert of the task API (writes after insert go through the task actor). SQL only: presentation is src/domain/tasks/view.ts. */
@@ -45,7 +48,11 @@ export class TaskQueries {
     opts: { maxBatch?: number; maxInFlight?: number } = {},
   ) {
     this.submits = new TickBatcher((items) => this.insertBatch(items), { maxBatch: opts.maxBatch ?? 500, maxInFlight: opts.maxInFlight ?? 2 });
+    this.idempotency = new IdempotencyStore(db);
   }
+
+  /** Idempotency keys of the run endpoint (read side; the write is part of the insert batch). */
+  readonly idempotency: IdempotencyStore;
 
   /** Batches written, items, failed batches, largest batch (bench and tests read it). */
   get submitStats(): BatcherStats {
@@ -57,7 +64,12 @@ export class TaskQueries {
     return this.submits;
   }
 
-  /** Inserts the pending task and its first event (group commit); returns the event and the record. */
+  /**
+   * Inserts the pending task and its first event (group commit); returns the event and the record.
+   * With `idempotency`, the key row is inserted in the same statement (`on conflict do nothing`);
+   * when (team, key) is already taken (earlier, by another item of this batch, or by a concurrent
+   * batch that committed first) nothing is inserted for this item and it rejects with IdempotencyKeyTaken.
+   */
   insert(t: NewTask): Promise<TaskEvent[] & { record?: TaskRecord }> {
     return this.submits.submit({ ...t, at: new Date().toISOString() });
   }
@@ -85,6 +97,10 @@ export class TaskQueries {
       created_by_user_id: t.createdByUserId,
       created_by_credential_id: t.createdByCredentialId,
       at: t.at,
+      idem_key: t.idempotency?.key ?? null,
+      idem_fp: t.idempotency?.fingerprint ?? null,
+      idem_status: t.idempotency?.responseStatus ?? null,
+      idem_body: t.idempotency?.responseBody ?? null,
     }));
     let rows: Array<Record<string, any>>;
     try {
@@ -93,13 +109,18 @@ export class TaskQueries {
            select * from jsonb_to_recordset(?::jsonb) as x(ord int, id uuid, team_id uuid, workflow_id uuid, workflow_slug text, workflow_version int,
              snapshot_id uuid, dispatch_target text, tool_type text, parameters jsonb, resolved_workflow jsonb, input_files jsonb, max_retries int,
              task_timeout_s int, required_labels jsonb, min_vram_gb float8, required_models jsonb, preferred_gpu text, created_by_user_id uuid,
-             created_by_credential_id uuid, at text)),
+             created_by_credential_id uuid, at text, idem_key text, idem_fp text, idem_status int, idem_body jsonb)),
+         k as (
+           insert into idempotency_keys (team_id, idem_key, fingerprint, response_status, response_body, task_id)
+           select team_id, idem_key, idem_fp, idem_status, idem_body, id from v where idem_key is not null order by ord
+           on conflict (team_id, idem_key) do nothing
+           returning task_id),
          t as (
            insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type, parameters,
              resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id)
            select id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, 'pending', dispatch_target, tool_type, parameters,
              resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id
-           from v order by ord
+           from v where v.idem_key is null or v.id in (select task_id from k) order by ord
            returning id, team_id, seq, created_at),
          e as (
            insert into task_events (task_id, team_id, event_type, payload)
@@ -116,7 +137,7 @@ export class TaskQueries {
     const byTask = new Map(rows.map((r) => [String(r.task_id), r]));
     return items.map((t) => {
       const r = byTask.get(t.id);
-      if (!r) return { error: submitFailed() };
+      if (!r) return { error: t.idempotency ? new IdempotencyKeyTaken(t.idempotency.key) : submitFailed() };
       const events: TaskEvent[] & { record?: TaskRecord } = [{ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 }];
       events.record = {
         id: t.id,

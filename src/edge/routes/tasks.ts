@@ -3,12 +3,13 @@ import { z } from 'zod';
 import type { ActorSystemPort } from '../../actors/ports.js';
 import { TASK, SCHEDULER } from '../../actors/index.js';
 import type { TaskQueries } from '../../persistence/task-queries.js';
+import { IdempotencyKeyTaken, idempotencyKeyOf, replayOf, requestFingerprint } from '../../persistence/idempotency-store.js';
 import { parseSlugRef } from '../../persistence/workflow-store.js';
 import { taskView } from '../../domain/tasks/view.js';
 import type { EventBusPort } from '../../actors/ports.js';
 import { collectFileKeys, resolveRunParameters, type StagedFile } from '../../domain/workflows/parameters.js';
 import type { WorkflowDefinition } from '../../domain/workflows/schema.js';
-import { conflict, gone, invalidParameter, notFound } from '../../shared/errors.js';
+import { conflict, gone, invalidParameter, notFound, unavailable } from '../../shared/errors.js';
 import { isUuid, uuidv7 } from '../../shared/ids.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import { Reply, type Ctx, type RouteDef } from '../http.js';
@@ -54,7 +55,39 @@ import { TASK_STATUSES as TASK_STATUS } from '../../domain/tasks/record.js';
 
 
 export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
-  const run = async (c: Ctx, ref: { id: string } | { slug: string; version?: number }) => {
+  /**
+   * Idempotency-Key: a retry with the same key and request replays the stored response (no new
+   * task); the same key with another request is 409. The key is recorded in the task's insert
+   * statement, so it exists exactly when its 202 was committed.
+   */
+  const run = async (c: Ctx, ref: { id: string } | { slug: string; version?: number }): Promise<Reply> => {
+    const p = teamPrincipalOf(c);
+    const key = idempotencyKeyOf(c.headers);
+    if (key === null) return runOnce(c, ref, null);
+    const fingerprint = requestFingerprint(c.method, c.path, c.body);
+    const replay = async (): Promise<Reply | null> => {
+      const stored = await d.tasks.idempotency.lookup(p.teamId, key);
+      if (!stored) return null;
+      const r = replayOf(stored, fingerprint);
+      return new Reply(r.status, r.body, { 'idempotent-replayed': 'true' });
+    };
+    const earlier = await replay();
+    if (earlier) return earlier;
+    // at most twice: a key taken by a row that expired meanwhile is deleted by the lookup, then inserted anew
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await runOnce(c, ref, { key, fingerprint });
+      } catch (err) {
+        if (!(err instanceof IdempotencyKeyTaken)) throw err;
+        // taken by a concurrent request (its statement has committed): answer as a retry of it
+        const again = await replay();
+        if (again) return again;
+        if (attempt >= 1) throw unavailable('task_submit_failed', 'the Idempotency-Key could not be recorded; retry the request', 1);
+      }
+    }
+  };
+
+  const runOnce = async (c: Ctx, ref: { id: string } | { slug: string; version?: number }, idem: { key: string; fingerprint: string } | null): Promise<Reply> => {
     const p = teamPrincipalOf(c);
     const body = parseBody(runBody, c.body);
     const w = await d.workflows.resolveForRun(p.teamId, ref);
@@ -89,6 +122,7 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
       preferredGpu: def.preferred_gpu ?? null,
       createdByUserId: p.userId ?? null,
       createdByCredentialId: p.credentialId ?? null,
+      ...(idem ? { idempotency: { key: idem.key, fingerprint: idem.fingerprint, responseStatus: 202, responseBody: { task_id: taskId } } } : {}),
     });
     // committed: now the scheduler may pick it up
     d.events.publish(events);

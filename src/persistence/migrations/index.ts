@@ -4,6 +4,7 @@ import { Migration20261122000200_workflows_tasks } from './Migration202611220002
 import { Migration20261122000400_events } from './Migration20261122000400_events.js';
 import { Migration20261122000500_files } from './Migration20261122000500_files.js';
 import { Migration20261124000000_task_not_before } from './Migration20261124000000_task_not_before.js';
+import { Migration20261124000100_idempotency } from './Migration20261124000100_idempotency.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -16,4 +17,5 @@ export const migrationsList = [
   { name: 'Migration20261122000400_events', class: Migration20261122000400_events },
   { name: 'Migration20261122000500_files', class: Migration20261122000500_files },
   { name: 'Migration20261124000000_task_not_before', class: Migration20261124000000_task_not_before },
+  { name: 'Migration20261124000100_idempotency', class: Migration20261124000100_idempotency },
 ];
