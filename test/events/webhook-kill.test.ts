@@ -1,16 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import net from 'node:net';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Server } from 'node:https';
-import { createInterface } from 'node:readline';
 import pg from 'pg';
 import { verify } from '@octokit/webhooks-methods';
 import { createTestDatabase } from '../helpers/pg.js';
+import { freePort, serveChild } from '../helpers/child-node.js';
 import { HttpClient } from '../helpers/node.js';
 import { registerUser, createCredential } from '../helpers/identity.js';
 import { spawnAgent, tinyGraph, waitFor, type AgentProcess } from '../agents/helpers.js';
@@ -26,35 +24,6 @@ import { makePki, Receiver } from './helpers.js';
  * take it once the lease has passed (attempt 3), must send the pending retry (attempt 3), and the
  * receivers must see every attempt number exactly once.
  */
-const root = new URL('../..', import.meta.url).pathname;
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-    s.on('error', reject);
-  });
-
-function serve(env: Record<string, string>): Promise<{ child: ChildProcess; exit: Promise<unknown> }> {
-  const clean: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('GANTRY_') && k !== 'REDIS_URL') clean[k] = v;
-  const child = spawn(process.execPath, ['bin/gantry.mjs', 'serve'], { cwd: root, env: { ...clean, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
-  child.stderr?.on('data', (d) => (err += d));
-  const exit = new Promise((r) => child.on('exit', r));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`node did not start: ${err}`)), 30_000);
-    createInterface({ input: child.stdout! }).on('line', (l) => {
-      if (l.includes('"msg":"listening"')) {
-        clearTimeout(timer);
-        resolve({ child, exit });
-      }
-    });
-  });
-}
-
 /** Attempt numbers (X-Webhook-Attempt) the receiver saw, in order. */
 const attemptsSeen = (rx: Receiver): number[] => rx.received.map((r) => Number(r.headers['x-webhook-attempt']));
 
@@ -99,7 +68,7 @@ test('SIGKILL between webhook attempts: the leased row is retried after its leas
   });
 
   const agents: AgentProcess[] = [];
-  let node = await serve(env);
+  let node = await serveChild(env);
   try {
     const http = new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`);
     const user = await registerUser(http);
@@ -150,7 +119,7 @@ test('SIGKILL between webhook attempts: the leased row is retried after its leas
     assert.equal(Number(afterKill.attempt), 2);
     assert.equal(new Date(afterKill.lease_until).getTime(), leaseUntil);
 
-    node = await serve(env);
+    node = await serveChild(env);
     // the new node sends the pending retry (attempt 3) once it is due
     await pendingRx.waitFor(3, 30_000);
     await waitFor('pending delivery succeeded', async () => (await row(pending.id)).delivery_status === 'succeeded', 15_000);

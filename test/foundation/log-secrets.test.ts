@@ -13,15 +13,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
-import { loadConfig } from '../../src/shared/config.js';
 import { createLogger } from '../../src/shared/logger.js';
-import { startNode, type GantryNode } from '../../src/main.js';
-import { HttpClient } from '../helpers/node.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import type { GantryNode } from '../../src/main.js';
+import { startTestNode, type HttpClient, type TestNode } from '../helpers/node.js';
+import type { TestDatabase } from '../helpers/pg.js';
 import { registerUser, emailToken, type TestUser } from '../helpers/identity.js';
 
 interface LogLine {
@@ -35,7 +31,7 @@ interface LogLine {
 let db: TestDatabase;
 let node: GantryNode;
 let http: HttpClient;
-let dataDir: string;
+let t: TestNode;
 const raw: string[] = [];
 const lines = (): LogLine[] =>
   raw
@@ -48,39 +44,21 @@ const lines = (): LogLine[] =>
 const sent: Array<{ sql: string; bindings: unknown[] }> = [];
 
 before(async () => {
-  db = await createTestDatabase('logsecrets');
-  dataDir = mkdtempSync(join(tmpdir(), 'gantry-logsecrets-'));
   const dest = new Writable({
     write(chunk: Buffer, _enc, cb) {
       raw.push(String(chunk));
       cb();
     },
   });
-  const config = loadConfig(
-    {},
-    {
-      DATABASE_URL: db.url,
-      GANTRY_DATA_DIR: dataDir,
-      GANTRY_HTTP_HOST: '127.0.0.1',
-      GANTRY_HTTP_PORT: 0,
-      GANTRY_GRPC_HOST: '127.0.0.1',
-      GANTRY_GRPC_PORT: 0,
-      GANTRY_DEBUG_ROUTES: true,
-      GANTRY_DB_POOL_MAX: 5,
-      GANTRY_OUTBOUND_ALLOWLIST: '127.0.0.1,::1,localhost',
-    },
-  );
-  node = await startNode(config, { logger: createLogger('debug', dest) });
-  http = new HttpClient(node.baseUrl);
+  t = await startTestNode({}, 'logsecrets', { logger: createLogger('debug', dest) });
+  ({ node, http, db } = t);
   (node.db.orm.em.getConnection() as unknown as { getKnex(): { on(ev: 'query', f: (d: { sql: string; bindings?: unknown[] }) => void): void } })
     .getKnex()
     .on('query', (d: { sql: string; bindings?: unknown[] }) => sent.push({ sql: d.sql, bindings: d.bindings ?? [] }));
 });
 
 after(async () => {
-  await node?.close();
-  await db?.drop();
-  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  await t?.stop();
 });
 
 /** The SQL literals of a comma-separated list (`'a', 'b''c'::jsonb, null, 3`), unquoted; null for a non-string. */

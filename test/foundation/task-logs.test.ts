@@ -7,15 +7,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { loadConfig } from '../../src/shared/config.js';
 import { createLogger } from '../../src/shared/logger.js';
-import { startNode, type GantryNode } from '../../src/main.js';
+import type { GantryNode } from '../../src/main.js';
 import { ProgressLogGate, PROGRESS_LOG_INTERVAL_MS } from '../../src/agent/runner.js';
-import { HttpClient } from '../helpers/node.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import { startTestNode, type HttpClient, type TestNode } from '../helpers/node.js';
 import { registerUser, type TestUser } from '../helpers/identity.js';
 import { FakeAgent } from '../helpers/fake-agent.js';
 import { submitTask, waitForStatus } from '../helpers/tasks.js';
@@ -26,10 +21,9 @@ interface LogLine {
   [k: string]: unknown;
 }
 
-let db: TestDatabase;
 let node: GantryNode;
 let http: HttpClient;
-let dataDir: string;
+let t: TestNode;
 const logged: LogLine[] = [];
 const waiters: Array<{ pred: (l: LogLine) => boolean; resolve: (l: LogLine) => void }> = [];
 
@@ -54,8 +48,6 @@ function lineMatching(pred: (l: LogLine) => boolean, what: string, timeoutMs = 1
 }
 
 before(async () => {
-  db = await createTestDatabase('tasklogs');
-  dataDir = mkdtempSync(join(tmpdir(), 'gantry-tasklogs-'));
   let partial = '';
   const dest = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -75,27 +67,12 @@ before(async () => {
       cb();
     },
   });
-  const config = loadConfig(
-    {},
-    {
-      DATABASE_URL: db.url,
-      GANTRY_DATA_DIR: dataDir,
-      GANTRY_HTTP_HOST: '127.0.0.1',
-      GANTRY_HTTP_PORT: 0,
-      GANTRY_GRPC_HOST: '127.0.0.1',
-      GANTRY_GRPC_PORT: 0,
-      GANTRY_DB_POOL_MAX: 5,
-      GANTRY_AUTH_RATE_LIMIT_PER_MIN: 10_000,
-    },
-  );
-  node = await startNode(config, { logger: createLogger('debug', dest) });
-  http = new HttpClient(node.baseUrl);
+  t = await startTestNode({ GANTRY_AUTH_RATE_LIMIT_PER_MIN: 10_000 }, 'tasklogs', { logger: createLogger('debug', dest) });
+  ({ node, http } = t);
 });
 
 after(async () => {
-  await node?.close();
-  await db?.drop();
-  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  await t?.stop();
 });
 
 const levelName = (l: LogLine): string => String(l.level);

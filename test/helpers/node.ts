@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig, type RawConfig } from '../../src/shared/config.js';
-import { createLogger } from '../../src/shared/logger.js';
+import { createLogger, type Logger } from '../../src/shared/logger.js';
 import { startNode, type GantryNode } from '../../src/main.js';
 import type { Clock } from '../../src/shared/clock.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
@@ -74,7 +74,8 @@ export class HttpClient {
  * Starts a Gantry node in-process on a free port against a fresh PostgreSQL database and a
  * temporary data directory. Everything it started is removed by stop().
  */
-export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 'node', opts: { clock?: Clock } = {}): Promise<TestNode> {
+/** opts.logger: a logger of the test's own (e.g. writing to a stream it reads), instead of the silent one. */
+export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 'node', opts: { clock?: Clock; logger?: Logger } = {}): Promise<TestNode> {
   const db = await createTestDatabase(label);
   const dataDir = mkdtempSync(join(tmpdir(), 'gantry-test-'));
   const config = loadConfig(
@@ -92,7 +93,7 @@ export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 
       ...overrides,
     },
   );
-  const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
+  const logger = opts.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
   const node = await startNode(config, { logger, ...(opts.clock ? { clock: opts.clock } : {}) });
   const origin = `http://127.0.0.1:${node.httpPort}`;
   return {

@@ -1,13 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import net from 'node:net';
-import { createInterface } from 'node:readline';
 import pg from 'pg';
 import { createTestDatabase } from '../helpers/pg.js';
+import { freePort, serveChild } from '../helpers/child-node.js';
 import { HttpClient } from '../helpers/node.js';
 import { registerUser, createCredential } from '../helpers/identity.js';
 import { createHash, randomBytes } from 'node:crypto';
@@ -18,35 +16,6 @@ import { hello, rawClient, rawStream, spawnAgent, tinyGraph, type AgentProcess }
  * Issue 5: SIGKILL the node process with tasks in every state it can hold at that moment, restart
  * it on the same database and ports: every task still reaches exactly one terminal state.
  */
-const root = new URL('../..', import.meta.url).pathname;
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-    s.on('error', reject);
-  });
-
-function serve(env: Record<string, string>): Promise<{ child: ChildProcess; exit: Promise<unknown> }> {
-  const clean: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('GANTRY_') && k !== 'REDIS_URL') clean[k] = v;
-  const child = spawn(process.execPath, ['bin/gantry.mjs', 'serve'], { cwd: root, env: { ...clean, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
-  child.stderr?.on('data', (d) => (err += d));
-  const exit = new Promise((r) => child.on('exit', r));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`node did not start: ${err}`)), 30_000);
-    createInterface({ input: child.stdout! }).on('line', (l) => {
-      if (l.includes('"msg":"listening"')) {
-        clearTimeout(timer);
-        resolve({ child, exit });
-      }
-    });
-  });
-}
-
 const TERMINAL = ['completed', 'failed', 'cancelled'];
 
 test('SIGKILL the node with tasks waiting, running, completed and cancelled; restart: every task reaches exactly one terminal state', { timeout: 180_000 }, async () => {
@@ -68,7 +37,7 @@ test('SIGKILL the node with tasks waiting, running, completed and cancelled; res
   const sql = new pg.Client({ connectionString: db.url });
   await sql.connect();
   const agents: AgentProcess[] = [];
-  let node = await serve(env);
+  let node = await serveChild(env);
   try {
     const http = new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`);
     const user = await registerUser(http);
@@ -135,7 +104,7 @@ test('SIGKILL the node with tasks waiting, running, completed and cancelled; res
 
     node.child.kill('SIGKILL');
     await node.exit;
-    node = await serve(env);
+    node = await serveChild(env);
     // an agent that can take the 'late' tasks joins after the restart
     agents.push(spawnAgent([...agentArgs, '--labels', 'late', '--concurrency', '2', '--machine-id', 'crash-late-box']));
 
@@ -199,7 +168,7 @@ test('SIGKILL the node with tasks queued (ACK withheld) and provisioning (sync h
   await sql.connect();
   const agents: AgentProcess[] = [];
   const clients: Array<{ close(): void }> = [];
-  let node = await serve(env);
+  let node = await serveChild(env);
   try {
     const http = new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`);
     const user = await registerUser(http);
@@ -268,7 +237,7 @@ test('SIGKILL the node with tasks queued (ACK withheld) and provisioning (sync h
     node.child.kill('SIGKILL');
     await node.exit;
     await Promise.all([q.status, p.status]);
-    node = await serve(env);
+    node = await serveChild(env);
 
     // recovery (rule 8) arms the grace timer; the held agents never come back, so each task is lost
     // before ACK (rule 6) and goes back to waiting, with its agent cleared and no retry task
