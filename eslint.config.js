@@ -15,6 +15,7 @@ const zones = [
   { target: './src/shared', from: './src', except: ['./shared'], message: 'src/shared must stay dependency-free' },
   // the cluster layer knows envelopes, not actor internals or the edge
   { target: './src/cluster', from: './src/edge', message: 'cluster must not import the edge' },
+  { target: './src/cluster', from: './src/actors', except: ['./runtime', './ports.ts'], message: 'cluster knows envelopes (the runtime and ports), not actor kinds' },
   // pure domain logic has no I/O layers
   { target: './src/domain', from: './src/edge', message: 'domain must not import the edge' },
   { target: './src/domain', from: './src/persistence', message: 'domain must not import persistence' },

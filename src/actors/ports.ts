@@ -162,6 +162,8 @@ export interface AgentTransportPort {
   send(agentId: string, msg: ServerToAgent): boolean;
   /** The live session on this node, if any (an agent actor restarted after a crash re-reads it). */
   session(agentId: string): { sessionId: string; info: AgentInfo } | null;
+  /** Cluster: the agent's stream is held by another node now (its directory entry moved). */
+  connectedElsewhere?(agentId: string): boolean;
 }
 
 export interface AgentStorePort {

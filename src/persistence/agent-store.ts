@@ -1,7 +1,8 @@
 import type { Database } from './db.js';
-import { q, json, iso, ts, TickBatcher, type BatcherStats } from './sql.js';
+import { q, json, iso, ts, TickBatcher, memberFenceSql, type BatcherStats } from './sql.js';
 import { uuidv7 } from '../shared/ids.js';
 import type { AgentInfo, AgentStorePort } from '../actors/ports.js';
+
 
 export type AgentStatus = 'online' | 'busy' | 'draining' | 'offline';
 
@@ -95,7 +96,14 @@ export class PgAgentStore implements AgentStorePort {
    */
   private readonly statusWrites: TickBatcher<StatusWrite, undefined>;
 
-  constructor(private readonly db: Database) {
+  /** Cluster mode: this node's current member id. Only the node holding an agent's stream (agents.node_id = its member id) writes its status, while not fenced. */
+  private readonly memberId: () => string | null;
+
+  constructor(
+    private readonly db: Database,
+    opts: { memberId?: () => string | null } = {},
+  ) {
+    this.memberId = opts.memberId ?? (() => null);
     this.statusWrites = new TickBatcher((ws) => this.writeStatuses(ws), { maxBatch: 500, maxInFlight: 2, key: (w) => w.agentId });
   }
 
@@ -120,6 +128,11 @@ export class PgAgentStore implements AgentStorePort {
     await this.statusWrites.submit({ agentId, status, currentTaskId });
   }
 
+  private holderFence(): string {
+    const m = this.memberId();
+    return m === null ? '' : ` and a.node_id = '${m}'${memberFenceSql(m)}`;
+  }
+
   private async writeStatuses(ws: StatusWrite[]): Promise<Array<{ value: undefined }>> {
     const rows = ws.map((w) => ({ id: w.agentId, status: w.status, set_task: w.currentTaskId !== undefined, task: w.currentTaskId ?? null }));
     await q(this.db)(
@@ -127,7 +140,7 @@ export class PgAgentStore implements AgentStorePort {
          current_task_id = case when v.set_task then v.task else a.current_task_id end,
          last_seen_at = now(), updated_at = now()
        from jsonb_to_recordset(?::jsonb) as v(id uuid, status text, set_task boolean, task uuid)
-       where a.id = v.id`,
+       where a.id = v.id${this.holderFence()}`,
       [JSON.stringify(rows)],
     );
     return ws.map(() => ({ value: undefined }));

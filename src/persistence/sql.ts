@@ -230,3 +230,14 @@ export class TickBatcher<I, R> {
       });
   }
 }
+
+/**
+ * The cluster member fence (cluster mode): a write of this node only applies while its member row
+ * in cluster_members is not fenced (a node that lost its membership writes nothing). Empty on a
+ * single node. The member id is validated here, so it can be inlined as a literal.
+ */
+export function memberFenceSql(memberId: string | null): string {
+  if (memberId === null) return '';
+  if (!/^[A-Za-z0-9._:/@-]{1,200}$/.test(memberId)) throw new Error(`invalid cluster member id ${JSON.stringify(memberId)}`);
+  return ` and exists (select 1 from cluster_members cm where cm.member_id = '${memberId}' and cm.fenced_at is null)`;
+}

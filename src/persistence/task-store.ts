@@ -1,6 +1,6 @@
 import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from './db.js';
-import { q, json, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
+import { q, json, ts, TickBatcher, memberFenceSql, type BatcherStats, type Settled } from './sql.js';
 import { UUID_RE, uuidv7 } from '../shared/ids.js';
 import type {
   TaskAssignment,
@@ -67,7 +67,7 @@ const rowToAssignment = (r: Record<string, any>): TaskAssignment => ({
 });
 
 /** Builds the fenced UPDATE of a transition (SET list and WHERE with the from-states and the epoch). */
-function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: unknown[]): { sql: string; params: unknown[] } {
+function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: unknown[], fence: string): { sql: string; params: unknown[] } {
   const sets: string[] = ['task_status = ?', 'updated_at = now()'];
   const params: unknown[] = [req.to];
   const p = req.patch;
@@ -107,7 +107,7 @@ function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: 
     where += ' and lease_epoch = ?';
     params.push(req.epoch);
   }
-  return { sql: `update tasks set ${sets.join(', ')} where ${where}`, params };
+  return { sql: `update tasks set ${sets.join(', ')} where ${where}${fence}`, params };
 }
 
 /** A lifecycle write waiting for its tick's batch. */
@@ -148,7 +148,7 @@ const setIf = (col: string, flag: string): string => `${col} = case when coalesc
  * given, lease_epoch = its epoch), so a stale writer's row matches nothing and gets nothing written;
  * the INSERT appends the events of exactly the rows that were updated, in request order.
  */
-const BATCH_SQL = `with r as (
+const batchSql = (fence: string): string => `with r as (
     select * from jsonb_to_recordset(?::jsonb) as x(i int, id uuid, from_s text[], epoch int, to_s text, with_assignment boolean, events jsonb,
       s_agent boolean, agent_id uuid, s_lease boolean, lease_epoch int, s_progress boolean, progress jsonb, s_output boolean, output jsonb,
       s_error boolean, task_error text, s_queued boolean, queued_at timestamptz, s_started boolean, started_at timestamptz, s_finished boolean, finished_at timestamptz)),
@@ -157,7 +157,7 @@ const BATCH_SQL = `with r as (
       ${setIf('agent_id', 's_agent')}, ${setIf('lease_epoch', 's_lease')}, ${setIf('progress', 's_progress')}, ${setIf('output', 's_output')},
       ${setIf('task_error', 's_error')}, ${setIf('queued_at', 's_queued')}, ${setIf('started_at', 's_started')}, ${setIf('finished_at', 's_finished')}
     from r
-    where t.id = r.id and t.task_status = any(r.from_s) and (r.epoch is null or t.lease_epoch = r.epoch)
+    where t.id = r.id and t.task_status = any(r.from_s) and (r.epoch is null or t.lease_epoch = r.epoch)${fence}
     returning r.i, r.with_assignment, ${TASK_COLS.split(',').map((c) => `t.${c.trim()}`).join(', ')},
       case when r.with_assignment then t.resolved_workflow end as resolved_workflow,
       case when r.with_assignment then t.parameters end as parameters,
@@ -182,7 +182,7 @@ const BATCH_SQL = `with r as (
  * When the UPDATE matches no row (a stale writer), nothing is inserted.
  *
  * transition() and progress() calls of the same tick (from many task actors) share that statement:
- * BATCH_SQL updates all their rows at once, each with its own fence, and inserts the events of the
+ * batchSql updates all their rows at once, each with its own fence, and inserts the events of the
  * rows that moved. Retry-creating transitions keep their own statement (above).
  */
 export class PgTaskStore implements TaskStorePort {
@@ -190,12 +190,31 @@ export class PgTaskStore implements TaskStorePort {
   private readonly lifecycle: TickBatcher<LifecycleOp, LifecycleResult>;
   private readonly reads: TickBatcher<string, TaskRecord | null>;
 
+  private readonly memberId: () => string | null;
+  private fenced: { member: string | null; fence: string; batch: string } = { member: null, fence: '', batch: batchSql('') };
+
   constructor(
     private readonly db: Database,
-    opts: { maxBatch?: number; maxInFlight?: number } = {},
+    opts: {
+      maxBatch?: number;
+      maxInFlight?: number;
+      /** Cluster mode: this node's current member id; its writes apply only while cluster_members has it unfenced. */
+      memberId?: () => string | null;
+    } = {},
   ) {
+    this.memberId = opts.memberId ?? (() => null);
     this.lifecycle = new TickBatcher((ops) => this.runLifecycle(ops), { maxBatch: opts.maxBatch ?? 500, maxInFlight: opts.maxInFlight ?? 2, key: opTaskId });
     this.reads = new TickBatcher((ids) => this.loadBatch(ids), { maxBatch: 500, maxInFlight: 2 });
+  }
+
+  /** The member fence of this node's writes (rebuilt when the member id changes: a node re-joins as a new member). */
+  private sqlFence(): { fence: string; batch: string } {
+    const m = this.memberId();
+    if (m !== this.fenced.member) {
+      const fence = memberFenceSql(m);
+      this.fenced = { member: m, fence, batch: batchSql(fence) };
+    }
+    return this.fenced;
   }
 
   /** Lifecycle batches written, ops, failed batches, largest batch (bench and tests read it). */
@@ -231,7 +250,7 @@ export class PgTaskStore implements TaskStorePort {
 
   /**
    * Runs one batch: transitions that create a retry task go through their own statement (in
-   * parallel); everything else goes through BATCH_SQL. If that statement fails (a deadlock, one bad
+   * parallel); everything else goes through batchSql. If that statement fails (a deadlock, one bad
    * row), each of its ops is retried alone so one op's failure is only its own.
    */
   private async runLifecycle(ops: LifecycleOp[]): Promise<Array<Settled<LifecycleResult>>> {
@@ -265,9 +284,9 @@ export class PgTaskStore implements TaskStorePort {
     return out.map((r) => r ?? { error: new Error('lifecycle op produced no result') });
   }
 
-  /** BATCH_SQL for ops; throws only when that statement failed (then nothing of it was written). */
+  /** batchSql for ops; throws only when that statement failed (then nothing of it was written). */
   private async batchStatement(ops: LifecycleOp[]): Promise<Array<Settled<LifecycleResult>>> {
-    const [row] = await q(this.db)<{ tasks: Array<Record<string, any>>; events: Array<Record<string, any>> }>(BATCH_SQL, [JSON.stringify(ops.map((op, i) => batchRow(i, op)))]);
+    const [row] = await q(this.db)<{ tasks: Array<Record<string, any>>; events: Array<Record<string, any>> }>(this.sqlFence().batch, [JSON.stringify(ops.map((op, i) => batchRow(i, op)))]);
     const updated = new Map<number, Record<string, any>>((row?.tasks ?? []).map((t) => [Number(t.i), t]));
     const eventsOf = new Map<string, TaskEvent[]>();
     for (const e of row?.events ?? []) {
@@ -305,7 +324,7 @@ export class PgTaskStore implements TaskStorePort {
     const retryId = req.createRetry ? uuidv7() : null;
     const withAssignment = isAssigning(req);
     const extraSets = retryId ? ['retry_task_id = case when attempt <= max_retries then ?::uuid else retry_task_id end'] : [];
-    const upd = fencedUpdate(req, extraSets, retryId ? [retryId] : []);
+    const upd = fencedUpdate(req, extraSets, retryId ? [retryId] : [], this.sqlFence().fence);
     const returning = withAssignment ? `${TASK_COLS}, ${ASSIGNMENT_COLS}` : TASK_COLS;
     const events = req.events.map((e) => ({ type: e.type, data: e.data }));
     const nowIso = new Date().toISOString();
@@ -358,7 +377,7 @@ export class PgTaskStore implements TaskStorePort {
   }
 
   private async progressOne(taskId: string, epoch: number, p: TaskProgress, event: TaskEventInput | null): Promise<ProgressResult> {
-    const upd = `update tasks set progress = ?::jsonb, updated_at = now() where id = ? and task_status = 'running' and lease_epoch = ?`;
+    const upd = `update tasks set progress = ?::jsonb, updated_at = now() where id = ? and task_status = 'running' and lease_epoch = ?${this.sqlFence().fence}`;
     if (!event) {
       const rows = await q(this.db)(`${upd} returning id`, [json(p), taskId, epoch]);
       return { ok: rows.length > 0, event: null };
@@ -379,7 +398,7 @@ export class PgTaskStore implements TaskStorePort {
     // one statement: the fenced batch UPDATE (pending only) and one status event per moved task, FIFO
     const [row] = await q(this.db)<{ moved: string[]; events: Array<Record<string, any>> }>(
       `with u as (
-         update tasks set task_status = 'waiting', updated_at = now() where team_id = ? and task_status = 'pending' and id in (${taskIds.map(() => '?').join(',')})
+         update tasks set task_status = 'waiting', updated_at = now() where team_id = ? and task_status = 'pending' and id in (${taskIds.map(() => '?').join(',')})${this.sqlFence().fence}
          returning id, seq),
        e as (
          insert into task_events (task_id, team_id, event_type, payload)

@@ -92,6 +92,13 @@ export const configSchema = z.object({
   GANTRY_GRPC_TLS_CERT: optStr,
   GANTRY_GRPC_TLS_KEY: optStr,
   GANTRY_NODE_ID: optStr,
+  /** Cluster mode (REDIS_URL set): node-to-node gRPC (remoting) bind address and port (0 = a free port). */
+  GANTRY_CLUSTER_HOST: z.string().default('0.0.0.0'),
+  GANTRY_CLUSTER_PORT: int(50061, 0, 65535),
+  /** host:port the other nodes dial this node on (default: this host's name and the bound cluster port). */
+  GANTRY_CLUSTER_ADVERTISE: optStr.pipe(z.string().regex(/^[^\s/]+:\d{1,5}$/, 'must be HOST:PORT').optional()),
+  /** Membership lease: a node silent this long is suspect, twice as long dead (its actors move). */
+  GANTRY_CLUSTER_LEASE_MS: int(10_000, 300, 600_000),
   /** Test/diagnostic routes under /api/v1/_debug (never enable in production). */
   GANTRY_DEBUG_ROUTES: bool(false),
 });

@@ -61,7 +61,7 @@ export class AgentActor implements Actor<Protocols, typeof AGENT> {
   }
 
   private step(m: AgentInput): AgentReply | undefined {
-    const dec = decide(this.s, m, { now: this.ctx.clock.now(), graceMs: this.d.graceMs });
+    const dec = decide(this.s, m, this.env());
     this.s = dec.state;
     let reply = dec.reply;
     for (const e of dec.effects) {
@@ -69,10 +69,14 @@ export class AgentActor implements Actor<Protocols, typeof AGENT> {
       if (this.run(e) === false && m.type === 'dispatch') reply = { ok: false };
     }
     if (this.inflight === 0 && this.getsWaiting.length > 0) {
-      const view = decide(this.s, { type: 'get' }, { now: this.ctx.clock.now(), graceMs: this.d.graceMs }).reply;
+      const view = decide(this.s, { type: 'get' }, this.env()).reply;
       for (const h of this.getsWaiting.splice(0)) if (view) h.resolve(view);
     }
     return reply;
+  }
+
+  private env(): { now: number; graceMs: number; connectedElsewhere: boolean } {
+    return { now: this.ctx.clock.now(), graceMs: this.d.graceMs, connectedElsewhere: this.d.transport.connectedElsewhere?.(this.agentId) ?? false };
   }
 
   /** Runs one effect; returns false when a reported send failed. */

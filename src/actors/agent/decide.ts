@@ -63,6 +63,11 @@ export interface AgentEnv {
   now: number;
   /** How long a disconnected agent keeps its tasks before they are handled as lost. */
   graceMs: number;
+  /**
+   * Cluster: the agent's stream is now held by another node (it reconnected there). A grace expiry
+   * here then loses nothing: that node's agent actor holds the tasks.
+   */
+  connectedElsewhere?: boolean;
 }
 
 export function initialAgentState(agentId: string): AgentState {
@@ -176,8 +181,10 @@ const handlers: Handler = {
     out.push({ type: 'set_timer', name: 'grace', ms: env.graceMs, msg: { type: 'lost', sessionId: m.sessionId } });
     return ok(out);
   },
-  lost: (m, s) => {
+  lost: (m, s, env) => {
     if (s.connected || m.sessionId !== s.sessionId) return { effects: [], reply: { ok: false } };
+    // the agent reconnected to another node of the cluster: its actor there holds the tasks and the row
+    if (env.connectedElsewhere) return ok([{ type: 'stop' }]);
     const out: AgentEffect[] = [];
     forceStatus(s, { status: 'offline', currentTaskId: null }, out);
     loseAll(s, out);
@@ -237,6 +244,13 @@ const handlers: Handler = {
     s.statusWritten = m.ok ? m.row : null;
     flushStatus(s, out);
     return { effects: out };
+  },
+  holds: (m, s) => {
+    // a task actor that moved to this cluster node asks whether the agent still runs its task
+    const held = s.tasks.get(m.taskId);
+    if (s.connected && held && held.epoch === m.epoch) return ok([{ type: 'tell_task', taskId: m.taskId, msg: { type: 'reattach', agentId: s.agentId, epoch: m.epoch } }]);
+    // no session on this node (an activation by this question alone): nothing to keep in memory
+    return { effects: s.sessionId === null && !s.connected ? [{ type: 'stop' }] : [], reply: { ok: false } };
   },
   get: (_m, s) => ({ effects: [], reply: { agentId: s.agentId, connected: s.connected, info: s.info, tasks: [...s.tasks.keys()] } }),
 };

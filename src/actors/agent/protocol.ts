@@ -32,6 +32,8 @@ export const AgentMsg = z.discriminatedUnion('type', [
   // admin / timers
   z.object({ type: z.literal('revoke') }),
   z.object({ type: z.literal('lost'), sessionId }),
+  // a task actor (re)activated on another cluster node: does the agent still hold this task at this epoch?
+  z.object({ type: z.literal('holds'), taskId: z.string(), epoch }),
   z.object({ type: z.literal('get') }),
 ]);
 export type AgentMsg = z.infer<typeof AgentMsg>;

@@ -197,6 +197,29 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
     this.enqueue(ref, { msg, ...((reply ?? {}) as Omit<MsgEnvelope, 'msg'>) });
   }
 
+  /**
+   * Passivates every active actor the predicate picks (cluster: actors whose owner moved to another
+   * node). Each finishes its current turn and the I/O it started; its state is in PostgreSQL and the
+   * new owner activates it from there. Returns how many were asked to stop.
+   */
+  passivateWhere(pick: (ref: ActorRef<KindOf<P>>) => boolean): number {
+    let n = 0;
+    for (const a of [...this.acts.values()]) {
+      if (!pick(a.ref as ActorRef<KindOf<P>>)) continue;
+      n++;
+      a.stopRequested = true;
+      if (!a.running) this.afterTurn(a);
+    }
+    return n;
+  }
+
+  /** Refs of the active actors (of one kind). */
+  activeRefs(kind?: string): Array<ActorRef<KindOf<P>>> {
+    const out: Array<ActorRef<KindOf<P>>> = [];
+    for (const a of this.acts.values()) if (!kind || a.ref.kind === kind) out.push(a.ref as ActorRef<KindOf<P>>);
+    return out;
+  }
+
   isActive(ref: ActorRef): boolean {
     return this.acts.has(key(ref));
   }

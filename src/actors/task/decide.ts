@@ -9,6 +9,8 @@ import type { TaskMsg, TaskReply } from './protocol.js';
 export type TaskEffect =
   | { type: 'dispatch'; agentId: string; epoch: number; provision: boolean }
   | { type: 'tell_agent'; agentId: string; msg: ServerToAgent }
+  /** Ask the agent actor whether the agent still holds this task at this epoch (it answers with reattach). */
+  | { type: 'confirm_agent'; agentId: string; epoch: number }
   | {
       type: 'scheduler';
       msg: Extract<SchedulerMsg, { type: 'slot_freed' | 'task_requeued' | 'task_removed' | 'assign_rejected' }>;
@@ -191,7 +193,10 @@ const handlers: Handler = {
   },
   recover: (m, t, now, cfg) => {
     const effects: TaskEffect[] = [];
-    if (OPEN_AGENT.includes(t.status)) effects.push({ type: 'set_timer', name: 'grace', ms: m.graceMs, msg: { type: 'grace_expired', epoch: t.leaseEpoch } });
+    if (OPEN_AGENT.includes(t.status)) {
+      effects.push({ type: 'set_timer', name: 'grace', ms: m.graceMs, msg: { type: 'grace_expired', epoch: t.leaseEpoch } });
+      if (m.confirm && t.agentId) effects.push({ type: 'confirm_agent', agentId: t.agentId, epoch: t.leaseEpoch });
+    }
     if (t.status === 'running' && t.startedAt !== null)
       effects.push({ type: 'set_timer', name: 'timeout', ms: Math.max(0, t.startedAt + timeoutMs(t, cfg) - now), msg: { type: 'timeout', epoch: t.leaseEpoch } });
     if (isTerminal(t.status)) effects.push({ type: 'stop' });

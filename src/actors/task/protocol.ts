@@ -21,7 +21,8 @@ export const TaskMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('reattach'), agentId: z.string(), epoch }),
   z.object({ type: z.literal('grace_expired'), epoch }),
   z.object({ type: z.literal('cancel') }),
-  z.object({ type: z.literal('recover'), graceMs: z.number().int().nonnegative() }),
+  // confirm: the actor moved to this cluster node while its agent may still run it: ask the agent actor (it answers with reattach)
+  z.object({ type: z.literal('recover'), graceMs: z.number().int().nonnegative(), confirm: z.boolean().optional() }),
   z.object({ type: z.literal('get') }),
 ]);
 export type TaskMsg = z.infer<typeof TaskMsg>;

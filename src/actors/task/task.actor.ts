@@ -155,6 +155,9 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
         case 'tell_agent':
           this.ctx.system.tell({ kind: AGENT, id: e.agentId }, { type: 'server_msg', msg: e.msg });
           break;
+        case 'confirm_agent':
+          this.ctx.system.tell({ kind: AGENT, id: e.agentId }, { type: 'holds', taskId: t.id, epoch: e.epoch });
+          break;
         case 'scheduler':
           this.ctx.system.tell({ kind: SCHEDULER, id: t.teamId }, e.msg);
           break;

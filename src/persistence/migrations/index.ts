@@ -5,6 +5,7 @@ import { Migration20261122000400_events } from './Migration20261122000400_events
 import { Migration20261122000500_files } from './Migration20261122000500_files.js';
 import { Migration20261124000000_task_not_before } from './Migration20261124000000_task_not_before.js';
 import { Migration20261124000100_idempotency } from './Migration20261124000100_idempotency.js';
+import { Migration20261124000500_cluster_members } from './Migration20261124000500_cluster_members.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -18,4 +19,5 @@ export const migrationsList = [
   { name: 'Migration20261122000500_files', class: Migration20261122000500_files },
   { name: 'Migration20261124000000_task_not_before', class: Migration20261124000000_task_not_before },
   { name: 'Migration20261124000100_idempotency', class: Migration20261124000100_idempotency },
+  { name: 'Migration20261124000500_cluster_members', class: Migration20261124000500_cluster_members },
 ];

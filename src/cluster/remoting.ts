@@ -1,0 +1,298 @@
+/**
+ * Node-to-node remoting over gRPC (proto/cluster/v1/remoting.proto): one long-lived bidi stream per
+ * (sending node, receiving node) carries envelopes one way and the replies to asks the other way.
+ * The payloads are the typed envelope/error codecs' JSON; this module moves strings and correlates
+ * replies, the router (router.ts) decides where an envelope goes and decodes it.
+ *
+ * Delivery is at most once: when a stream breaks, the asks waiting on it fail with a retryable
+ * `unavailable` error and tells in flight may be lost; the actors' own timers and PostgreSQL-based
+ * recovery cover that, exactly as they cover a node crash.
+ */
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { randomUUID } from 'node:crypto';
+import type { ProtoGrpcType } from '../gen/remoting.js';
+import type { Frame, Frame__Output } from '../gen/gantry/cluster/v1/Frame.js';
+import type { RemotingClient } from '../gen/gantry/cluster/v1/Remoting.js';
+import { AppError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+
+const PROTO_PATH = fileURLToPath(new URL('../../proto/cluster/v1/remoting.proto', import.meta.url));
+/** The flags of `npm run gen:proto`. */
+const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
+
+let proto: ProtoGrpcType | null = null;
+function loadProto(): ProtoGrpcType {
+  proto ??= grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_PATH, LOADER_OPTIONS)) as unknown as ProtoGrpcType;
+  return proto;
+}
+
+/** An envelope as remoting hands it to the router. */
+export interface InboundEnvelope {
+  json: string;
+  hops: number;
+  viewVersion: number;
+  fromMember: string;
+}
+
+/**
+ * What the receiving side does with an envelope: null for a tell (nothing to answer), or the reply
+ * id and a promise of the reply value (rejected with an AppError for an error reply).
+ */
+export type InboundHandler = (env: InboundEnvelope) => { replyId: string; result: Promise<unknown> } | null;
+
+/** Error codec functions (the actors' one error codec), injected so that this module stays kind-agnostic. */
+export interface ErrorCodec {
+  encode(e: unknown): string;
+  decode(json: string): AppError;
+}
+
+const unreachable = (member: string, why: string): AppError => new AppError('unavailable', 'node_unreachable', `cluster node ${member} is unreachable (${why})`, { retryAfterS: 1 });
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+export class RemotingServer {
+  private server: grpc.Server | null = null;
+  private readonly calls = new Set<grpc.ServerDuplexStream<Frame__Output, Frame>>();
+  /** Envelopes received (metrics/tests). */
+  received = 0;
+
+  constructor(
+    private readonly o: { host: string; port: number; handler: InboundHandler; errors: ErrorCodec; logger: Logger },
+  ) {}
+
+  async start(): Promise<number> {
+    const server = new grpc.Server({ 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000, 'grpc.max_receive_message_length': 16 * 1024 * 1024 });
+    server.addService(loadProto().gantry.cluster.v1.Remoting.service, { Deliver: (call: grpc.ServerDuplexStream<Frame__Output, Frame>) => this.onCall(call) });
+    const port = await new Promise<number>((resolve, reject) =>
+      server.bindAsync(`${this.o.host}:${this.o.port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+    );
+    this.server = server;
+    return port;
+  }
+
+  private onCall(call: grpc.ServerDuplexStream<Frame__Output, Frame>): void {
+    this.calls.add(call);
+    let from = '?';
+    let open = true;
+    const done = (): void => {
+      open = false;
+      this.calls.delete(call);
+    };
+    call.on('error', done);
+    call.on('close', done);
+    call.on('end', () => {
+      done();
+      call.end();
+    });
+    call.on('data', (f: Frame__Output) => {
+      if (f.hello) {
+        from = f.hello.member_id;
+        return;
+      }
+      const e = f.envelope;
+      if (!e) return;
+      this.received++;
+      let out: ReturnType<InboundHandler>;
+      try {
+        out = this.o.handler({ json: e.json, hops: e.hops, viewVersion: e.view_version, fromMember: from });
+      } catch (err) {
+        // an undecodable envelope: its ask (if we can tell) gets the error, a tell is dropped
+        this.o.logger.warn({ from, err_message: (err as Error).message }, 'remoting: envelope rejected');
+        const replyId = replyIdOf(e.json);
+        if (replyId && open) call.write({ reply: { reply_id: replyId, error_json: this.o.errors.encode(err) } });
+        return;
+      }
+      if (!out) return;
+      const { replyId, result } = out;
+      result.then(
+        (v) => {
+          if (open) call.write({ reply: { reply_id: replyId, ok_json: JSON.stringify(v ?? null) } });
+        },
+        (err: unknown) => {
+          if (open) call.write({ reply: { reply_id: replyId, error_json: this.o.errors.encode(err) } });
+        },
+      );
+    });
+  }
+
+  async stop(): Promise<void> {
+    const s = this.server;
+    this.server = null;
+    if (!s) return;
+    for (const c of this.calls) c.end();
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(() => {
+        s.forceShutdown();
+        resolve();
+      }, 2000);
+      s.tryShutdown(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+}
+
+function replyIdOf(json: string): string | null {
+  try {
+    const v = JSON.parse(json) as { reply?: unknown };
+    return typeof v.reply === 'string' ? v.reply : null;
+  } catch {
+    return null;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client side: one peer per remote member
+
+interface PendingAsk {
+  resolve: (v: unknown) => void;
+  reject: (e: unknown) => void;
+  timer: NodeJS.Timeout;
+}
+
+/** The stream to one remote member; reconnects lazily on the next send after a failure. */
+export class RemotePeer {
+  private client: RemotingClient | null = null;
+  private call: grpc.ClientDuplexStream<Frame, Frame__Output> | null = null;
+  private readonly pending = new Map<string, PendingAsk>();
+  private closed = false;
+  /** Envelopes sent (metrics/tests). */
+  sent = 0;
+
+  constructor(
+    readonly memberId: string,
+    readonly address: string,
+    private readonly o: { selfMember: () => string; viewVersion: () => number; errors: ErrorCodec; logger: Logger },
+  ) {}
+
+  private stream(): grpc.ClientDuplexStream<Frame, Frame__Output> {
+    if (this.call) return this.call;
+    if (this.closed) throw unreachable(this.memberId, 'closed');
+    this.client ??= new (loadProto().gantry.cluster.v1.Remoting)(this.address, grpc.credentials.createInsecure(), {
+      'grpc.keepalive_time_ms': 10_000,
+      'grpc.keepalive_timeout_ms': 5_000,
+      'grpc.max_receive_message_length': 16 * 1024 * 1024,
+      'grpc.initial_reconnect_backoff_ms': 200,
+      'grpc.max_reconnect_backoff_ms': 2000,
+    });
+    const call = this.client.Deliver();
+    this.call = call;
+    const broken = (why: string): void => {
+      if (this.call !== call) return;
+      this.call = null;
+      this.failPending(why);
+    };
+    call.on('data', (f: Frame__Output) => {
+      const r = f.reply;
+      if (!r) return;
+      const p = this.pending.get(r.reply_id);
+      if (!p) return;
+      this.pending.delete(r.reply_id);
+      clearTimeout(p.timer);
+      if (r.result === 'error_json') p.reject(this.o.errors.decode(r.error_json ?? ''));
+      else {
+        let v: unknown;
+        try {
+          v = JSON.parse(r.ok_json ?? 'null') as unknown;
+        } catch {
+          p.reject(new AppError('internal', 'internal_error', 'bad reply from a cluster node'));
+          return;
+        }
+        p.resolve(v);
+      }
+    });
+    call.on('error', (e: Error) => broken(e.message));
+    call.on('end', () => broken('stream ended'));
+    call.write({ hello: { member_id: this.o.selfMember(), view_version: this.o.viewVersion() } });
+    return call;
+  }
+
+  private failPending(why: string): void {
+    for (const [id, p] of this.pending) {
+      this.pending.delete(id);
+      clearTimeout(p.timer);
+      p.reject(unreachable(this.memberId, why));
+    }
+  }
+
+  /** A tell: fire and forget (at most once). */
+  tell(json: string, hops: number): void {
+    try {
+      this.stream().write({ envelope: { json, hops, view_version: this.o.viewVersion() } });
+      this.sent++;
+    } catch (e) {
+      this.o.logger.debug({ member: this.memberId, err_message: (e as Error).message }, 'remoting: tell dropped');
+    }
+  }
+
+  /**
+   * An ask: `json` is an envelope whose `reply` is `replyId`. Resolves with the reply value; rejects
+   * with the remote AppError, or `unavailable` when the deadline passes or the stream breaks.
+   */
+  ask(json: string, replyId: string, hops: number, deadlineMs: number, what: string): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      let call: grpc.ClientDuplexStream<Frame, Frame__Output>;
+      try {
+        call = this.stream();
+      } catch (e) {
+        reject(e);
+        return;
+      }
+      const timer = setTimeout(
+        () => {
+          if (this.pending.delete(replyId)) reject(new AppError('unavailable', 'actor_timeout', `${what} did not answer in time`, { retryAfterS: 1 }));
+        },
+        Math.max(0, deadlineMs - Date.now()),
+      );
+      this.pending.set(replyId, { resolve, reject, timer });
+      call.write({ envelope: { json, hops, view_version: this.o.viewVersion() } });
+      this.sent++;
+    });
+  }
+
+  close(): void {
+    this.closed = true;
+    this.failPending('peer closed');
+    this.call?.end();
+    this.call = null;
+    this.client?.close();
+    this.client = null;
+  }
+}
+
+/** Peers by member id; a member that left or died is closed when the view drops it. */
+export class PeerPool {
+  private readonly peers = new Map<string, RemotePeer>();
+
+  constructor(private readonly o: { selfMember: () => string; viewVersion: () => number; errors: ErrorCodec; logger: Logger }) {}
+
+  get(memberId: string, address: string): RemotePeer {
+    let p = this.peers.get(memberId);
+    if (!p || p.address !== address) {
+      p?.close();
+      p = new RemotePeer(memberId, address, this.o);
+      this.peers.set(memberId, p);
+    }
+    return p;
+  }
+
+  /** Closes the peers of members no longer in the view. */
+  retain(memberIds: ReadonlySet<string>): void {
+    for (const [id, p] of this.peers)
+      if (!memberIds.has(id)) {
+        p.close();
+        this.peers.delete(id);
+      }
+  }
+
+  closeAll(): void {
+    for (const p of this.peers.values()) p.close();
+    this.peers.clear();
+  }
+}
+
+export const newReplyId = (): string => randomUUID();

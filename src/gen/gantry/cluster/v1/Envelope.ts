@@ -1,0 +1,35 @@
+// Original file: proto/cluster/v1/remoting.proto
+
+import type { Long } from '@grpc/proto-loader';
+
+export interface Envelope {
+  /**
+   * envelopeCodec JSON: {target: {kind, id}, msg, deadline_ms?, reply?}
+   */
+  'json'?: (string);
+  /**
+   * How many times this envelope was re-routed (a node that no longer owns the target forwards it
+   * with its newer view; bounded so that disagreeing views cannot bounce a message forever).
+   */
+  'hops'?: (number);
+  /**
+   * The sender's membership view version.
+   */
+  'view_version'?: (number | string | Long);
+}
+
+export interface Envelope__Output {
+  /**
+   * envelopeCodec JSON: {target: {kind, id}, msg, deadline_ms?, reply?}
+   */
+  'json': (string);
+  /**
+   * How many times this envelope was re-routed (a node that no longer owns the target forwards it
+   * with its newer view; bounded so that disagreeing views cannot bounce a message forever).
+   */
+  'hops': (number);
+  /**
+   * The sender's membership view version.
+   */
+  'view_version': (number);
+}
