@@ -15,12 +15,18 @@ import { workflowRoutes } from './edge/routes/workflows.js';
 import { WorkflowStore } from './persistence/workflow-store.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { LocalActorSystem } from './actors/runtime/system.js';
-import { registerActors, recoverTasks } from './actors/index.js';
+import { registerActors, recoverTasks, recoverOwned, envelopes, AGENT } from './actors/index.js';
 import type { Protocols } from './actors/ports.js';
 import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
 import { TaskQueries } from './persistence/task-queries.js';
 import { LocalEventBus } from './cluster/event-bus.js';
+import { connectRedis, type RedisConnection } from './cluster/redis.js';
+import { Cluster } from './cluster/index.js';
+import { createMembership } from './cluster/membership.js';
+import { RedisAgentDirectory } from './cluster/directory.js';
+import { ClusterMemberStore } from './persistence/cluster-store.js';
+import { encodeError, decodeError } from './actors/runtime/envelope.js';
 import { SyncAwareSessions, type AgentSessions } from './edge/agents/sessions.js';
 import { taskRoutes } from './edge/routes/tasks.js';
 import { actorMetrics, metricsRoute } from './edge/metrics.js';
@@ -66,6 +72,8 @@ export interface GantryNode {
   grpcPort: number;
   /** Origin clients and agents use (GANTRY_PUBLIC_URL, or this node's loopback address). */
   publicUrl: string;
+  /** Cluster mode (REDIS_URL set): membership, placement, remoting; null on a single node. */
+  cluster: Cluster<Protocols> | null;
   /** Every registered HTTP route (the auth-matrix test walks them all). */
   routes(): ReadonlyArray<RouteDef>;
   /** Graceful stop: stop accepting, finish in-flight work (bounded), close the database. */
@@ -112,9 +120,20 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   // --- actors: one task actor per open task, one scheduler per team, one agent actor per stream
   const clock = opts.clock ?? systemClock;
   const actors = new LocalActorSystem<Protocols>(clock, logger.child({ component: 'actors' }), actorMetrics);
+  // cluster mode: Redis first (a node that cannot reach it refuses to start, before it owns anything)
+  let redis: RedisConnection | null = null;
+  if (config.REDIS_URL) {
+    redis = await connectRedis(config.REDIS_URL, config.GANTRY_REDIS_PREFIX, logger).catch(async (e: unknown) => {
+      await db.close();
+      dataDirLock.release();
+      throw new ConfigError(`cannot reach REDIS_URL: ${(e as Error).message}`);
+    });
+  }
+  let cluster: Cluster<Protocols> | null = null;
+  const memberId = (): string | null => cluster?.memberId ?? null;
   const events = new LocalEventBus();
-  const taskStore = new PgTaskStore(db);
-  const agentStore = new PgAgentStore(db);
+  const taskStore = new PgTaskStore(db, { memberId });
+  const agentStore = new PgAgentStore(db, { memberId });
   const taskQueries = new TaskQueries(db);
   const workflowStore = new WorkflowStore(db);
   // needsSync of live sessions is recomputed from the team's active models/nodes (files module)
@@ -160,10 +179,56 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     progressIntervalMs: 500,
     askTimeoutMs: 15_000,
   });
-  // single node: no agent stream survived the restart
-  await agentStore.markAllOffline(null);
-  const recovered = await recoverTasks(actors, taskStore, config.GANTRY_AGENT_GRACE_S * 1000);
-  if (recovered) logger.info({ open_tasks: recovered }, 'recovering open tasks');
+  const graceMs = config.GANTRY_AGENT_GRACE_S * 1000;
+  let takeOver: () => void = () => undefined;
+  if (redis) {
+    const conn = redis;
+    const c: Cluster<Protocols> = new Cluster<Protocols>({
+      nodeId: config.GANTRY_NODE_ID,
+      host: config.GANTRY_CLUSTER_HOST,
+      port: config.GANTRY_CLUSTER_PORT,
+      advertise: config.GANTRY_CLUSTER_ADVERTISE,
+      leaseMs: config.GANTRY_CLUSTER_LEASE_MS,
+      system: actors,
+      codec: envelopes,
+      errors: { encode: encodeError, decode: decodeError },
+      membership: createMembership(conn, { leaseMs: config.GANTRY_CLUSTER_LEASE_MS, logger }),
+      directory: (self) => new RedisAgentDirectory(conn, self, logger),
+      fence: new ClusterMemberStore(db),
+      directoryKinds: new Set([AGENT]),
+      hasLocalStream: (agentId) => sessions.session(agentId) !== null,
+      localStreams: () => sessions.all().map((s) => s.agentId),
+      logger: logger.child({ component: 'cluster' }),
+    });
+    cluster = c;
+    await c.start().catch((e: unknown) =>
+      failStart(e, `cannot join the cluster (cluster port ${config.GANTRY_CLUSTER_HOST}:${config.GANTRY_CLUSTER_PORT})`, [
+        () => c.stop(),
+        () => actors.shutdown(),
+        () => conn.close(),
+        () => db.close(),
+        () => dataDirLock.release(),
+      ]),
+    );
+    sessions.presence = {
+      opened: (agentId) => void c.directory.claim(agentId).catch((e: unknown) => logger.warn({ agent_id: agentId, err_message: (e as Error).message }, 'agent directory claim failed')),
+      closed: (agentId) => void c.directory.release(agentId).catch(() => undefined),
+      elsewhere: (agentId) => c.agentElsewhere(agentId),
+    };
+    // every new view: take over the open tasks (and team schedulers) this node owns now
+    takeOver = () => {
+      void recoverOwned(actors, taskStore, graceMs, (ref) => c.owns(ref))
+        .then((n) => n > 0 && logger.info({ tasks: n }, 'took over open tasks'))
+        .catch((e: unknown) => logger.warn({ err: e }, 'taking over owned tasks failed'));
+    };
+    c.onView(() => takeOver());
+    takeOver();
+  } else {
+    // single node: no agent stream survived the restart
+    await agentStore.markAllOffline(null);
+    const recovered = await recoverTasks(actors, taskStore, graceMs);
+    if (recovered) logger.info({ open_tasks: recovered }, 'recovering open tasks');
+  }
 
   const identity = createIdentity({ config, db, logger, dataDir, clock });
   identity.start();
@@ -176,7 +241,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     tlsKeyFile: config.GANTRY_GRPC_TLS_KEY,
     heartbeatIntervalS: config.GANTRY_HEARTBEAT_INTERVAL_S,
     maxAgentsPerTeam: config.quotas.maxAgents,
-    nodeId: config.GANTRY_NODE_ID ?? installationId,
+    // the agents row's node_id: in cluster mode the member id (the directory and the member fence use it)
+    nodeId: () => cluster?.memberId ?? config.GANTRY_NODE_ID ?? installationId,
     logger,
     sessions,
     agents: agentStore,
@@ -190,6 +256,10 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     failStart(e, `cannot listen on gRPC ${config.GANTRY_GRPC_HOST}:${config.GANTRY_GRPC_PORT}`, [() => agentGrpc.stop(), () => sessions.stop(), () => actors.shutdown(), () => identity.stop(), () => db.close()]),
   );
   identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
+  // declared dead while paused: the agent streams here were registered under the old member id; they re-connect
+  cluster?.onEvicted(() => {
+    for (const s of sessions.all()) agentGrpc.kickAgent(s.agentId, 'node_rejoined', 'this server node re-joined the cluster; reconnect');
+  });
 
   // --- live events: SSE, webhook outbox/dispatcher, notifications (all fed from task_events)
   const liveEvents = new LiveEvents({
@@ -294,6 +364,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     agentGrpc,
     grpcPort,
     publicUrl,
+    cluster,
     routes: () => http.routes(),
     close() {
       closing ??= (async () => {
@@ -301,13 +372,17 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         // in-flight requests get the budget minus what closing the rest needs, so the whole stop
         // stays within GANTRY_SHUTDOWN_TIMEOUT_MS
         await http.shutdown(Math.max(0, config.GANTRY_SHUTDOWN_TIMEOUT_MS - 2000));
+        // graceful leave: the other members take over this node's actors now, not after a lease
+        await cluster?.leave();
         await liveEvents.stop();
         sessions.stop();
         await agentGrpc.stop();
         await files.sweepers.stop();
         await actors.shutdown();
+        await cluster?.stop();
         await identity.stop();
         await db.close();
+        await redis?.close();
         dataDirLock.release();
         logger.info('stopped');
       })();

@@ -59,3 +59,31 @@ export async function recoverTasks(sys: LocalActorSystem<Protocols>, tasks: Task
   for (const team of teams) sys.tell({ kind: SCHEDULER, id: team }, { type: 'kick' });
   return open.length;
 }
+
+/**
+ * Cluster: after a membership change, this node takes over the open tasks it owns now and does not
+ * run yet (their owner died or left, or placement moved them here): each is recovered from
+ * PostgreSQL, asking its agent's actor (wherever it lives) whether the agent still holds it; and the
+ * schedulers of the teams it owns now are kicked. Returns how many task actors were recovered.
+ */
+export async function recoverOwned(
+  sys: LocalActorSystem<Protocols>,
+  tasks: TaskStorePort,
+  graceMs: number,
+  owns: (ref: { kind: typeof TASK | typeof SCHEDULER; id: string }) => boolean,
+): Promise<number> {
+  const open = await tasks.nonTerminal();
+  const teams = new Set<string>();
+  let n = 0;
+  for (const t of open) {
+    if (owns({ kind: SCHEDULER, id: t.teamId })) teams.add(t.teamId);
+    const ref = { kind: TASK, id: t.id } as const;
+    if (sys.isActive(ref) || !owns(ref)) continue;
+    if (t.status === 'provisioning' || t.status === 'queued' || t.status === 'running') {
+      sys.tell(ref, { type: 'recover', graceMs, confirm: true });
+      n++;
+    }
+  }
+  for (const team of teams) sys.tell({ kind: SCHEDULER, id: team }, { type: 'kick' });
+  return n;
+}

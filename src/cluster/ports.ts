@@ -41,5 +41,7 @@ export interface MembershipPort {
   onEvicted(fn: (newSelf: Member) => void): () => void;
   /** Hook run before a dead member is removed from the view (the PostgreSQL fence goes here). */
   beforeRemoveDead(fn: (dead: Member) => Promise<void>): void;
+  /** The node found itself fenced in PostgreSQL: same path as being found declared dead (onEvicted, then re-join). */
+  evict?(reason: string): void;
   stop(): Promise<void>;
 }

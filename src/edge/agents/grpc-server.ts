@@ -61,7 +61,8 @@ export interface AgentGrpcServerOptions {
   heartbeatIntervalS: number;
   /** 0 = unlimited agents per team. */
   maxAgentsPerTeam: number;
-  nodeId: string;
+  /** The agents row's node_id (cluster mode: this node's current member id). */
+  nodeId: () => string;
   logger: Logger;
   sessions: AgentSessions;
   agents: AgentRecords;
@@ -412,7 +413,7 @@ export class AgentGrpcServer {
       slots,
       agentVersion: h.agent_version || 'unknown',
       credentialId: c.credentialId,
-      nodeId: this.o.nodeId,
+      nodeId: this.o.nodeId(),
     });
     // before the session opens: the first AgentInfo the scheduler sees already says whether a task
     // sent to this agent must provision first

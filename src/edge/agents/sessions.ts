@@ -19,10 +19,26 @@ export interface AgentSession {
  * use. The gRPC stream server (and in-process fake agents in tests) open and close sessions here
  * and feed what the agent says into its actor.
  */
+/** Cluster: where agent streams are (the agent directory); absent on a single node. */
+export interface AgentPresence {
+  /** This node holds the agent's stream now. */
+  opened(agentId: string): void;
+  /** The stream closed on this node. */
+  closed(agentId: string): void;
+  /** Another node holds the agent's stream now. */
+  elsewhere(agentId: string): boolean;
+}
+
 export class AgentSessions implements AgentTransportPort {
   private sessions = new Map<string, AgentSession>();
+  /** Set by the composition root in cluster mode. */
+  presence: AgentPresence | null = null;
 
   constructor(private readonly actors: ActorSystemPort) {}
+
+  connectedElsewhere(agentId: string): boolean {
+    return !this.sessions.has(agentId) && (this.presence?.elsewhere(agentId) ?? false);
+  }
 
   send(agentId: string, msg: ServerToAgent): boolean {
     return this.sessions.get(agentId)?.deliver(msg) ?? false;
@@ -39,6 +55,7 @@ export class AgentSessions implements AgentTransportPort {
     const sessionId = uuidv7();
     this.sessions.set(agentId, { sessionId, agentId, info, deliver, end });
     if (old) old.end('replaced by a newer connection of the same agent');
+    this.presence?.opened(agentId);
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'connected', sessionId, info, running });
     return sessionId;
   }
@@ -59,6 +76,7 @@ export class AgentSessions implements AgentTransportPort {
     const s = this.sessions.get(agentId);
     if (!s || s.sessionId !== sessionId) return;
     this.sessions.delete(agentId);
+    this.presence?.closed(agentId);
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'disconnected', sessionId });
   }
 
@@ -66,6 +84,7 @@ export class AgentSessions implements AgentTransportPort {
   revoke(agentId: string): void {
     const s = this.sessions.get(agentId);
     this.sessions.delete(agentId);
+    if (s) this.presence?.closed(agentId);
     s?.end('agent credential revoked or agent deleted');
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'revoke' });
   }
