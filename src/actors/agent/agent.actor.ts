@@ -3,8 +3,15 @@ import { AGENT_KIND, SCHEDULER_KIND, TASK_KIND } from '../../domain/tasks/record
 import type { AgentStorePort, AgentTransportPort, Protocols, TaskStorePort } from '../ports.js';
 import { decide, initialAgentState, type AgentEffect, type AgentInput, type AgentState } from './decide.js';
 import { AgentMsg, type AgentReply } from './protocol.js';
+import type { TaskMsg } from '../task/protocol.js';
+import { AppError } from '../../shared/errors.js';
 
 export const AGENT = AGENT_KIND;
+
+/** A task result is resent while its task actor is unreachable (cluster): per-try deadline, tries, longest pause. */
+const RESULT_ASK_MS = 5_000;
+const RESULT_RETRIES = 12;
+const RESULT_RETRY_MAX_MS = 4_000;
 
 export interface AgentActorDeps {
   transport: AgentTransportPort;
@@ -83,7 +90,8 @@ export class AgentActor implements Actor<Protocols, typeof AGENT> {
   private run(e: AgentEffect): boolean {
     switch (e.type) {
       case 'tell_task':
-        this.ctx.system.tell({ kind: TASK_KIND, id: e.taskId }, e.msg);
+        if (e.msg.type === 'finish' || e.msg.type === 'fail') this.deliverResult(e.taskId, e.msg, 0);
+        else this.ctx.system.tell({ kind: TASK_KIND, id: e.taskId }, e.msg);
         return true;
       case 'tell_scheduler':
         this.ctx.system.tell({ kind: SCHEDULER_KIND, id: e.teamId }, e.msg);
@@ -131,6 +139,24 @@ export class AgentActor implements Actor<Protocols, typeof AGENT> {
         this.ctx.stop();
         return true;
     }
+  }
+
+  /**
+   * A task's result (the agent already handed it over and forgot it) must reach the task actor even
+   * when that actor's node dies or is moving (cluster): it is asked, and resent while the answer is a
+   * retryable `unavailable` error (node unreachable, actor moving, timeout). A reply of any kind,
+   * including a stale `ok: false`, ends it: the task's fenced write decided.
+   */
+  private deliverResult(taskId: string, msg: Extract<TaskMsg, { type: 'finish' | 'fail' }>, attempt: number): void {
+    const ask = this.ctx.system.ask({ kind: TASK_KIND, id: taskId }, msg, { deadlineMs: this.ctx.clock.now() + RESULT_ASK_MS });
+    this.ctx.reenterAfter(ask, (r) => {
+      if (r.ok || !(r.error instanceof AppError) || r.error.kind !== 'unavailable' || attempt >= RESULT_RETRIES) {
+        if (!r.ok) this.ctx.log.warn({ agent_id: this.agentId, task_id: taskId, err: r.error, attempts: attempt + 1 }, 'task result not delivered');
+        return;
+      }
+      const wait = new Promise<void>((res) => this.ctx.clock.setTimeout(res, Math.min(RESULT_RETRY_MAX_MS, 250 * 2 ** attempt)));
+      this.ctx.reenterAfter(wait, () => this.deliverResult(taskId, msg, attempt + 1));
+    });
   }
 
   /** Starts I/O; its result is decided as a later turn. A failed read is a crash (restart from the transport and PostgreSQL). */

@@ -1,0 +1,104 @@
+// Three node processes on one PostgreSQL and one Redis: a run submitted on node A, its agent
+// connected to node B, its SSE client on node C sees every event once, in order; a revoked sk- is
+// refused on every node on its next request.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { startCluster, clusterSkipReason, type TestCluster } from '../helpers/cluster.js';
+import { setupTeam, createWorkflow, runWorkflow, spawnAgent, tmpDir, tinyGraph, waitFor, type AgentProcess, type TeamSetup } from '../agents/helpers.js';
+import { SseClient } from '../events/helpers.js';
+import type { TestNode } from '../helpers/node.js';
+
+const skip = clusterSkipReason();
+let c: TestCluster;
+const procs: AgentProcess[] = [];
+const asNode = (i: number): TestNode => ({ http: c.nodes[i]?.http }) as unknown as TestNode;
+
+before(async () => {
+  if (skip) return;
+  c = await startCluster({ nodes: 3 });
+});
+
+after(async () => {
+  for (const p of procs) p.kill('SIGKILL');
+  await Promise.all(procs.map((p) => p.exited));
+  await c?.stop();
+});
+
+function agentOn(i: number, s: TeamSetup, extra: string[] = []): AgentProcess {
+  const p = spawnAgent([
+    '--server',
+    `127.0.0.1:${c.nodes[i]?.grpcPort}`,
+    '--credential',
+    s.ak.value,
+    '--executor',
+    'simulate',
+    '--state-dir',
+    tmpDir('gantry-agent-state-'),
+    '--simulate-duration-ms',
+    '1500',
+    '--simulate-steps',
+    '6',
+    ...extra,
+  ]);
+  procs.push(p);
+  return p;
+}
+
+test('a run submitted on node A, run by an agent on node B, followed over SSE on node C: every event once, in order', { skip: skip ?? false, timeout: 120_000 }, async () => {
+  const A = asNode(0);
+  const s = await setupTeam(A);
+  agentOn(1, s);
+  await waitFor('the agent online (seen from node C)', async () => {
+    const r = await c.nodes[2]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
+    return r?.status === 200 && (r.body.agent_list as Array<Record<string, any>>).some((a) => a.agent_status === 'online');
+  }, 30_000);
+  const wf = await createWorkflow(A, s, tinyGraph());
+
+  // several runs, so that their task actors are owned by different nodes (rendezvous placement)
+  const ids: string[] = [];
+  for (let k = 0; k < 6; k++) ids.push(await runWorkflow(A, s, wf, { prompt: `run ${k}` }));
+  const streams = await Promise.all(ids.map((id) => SseClient.connect(`${c.nodes[2]?.baseUrl}/r/tasks/${id}/events`, { Authorization: `Bearer ${s.sk.value}`, 'Last-Event-ID': '0' })));
+  await Promise.all(streams.map((sse) => sse.until((x) => x.ended, 90_000, 'the stream ends after the terminal event')));
+
+  for (const [k, sse] of streams.entries()) {
+    const id = ids[k] as string;
+    const rows = await queryEvents(id);
+    const sent = sse.messages.map((m) => Number(m.id));
+    // once and in order: strictly increasing ids; every transition row of the task was sent
+    for (let i = 1; i < sent.length; i++) assert.ok((sent[i] as number) > (sent[i - 1] as number), `task ${id}: ids strictly increase: ${sent.join(',')}`);
+    const transitions = rows.filter((r) => r.event_type !== 'progress').map((r) => Number(r.id));
+    for (const tid of transitions) assert.ok(sent.includes(tid), `task ${id}: transition event ${tid} was sent (sent ${sent.join(',')})`);
+    assert.equal(sse.messages.at(-1)?.event, 'completed', `task ${id} completed`);
+  }
+  // the work was spread: the task actors ran on more than one node (each node logs the transitions it makes)
+  const writers = new Set<number>();
+  for (const nd of c.nodes) for (const l of nd.lines) if (l.msg === 'task transition' && ids.includes(l.task_id)) writers.add(nd.index);
+  assert.ok(writers.size >= 2, `task transitions were made on ${writers.size} node(s)`);
+});
+
+test('a revoked sk- is refused on every node on its next request', { skip: skip ?? false, timeout: 60_000 }, async () => {
+  const A = asNode(0);
+  const s = await setupTeam(A);
+  // every node has verified (and cached) the key
+  const probe = `/r/tasks/${randomUUID()}`;
+  for (const nd of c.nodes) assert.equal((await nd.http.get(probe, { token: s.sk.value })).status, 404, `${nd.name} accepts the key (an unknown task is a 404)`);
+  const del = await c.nodes[1]?.http.del(`/credentials/${s.sk.id}`, { token: s.user.accessToken, team: s.user.teamId });
+  assert.ok(del && del.status < 300, `revoke on node B: ${del?.status} ${del?.text}`);
+  // the very next request on every node is refused
+  for (const nd of c.nodes) {
+    const r = await nd.http.get(probe, { token: s.sk.value });
+    assert.equal(r.status, 401, `${nd.name} refuses the revoked key at once (got ${r.status})`);
+  }
+});
+
+async function queryEvents(taskId: string): Promise<Array<{ id: string; event_type: string }>> {
+  const pg = await import('pg');
+  const client = new pg.default.Client({ connectionString: c.db.url });
+  await client.connect();
+  try {
+    return (await client.query<{ id: string; event_type: string }>('select id, event_type from task_events where task_id = $1 order by id', [taskId])).rows;
+  } finally {
+    await client.end();
+  }
+}

@@ -1,0 +1,253 @@
+// A cluster of real node processes on loopback (`bin/gantry.mjs serve`), one PostgreSQL database and
+// one Redis (its own key prefix per fixture, or a dedicated redis-server the test can restart). Each
+// node keeps its ports across restarts, so agents and clients reconnect to the same addresses.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes, generateKeyPairSync } from 'node:crypto';
+import { createClient } from 'redis';
+import { createTestDatabase, type TestDatabase } from './pg.js';
+import { freePort } from './child-node.js';
+import { HttpClient } from './node.js';
+
+const root = new URL('../..', import.meta.url).pathname;
+
+export interface ClusterNodeProc {
+  name: string;
+  index: number;
+  httpPort: number;
+  grpcPort: number;
+  clusterPort: number;
+  baseUrl: string;
+  http: HttpClient;
+  child: ChildProcess | null;
+  /** JSON log lines of every incarnation. */
+  lines: Array<Record<string, any>>;
+  alive(): boolean;
+  /** Resolves with the first log line (of this incarnation on) matching pred. */
+  waitLine(pred: (l: Record<string, any>) => boolean, what: string, timeoutMs?: number): Promise<Record<string, any>>;
+}
+
+export interface TestCluster {
+  db: TestDatabase;
+  redisUrl: string;
+  prefix: string;
+  nodes: ClusterNodeProc[];
+  leaseMs: number;
+  start(i: number): Promise<void>;
+  kill(i: number, sig?: NodeJS.Signals): Promise<void>;
+  signal(i: number, sig: NodeJS.Signals): void;
+  /** Live member ids per Redis (the membership hash). */
+  stop(): Promise<void>;
+}
+
+export interface ClusterOptions {
+  nodes?: number;
+  leaseMs?: number;
+  /** Use this Redis (e.g. a dedicated server the test restarts); default REDIS_URL. */
+  redisUrl?: string;
+  env?: Record<string, string>;
+}
+
+const redisBin = (): string | null => ['/usr/bin/redis-server', '/usr/local/bin/redis-server'].find((p) => existsSync(p)) ?? null;
+
+/** Whether the cluster fixture can run here (a Redis to use), or why not. */
+export function clusterSkipReason(): string | null {
+  if (!process.env.REDIS_URL && !redisBin()) return 'redis-server not installed and REDIS_URL unset';
+  return null;
+}
+
+/** A dedicated redis-server on a free port (for tests that restart or flush it). */
+export async function startRedisServer(): Promise<{ url: string; port: number; stop(): Promise<void>; restart(): Promise<void> } | null> {
+  const bin = redisBin();
+  if (!bin) return null;
+  const port = await freePort();
+  let proc: ChildProcess | null = null;
+  const up = async (): Promise<void> => {
+    proc = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    for (let i = 0; i < 100; i++) {
+      const r = spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8' });
+      if (r.stdout?.trim() === 'PONG') return;
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    throw new Error('redis-server did not start');
+  };
+  const down = async (): Promise<void> => {
+    const p = proc;
+    proc = null;
+    if (!p || p.exitCode !== null) return;
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill('SIGKILL');
+    await exited;
+  };
+  await up();
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    stop: down,
+    async restart() {
+      await down();
+      await up();
+    },
+  };
+}
+
+export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster> {
+  const n = o.nodes ?? 3;
+  const leaseMs = o.leaseMs ?? 1500;
+  const redisUrl = o.redisUrl ?? process.env.REDIS_URL;
+  if (!redisUrl) throw new Error('no Redis: REDIS_URL unset');
+  const db = await createTestDatabase('cluster');
+  const prefix = `gantry-test:${process.pid}:${randomBytes(4).toString('hex')}:`;
+  // one signing key for every node (until keys are shared through PostgreSQL, this is how operators do it)
+  const jwtKey = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  const secretKey = randomBytes(32).toString('hex');
+  const dataDirs: string[] = [];
+  const nodes: ClusterNodeProc[] = [];
+  for (let i = 0; i < n; i++) {
+    const [httpPort, grpcPort, clusterPort] = [await freePort(), await freePort(), await freePort()];
+    dataDirs.push(mkdtempSync(join(tmpdir(), `gantry-cl${i}-`)));
+    const lines: Array<Record<string, any>> = [];
+    const waiters: Array<{ pred: (l: Record<string, any>) => boolean; resolve: (l: Record<string, any>) => void; from: number }> = [];
+    const node: ClusterNodeProc & { _waiters: typeof waiters; _incarnationStart: number } = {
+      name: `n${i}`,
+      index: i,
+      httpPort,
+      grpcPort,
+      clusterPort,
+      baseUrl: `http://127.0.0.1:${httpPort}/api/v1`,
+      http: new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`),
+      child: null,
+      lines,
+      _waiters: waiters,
+      _incarnationStart: 0,
+      alive() {
+        return !!this.child && this.child.exitCode === null && this.child.signalCode === null;
+      },
+      waitLine(pred, what, timeoutMs = 30_000) {
+        const from = node._incarnationStart;
+        for (let k = from; k < lines.length; k++) if (pred(lines[k] as Record<string, any>)) return Promise.resolve(lines[k] as Record<string, any>);
+        return new Promise((resolve, reject) => {
+          const t = setTimeout(() => reject(new Error(`${node.name}: no log line for ${what} in ${timeoutMs} ms; last:\n${lines.slice(-10).map((l) => JSON.stringify(l)).join('\n')}`)), timeoutMs);
+          waiters.push({ pred, from, resolve: (l) => (clearTimeout(t), resolve(l)) });
+        });
+      },
+    };
+    nodes.push(node);
+  }
+
+  const env = (i: number): Record<string, string> => {
+    const clean: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('GANTRY_') && k !== 'REDIS_URL' && k !== 'DATABASE_URL') clean[k] = v;
+    const nd = nodes[i] as ClusterNodeProc;
+    return {
+      ...clean,
+      LOG_LEVEL: 'info',
+      DATABASE_URL: db.url,
+      REDIS_URL: redisUrl,
+      GANTRY_REDIS_PREFIX: prefix,
+      GANTRY_NODE_ID: nd.name,
+      GANTRY_DATA_DIR: dataDirs[i] as string,
+      GANTRY_HTTP_HOST: '127.0.0.1',
+      GANTRY_HTTP_PORT: String(nd.httpPort),
+      GANTRY_GRPC_HOST: '127.0.0.1',
+      GANTRY_GRPC_PORT: String(nd.grpcPort),
+      GANTRY_CLUSTER_HOST: '127.0.0.1',
+      GANTRY_CLUSTER_PORT: String(nd.clusterPort),
+      GANTRY_CLUSTER_ADVERTISE: `127.0.0.1:${nd.clusterPort}`,
+      GANTRY_CLUSTER_LEASE_MS: String(leaseMs),
+      GANTRY_JWT_PRIVATE_KEY: jwtKey,
+      GANTRY_SECRET_KEY: secretKey,
+      GANTRY_DB_POOL_MAX: '5',
+      GANTRY_DEBUG_ROUTES: 'true',
+      GANTRY_OUTBOUND_ALLOWLIST: '127.0.0.1,::1,localhost',
+      GANTRY_SHUTDOWN_TIMEOUT_MS: '5000',
+      ...(o.env ?? {}),
+    };
+  };
+
+  const start = async (i: number): Promise<void> => {
+    const nd = nodes[i] as ClusterNodeProc & { _waiters: Array<{ pred: (l: Record<string, any>) => boolean; resolve: (l: Record<string, any>) => void; from: number }>; _incarnationStart: number };
+    nd._incarnationStart = nd.lines.length;
+    const child = spawn(process.execPath, ['bin/gantry.mjs', 'serve'], { cwd: root, env: env(i), stdio: ['ignore', 'pipe', 'pipe'] });
+    nd.child = child;
+    let buf = '';
+    let err = '';
+    child.stderr?.on('data', (d) => (err += String(d)).slice(-4000));
+    child.stdout?.on('data', (c: Buffer) => {
+      buf += c.toString();
+      let k;
+      while ((k = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, k);
+        buf = buf.slice(k + 1);
+        if (process.env.CLUSTER_TEST_LOG) process.stderr.write(`[${nd.name}] ${line}\n`);
+        let j: Record<string, any>;
+        try {
+          j = JSON.parse(line) as Record<string, any>;
+        } catch {
+          j = { msg: line };
+        }
+        nd.lines.push(j);
+        for (const w of [...nd._waiters])
+          if (w.pred(j)) {
+            nd._waiters.splice(nd._waiters.indexOf(w), 1);
+            w.resolve(j);
+          }
+      }
+    });
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    await Promise.race([
+      nd.waitLine((l) => l.msg === 'listening', `${nd.name} listening`, 60_000),
+      exited.then(() => {
+        throw new Error(`${nd.name} exited at start: ${err.slice(-2000)}`);
+      }),
+    ]);
+  };
+
+  const kill = async (i: number, sig: NodeJS.Signals = 'SIGKILL'): Promise<void> => {
+    const c = (nodes[i] as ClusterNodeProc).child;
+    if (!c || c.exitCode !== null || c.signalCode !== null) return;
+    const exited = new Promise((r) => c.once('exit', r));
+    c.kill(sig);
+    await exited;
+  };
+
+  // the first node migrates the database; the others start together after it
+  await start(0);
+  await Promise.all(nodes.slice(1).map((_, k) => start(k + 1)));
+
+  return {
+    db,
+    redisUrl,
+    prefix,
+    nodes,
+    leaseMs,
+    start,
+    kill,
+    signal(i, sig) {
+      (nodes[i] as ClusterNodeProc).child?.kill(sig);
+    },
+    async stop() {
+      for (let i = 0; i < nodes.length; i++) {
+        const c = (nodes[i] as ClusterNodeProc).child;
+        if (c && c.signalCode === null && c.exitCode === null) {
+          c.kill('SIGCONT');
+          c.kill('SIGKILL');
+        }
+      }
+      await Promise.all(nodes.map((nd) => (nd.child && nd.child.exitCode === null && nd.child.signalCode === null ? new Promise((r) => nd.child?.once('exit', r)) : null)));
+      // drop this fixture's Redis keys (never FLUSHALL: other tests share the server)
+      try {
+        const c = createClient({ url: redisUrl });
+        await c.connect();
+        for await (const keys of c.scanIterator({ MATCH: `${prefix}*`, COUNT: 500 })) if (keys.length) await c.del(keys);
+        await c.close();
+      } catch {
+        /* a dedicated server may be gone */
+      }
+      await db.drop();
+      for (const d of dataDirs) rmSync(d, { recursive: true, force: true });
+    },
+  };
+}
