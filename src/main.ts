@@ -20,7 +20,10 @@ import type { Protocols } from './actors/ports.js';
 import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
 import { TaskQueries } from './persistence/task-queries.js';
+import { randomUUID } from 'node:crypto';
 import { LocalEventBus } from './cluster/event-bus.js';
+import { RedisEventBus } from './cluster/event-bus-redis.js';
+import { RedisInvalidation } from './cluster/invalidation-redis.js';
 import { connectRedis, type RedisConnection } from './cluster/redis.js';
 import { Cluster } from './cluster/index.js';
 import { createMembership } from './cluster/membership.js';
@@ -131,7 +134,13 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   }
   let cluster: Cluster<Protocols> | null = null;
   const memberId = (): string | null => cluster?.memberId ?? null;
-  const events = new LocalEventBus();
+  // cluster: task events and cache invalidations go to every node over Redis (tagged with this process's id)
+  const processId = randomUUID();
+  const redisEvents = redis ? new RedisEventBus(redis, processId, logger.child({ component: 'event-bus' })) : null;
+  const events: LocalEventBus = redisEvents ?? new LocalEventBus();
+  await redisEvents?.start();
+  const redisInvalidation = redis ? new RedisInvalidation(redis, processId, logger.child({ component: 'invalidation' })) : null;
+  await redisInvalidation?.start();
   const taskStore = new PgTaskStore(db, { memberId });
   const agentStore = new PgAgentStore(db, { memberId });
   const taskQueries = new TaskQueries(db);
@@ -230,7 +239,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     if (recovered) logger.info({ open_tasks: recovered }, 'recovering open tasks');
   }
 
-  const identity = createIdentity({ config, db, logger, dataDir, clock });
+  const identity = createIdentity({ config, db, logger, dataDir, clock, ...(redisInvalidation ? { invalidation: redisInvalidation } : {}) });
   identity.start();
 
   // --- agent gRPC streams (after the actors: sessions feed the agent actors)
@@ -273,6 +282,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     keepAliveMs: config.GANTRY_SSE_KEEPALIVE_MS,
   });
   await liveEvents.start();
+  // cluster: events may have been lost (a node died between commit and publish, a bus gap): SSE streams re-read PostgreSQL
+  cluster?.onView(() => liveEvents.sse.resync());
+  redisEvents?.onGap(() => liveEvents.sse.resync());
 
   const edge = new HttpEdge({
     host: config.GANTRY_HTTP_HOST,
@@ -382,6 +394,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await cluster?.stop();
         await identity.stop();
         await db.close();
+        await redisEvents?.stop();
+        await redisInvalidation?.stop();
         await redis?.close();
         dataDirLock.release();
         logger.info('stopped');

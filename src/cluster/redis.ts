@@ -18,7 +18,7 @@ export interface RedisConnection {
  * Connects to REDIS_URL. node-redis reconnects on its own (backoff capped at 2 s); errors are logged
  * without the URL (it may hold a password). Resolves once the first connection is up.
  */
-export async function connectRedis(url: string, prefix: string, logger: Logger): Promise<RedisConnection> {
+export async function connectRedis(url: string, prefix: string, logger: Logger, connectTimeoutMs = 10_000): Promise<RedisConnection> {
   const log = logger.child({ component: 'redis' });
   const make = (): Redis => {
     const c = createClient({ url, socket: { reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 2000), connectTimeout: 5000 } });
@@ -34,7 +34,21 @@ export async function connectRedis(url: string, prefix: string, logger: Logger):
     return c;
   };
   const client = make();
-  await client.connect();
+  // the first connection must come within the timeout (a node that cannot reach Redis refuses to start)
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      client.connect(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no connection within ${connectTimeoutMs} ms`)), connectTimeoutMs);
+      }),
+    ]);
+  } catch (e) {
+    client.destroy();
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
   const subs = new Set<Redis>();
   return {
     client,

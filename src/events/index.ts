@@ -20,7 +20,11 @@ export { signBody, DEFAULT_RETRY_DELAYS_MS } from './dispatcher.js';
 
 export interface LiveEventsOptions {
   db: Database;
-  bus: { subscribeTask(taskId: string, l: (e: TaskEvent) => void): () => void; subscribeAll(l: (e: TaskEvent) => void): () => void };
+  bus: {
+    subscribeTask(taskId: string, l: (e: TaskEvent, origin?: string) => void): () => void;
+    subscribeAll(l: (e: TaskEvent, origin?: string) => void): () => void;
+    isLocal?(origin: string | undefined): boolean;
+  };
   clock: Clock;
   logger: Logger;
   outboundAllowlist: string | undefined;

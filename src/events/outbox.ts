@@ -23,7 +23,8 @@ import { TERMINAL_EVENTS } from './sse.js';
 export interface OutboxFeederOptions {
   store: EventsStore;
   notifier: Notifier;
-  bus: { subscribeAll(l: (e: TaskEvent) => void): () => void };
+  /** isLocal: cluster — only events this node published are fed from the bus (every node gets every event; the scan covers a dead node's). */
+  bus: { subscribeAll(l: (e: TaskEvent, origin?: string) => void): () => void; isLocal?(origin: string | undefined): boolean };
   clock: Clock;
   logger: Logger;
   maxAttempts: number;
@@ -49,8 +50,9 @@ export class OutboxFeeder {
   constructor(private readonly o: OutboxFeederOptions) {}
 
   async start(): Promise<void> {
-    this.unsub = this.o.bus.subscribeAll((e) => {
+    this.unsub = this.o.bus.subscribeAll((e, origin) => {
       if (!TERMINAL_EVENTS.has(e.type) || this.processed.has(e.id) || this.stopped) return;
+      if (this.o.bus.isLocal && !this.o.bus.isLocal(origin)) return;
       this.pending.set(e.id, e);
       this.kick();
     });

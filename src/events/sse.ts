@@ -43,7 +43,8 @@ export interface SseTaskSource {
 }
 
 export interface SseBus {
-  subscribeTask(taskId: string, l: (e: TaskEvent) => void): () => void;
+  /** origin: the node that published the event (cluster), undefined on a single node. */
+  subscribeTask(taskId: string, l: (e: TaskEvent, origin?: string) => void): () => void;
 }
 
 export interface SseHubOptions {
@@ -60,7 +61,18 @@ export class TooManyStreams extends Error {}
 
 export const formatEvent = (e: { id: number; type: string; data: unknown }): string => `id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(e.data)}\n\n`;
 
-/** One open stream. */
+/**
+ * One open stream.
+ *
+ * Cluster: pub/sub may lose an event (its node died between commit and publish, a subscriber
+ * reconnected). A stream then "syncs": it holds live events back, reads everything after the last
+ * event it queued from PostgreSQL (the truth; a published event is already committed), sends that in
+ * order, then lets the held events through (ids already sent are skipped). It syncs when the hub says
+ * events may have been lost (resync(): a membership change, a sequence gap, a reconnect) and when an
+ * event arrives from another origin than the previous one (the task's writer moved to another node:
+ * the old one may have died with an event unpublished). On a single node the origin never changes
+ * and nothing is ever re-read.
+ */
 class SseStream {
   lastSentId = 0;
   private queue: TaskEvent[] = [];
@@ -68,6 +80,10 @@ class SseStream {
   private closed = false;
   private live = false;
   private pending: TaskEvent[] = [];
+  private lastOrigin: string | undefined = undefined;
+  private needsSync = false;
+  private syncing = false;
+  private held: TaskEvent[] = [];
 
   constructor(
     readonly teamId: string,
@@ -75,19 +91,64 @@ class SseStream {
     private readonly res: SseSink,
     private readonly maxBuffered: number,
     private readonly onClose: () => void,
+    private readonly readAfter: (afterId: number) => Promise<TaskEvent[]>,
+    private readonly onSyncError: (err: unknown) => void,
   ) {
     res.onAbort(() => this.finish());
+  }
+
+  /** The newest id sent or queued. */
+  private highWater(): number {
+    return Math.max(this.lastSentId, this.queue[this.queue.length - 1]?.id ?? 0);
+  }
+
+  /** Events may have been lost: re-read PostgreSQL before the next live event goes out (and now). */
+  resync(): void {
+    if (this.isClosed) return;
+    this.needsSync = true;
+    if (this.live) void this.sync();
+  }
+
+  private async sync(): Promise<void> {
+    if (this.syncing || this.isClosed) return;
+    this.syncing = true;
+    try {
+      while (this.needsSync && !this.isClosed) {
+        this.needsSync = false;
+        let after = this.highWater();
+        for (;;) {
+          const page = await this.readAfter(after);
+          for (const e of page) this.enqueue(e);
+          if (page.length < 500) break;
+          after = page[page.length - 1]?.id ?? after;
+        }
+      }
+    } catch (err) {
+      this.onSyncError(err);
+    } finally {
+      this.syncing = false;
+      const held = this.held.sort((a, b) => a.id - b.id);
+      this.held = [];
+      for (const e of held) this.enqueue(e);
+    }
   }
 
   get isClosed(): boolean {
     return this.closed || this.res.aborted || this.res.ended;
   }
 
-  /** From the bus: buffered until the replay is done, then queued for sending. */
-  onBus(e: TaskEvent): void {
+  /** From the bus: buffered until the replay is done, then queued for sending (after a sync when one is due). */
+  onBus(e: TaskEvent, origin?: string): void {
     if (this.isClosed) return;
+    if (origin !== undefined) {
+      if (this.lastOrigin !== undefined && origin !== this.lastOrigin) this.needsSync = true;
+      this.lastOrigin = origin;
+    }
     if (!this.live) this.pending.push(e);
-    else this.enqueue(e);
+    else if (this.needsSync || this.syncing) {
+      this.held.push(e);
+      void this.sync();
+    } else this.enqueue(e);
   }
 
   /** Replay done: flush what the bus delivered meanwhile (ids already sent are skipped). */
@@ -95,6 +156,11 @@ class SseStream {
     this.live = true;
     const buffered = this.pending.sort((a, b) => a.id - b.id);
     this.pending = [];
+    if (this.needsSync) {
+      this.held.push(...buffered);
+      void this.sync();
+      return;
+    }
     for (const e of buffered) this.enqueue(e);
   }
 
@@ -227,12 +293,12 @@ export class SseHub {
    */
   async serve(teamId: string, taskId: string, lastEventId: number | null, res: SseSink, release: () => void): Promise<'not_found' | 'served'> {
     let stream: SseStream | null = null;
-    const early: TaskEvent[] = [];
     // subscribe BEFORE reading: nothing committed after the read can be missed
-    const unsub = this.o.bus.subscribeTask(taskId, (e) => {
+    const early: Array<{ e: TaskEvent; origin: string | undefined }> = [];
+    const unsub = this.o.bus.subscribeTask(taskId, (e, origin) => {
       if (e.teamId !== teamId) return;
-      if (stream) stream.onBus(e);
-      else early.push(e);
+      if (stream) stream.onBus(e, origin);
+      else early.push({ e, origin });
     });
     const cleanup = (): void => {
       unsub();
@@ -250,12 +316,20 @@ export class SseHub {
       if (this.stopped && !res.aborted) res.close();
       return exists ? 'served' : 'not_found';
     }
-    const s = new SseStream(teamId, taskId, res, this.maxBuffered, () => {
-      this.streams.delete(s);
-      cleanup();
-    });
+    const s = new SseStream(
+      teamId,
+      taskId,
+      res,
+      this.maxBuffered,
+      () => {
+        this.streams.delete(s);
+        cleanup();
+      },
+      (after) => this.o.source.eventsAfter(teamId, taskId, after, 500),
+      (err) => this.o.logger.warn({ err, task_id: taskId }, 'sse re-read after a possible gap failed'),
+    );
     stream = s;
-    for (const e of early) s.onBus(e);
+    for (const { e, origin } of early) s.onBus(e, origin);
     this.streams.add(s);
     this.startKeepAlive();
     res.writeHead(200, {
@@ -307,6 +381,14 @@ export class SseHub {
     }
     if (!s.isClosed) s.goLive();
     return 'served';
+  }
+
+  /**
+   * Events may have been lost cluster-wide (a membership change: a node may have died between commit
+   * and publish; a bus gap or reconnect): every open stream re-reads PostgreSQL after its last event.
+   */
+  resync(): void {
+    for (const s of this.streams) s.resync();
   }
 
   /** Shutdown: close every stream (clients reconnect elsewhere with Last-Event-ID). */

@@ -102,10 +102,11 @@ export class CachedAuthLookup implements AuthLookup {
   private readonly clock: Clock;
   private readonly ttlMs: number;
   private readonly unsubscribe: () => void;
+  private generation = -1;
 
   constructor(
     private readonly inner: AuthLookup,
-    invalidation: CacheInvalidationPort,
+    private readonly invalidation: CacheInvalidationPort,
     o: AuthCacheOptions = DEFAULT_AUTH_CACHE,
   ) {
     this.clock = o.clock ?? systemClock;
@@ -120,7 +121,30 @@ export class CachedAuthLookup implements AuthLookup {
     this.unsubscribe = invalidation.subscribe((ev) => this.invalidate(ev));
   }
 
+  /**
+   * Cluster: the cache is only used while this node hears invalidations; when it could not (the
+   * broadcast subscription is down), it is emptied and bypassed, and it starts empty again after a
+   * re-subscription (what was published meanwhile was missed).
+   */
+  private usable(): boolean {
+    const s = this.invalidation.state?.();
+    if (!s) return true;
+    if (!s.healthy || s.generation !== this.generation) {
+      this.epoch++;
+      this.inflightCreds.clear();
+      this.inflightUsers.clear();
+      this.inflightSessions.clear();
+      this.creds.deleteWhere(() => true);
+      this.users.deleteWhere(() => true);
+      this.sessions.deleteWhere(() => true);
+      if (!s.healthy) return false;
+      this.generation = s.generation;
+    }
+    return true;
+  }
+
   async credentialByHash(hash: string): Promise<CredentialAuthRow | null> {
+    if (!this.usable()) return this.inner.credentialByHash(hash);
     const hit = this.creds.get(hash, this.clock.now(), this.ttlMs);
     if (hit) {
       this.stats.credentialHits++;
@@ -130,12 +154,14 @@ export class CachedAuthLookup implements AuthLookup {
   }
 
   cachedCredential(hash: string): CredentialAuthRow | undefined {
+    if (!this.usable()) return undefined;
     const hit = this.creds.get(hash, this.clock.now(), this.ttlMs);
     if (hit) this.stats.credentialHits++;
     return hit;
   }
 
   async userAuth(userId: string, teamId: string | null): Promise<UserAuthRow | null> {
+    if (!this.usable()) return this.inner.userAuth(userId, teamId);
     const key = userKey(userId, teamId);
     const hit = this.users.get(key, this.clock.now(), this.ttlMs);
     if (hit) {
@@ -156,6 +182,7 @@ export class CachedAuthLookup implements AuthLookup {
 
   /** An ended session is final, so both answers are kept; an unknown family id is not (always read). */
   async sessionAuth(sessionId: string): Promise<SessionAuthRow | null> {
+    if (!this.usable()) return this.inner.sessionAuth(sessionId);
     const hit = this.sessions.get(sessionId, this.clock.now(), this.ttlMs);
     if (hit) {
       this.stats.sessionHits++;

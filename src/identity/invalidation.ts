@@ -44,7 +44,17 @@ export function decodeInvalidation(json: string): Invalidation {
  * cross-node bound is that broadcast's latency).
  */
 export interface CacheInvalidationPort {
-  publish(ev: Invalidation): void;
+  /**
+   * Applies the event on this node synchronously; a cluster implementation also broadcasts it and
+   * its promise resolves once every other node has applied it (bounded by a timeout).
+   */
+  publish(ev: Invalidation): void | Promise<void>;
+  /**
+   * Cluster: whether this node hears other nodes' invalidations right now, and a generation that
+   * grows on every (re)subscription. A cache is bypassed while not healthy and cleared when the
+   * generation changes (what was published meanwhile was missed). Absent: always healthy.
+   */
+  state?(): { healthy: boolean; generation: number };
   /** Returns the unsubscribe function. */
   subscribe(fn: (ev: Invalidation) => void): () => void;
 }

@@ -70,17 +70,21 @@ export class IdentityService {
     });
   }
 
-  private publish(ev: Invalidation): void {
+  /**
+   * Applies the invalidation here at once and, in a cluster, resolves once every node applied it:
+   * the request that made the change answers after that (so its effect holds on every node).
+   */
+  private async publish(ev: Invalidation): Promise<void> {
     try {
-      this.d.invalidation.publish(ev);
+      await this.d.invalidation.publish(ev);
     } catch (e) {
       // the write has committed; a lost event leaves a stale entry until the cache TTL
       this.d.logger.error({ err: e, invalidation: ev.type }, 'cache invalidation failed to publish');
     }
   }
 
-  private emitRevoked(ids: string[]): void {
-    if (ids.length > 0) this.publish({ type: 'credential', ids });
+  private async emitRevoked(ids: string[]): Promise<void> {
+    if (ids.length > 0) await this.publish({ type: 'credential', ids });
   }
 
   rateLimit(route: string, ip: string): void {
@@ -170,7 +174,7 @@ export class IdentityService {
   /** Revokes the refresh family and, once committed, ends its access tokens (the `sid` check) on the next request. */
   private async endSession(familyId: string, now: Date): Promise<void> {
     await this.d.store.revokeFamily(familyId, now);
-    this.publish({ type: 'session', ids: [familyId] });
+    await this.publish({ type: 'session', ids: [familyId] });
   }
 
   async forgotPassword(b: { email_address: string }): Promise<void> {
@@ -195,7 +199,7 @@ export class IdentityService {
     if (!userId) throw badRequest('reset_token_invalid', 'reset_token is invalid, expired or already used');
     // bumps session_version and revokes every refresh token: all access tokens of the user end
     await this.d.store.setPassword(userId, hash, now);
-    this.publish({ type: 'user', userId });
+    await this.publish({ type: 'user', userId });
     await this.d.store.markEmailVerified(userId, now);
   }
 
@@ -268,7 +272,7 @@ export class IdentityService {
       }
       await this.d.store.insertTeam(q, { id, displayName: b.display_name.trim(), ownerId: userId, isPersonal: false, now: new Date() });
     });
-    this.publish({ type: 'membership', teamId: id, userId });
+    await this.publish({ type: 'membership', teamId: id, userId });
     return { id };
   }
 
@@ -300,8 +304,8 @@ export class IdentityService {
   async deleteTeam(p: TeamPrincipal): Promise<void> {
     const revoked = await this.d.store.deleteTeam(p.teamId, new Date());
     if (!revoked) throw notFound('team', 'team_not_found');
-    this.emitRevoked(revoked);
-    this.publish({ type: 'team', teamId: p.teamId });
+    await this.emitRevoked(revoked);
+    await this.publish({ type: 'team', teamId: p.teamId });
   }
 
   async members(p: TeamPrincipal, page: PageRequest): Promise<Record<string, unknown>> {
@@ -320,7 +324,7 @@ export class IdentityService {
     if (!current) throw notFound('member', 'member_not_found');
     if (current === 'owner') throw forbidden('owner_role_immutable', "the owner's role changes only by transferring ownership");
     await this.d.store.setMemberRole(p.teamId, userId, role);
-    this.publish({ type: 'membership', teamId: p.teamId, userId });
+    await this.publish({ type: 'membership', teamId: p.teamId, userId });
     return { id: userId };
   }
 
@@ -331,7 +335,7 @@ export class IdentityService {
     if (target === 'owner') throw self ? conflict('owner_cannot_leave', 'the owner cannot leave the team; transfer ownership first') : forbidden('owner_cannot_be_removed', 'the owner cannot be removed');
     if (!self && ROLE_RANK[p.role ?? 'member'] < ROLE_RANK.admin) throw forbidden('insufficient_role', 'requires the admin role');
     if (!(await this.d.store.removeMember(p.teamId, userId))) throw notFound('member', 'member_not_found');
-    this.publish({ type: 'membership', teamId: p.teamId, userId });
+    await this.publish({ type: 'membership', teamId: p.teamId, userId });
   }
 
   async transfer(p: TeamPrincipal, newOwnerId: string): Promise<void> {
@@ -339,8 +343,8 @@ export class IdentityService {
     if (newOwnerId === from) throw badRequest('invalid_parameter', 'new_owner_id: you already own this team');
     const r = await this.d.store.transferOwnership(p.teamId, from, newOwnerId, new Date(), this.d.config.quotas.maxOwnedTeams);
     if (r === 'ok') {
-      this.publish({ type: 'membership', teamId: p.teamId, userId: from });
-      this.publish({ type: 'membership', teamId: p.teamId, userId: newOwnerId });
+      await this.publish({ type: 'membership', teamId: p.teamId, userId: from });
+      await this.publish({ type: 'membership', teamId: p.teamId, userId: newOwnerId });
     }
     if (r === 'not_owner') throw forbidden('insufficient_role', 'only the owner may transfer the team');
     if (r === 'not_member') throw notFound('member', 'member_not_found');
@@ -393,7 +397,7 @@ export class IdentityService {
     const user = await this.d.store.userById(requireUser(p));
     if (!user) throw unauthorized('credential_invalid', 'the account no longer exists');
     const r = await this.d.store.acceptInvitation(sha256Hex(b.invitation_token), { id: user.id, emailNorm: user.email_normalized }, new Date());
-    if (r.outcome === 'ok') this.publish({ type: 'membership', teamId: r.teamId, userId: user.id });
+    if (r.outcome === 'ok') await this.publish({ type: 'membership', teamId: r.teamId, userId: user.id });
     if (r.outcome === 'not_found') throw notFound('invitation', 'invitation_not_found');
     if (r.outcome === 'expired') throw gone('invitation_expired', 'this invitation has expired; ask for a new one');
     if (r.outcome === 'email_mismatch') throw forbidden('invitation_email_mismatch', 'this invitation was sent to another email address');
@@ -442,7 +446,7 @@ export class IdentityService {
     const c = await this.d.store.credentialInTeam(p.teamId, id);
     if (!c) throw notFound('credential', 'credential_not_found');
     if (ROLE_RANK[p.role ?? 'member'] < ROLE_RANK.admin && c.user_id !== p.userId) throw forbidden('insufficient_role', 'only admins revoke credentials created by others');
-    this.emitRevoked(await this.d.store.revokeCredential(p.teamId, id, new Date()));
+    await this.emitRevoked(await this.d.store.revokeCredential(p.teamId, id, new Date()));
   }
 
   // ---- device pairing (RFC 8628 style) -------------------------------------------------------
@@ -498,7 +502,7 @@ export class IdentityService {
   /** Revokes the calling dk- and the agent credential minted with it. */
   async deviceRevoke(p: Principal): Promise<void> {
     if (p.kind !== 'device' || !p.credentialId || !p.teamId) throw forbidden('device_credential_required', 'call this with the device credential (dk-) to revoke');
-    this.emitRevoked(await this.d.store.revokeCredential(p.teamId, p.credentialId, new Date()));
+    await this.emitRevoked(await this.d.store.revokeCredential(p.teamId, p.credentialId, new Date()));
   }
 }
 
