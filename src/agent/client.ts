@@ -69,7 +69,11 @@ export function backoffDelay(attempt: number, initialMs: number, maxMs: number, 
 }
 
 export class AgentClient {
-  private readonly client: AgentServiceClient;
+  private client: AgentServiceClient;
+  /** The servers to connect to (`--server a:1,b:2`: the nodes of a cluster); the agent fails over to the next when its stream ends. */
+  private readonly servers: string[];
+  private serverIndex = 0;
+  private readonly creds: grpc.ChannelCredentials;
   private readonly md: grpc.Metadata;
   private readonly window: number;
   private call: grpc.ClientDuplexStream<AgentMessage, ServerMessage__Output> | null = null;
@@ -93,18 +97,28 @@ export class AgentClient {
   connects = 0;
 
   constructor(private readonly o: AgentClientOptions) {
+    this.creds = o.tls ? grpc.credentials.createSsl(o.caFile ? readFileSync(o.caFile) : null) : grpc.credentials.createInsecure();
+    this.servers = o.server.split(',').map((s) => s.trim()).filter(Boolean);
+    this.client = this.clientFor(this.servers[0] ?? o.server);
+    this.md = new grpc.Metadata();
+    this.md.set('authorization', `Bearer ${o.credential}`);
+    this.window = clampWindow(o.window, DEFAULT_WINDOW);
+  }
+
+  private clientFor(address: string): AgentServiceClient {
     const proto = loadAgentProto();
-    const creds = o.tls ? grpc.credentials.createSsl(o.caFile ? readFileSync(o.caFile) : null) : grpc.credentials.createInsecure();
-    this.client = new proto.gantry.agent.v1.AgentService(o.server, creds, {
+    return new proto.gantry.agent.v1.AgentService(address, this.creds, {
       'grpc.keepalive_time_ms': 20_000,
       'grpc.keepalive_timeout_ms': 10_000,
       'grpc.keepalive_permit_without_calls': 1,
       'grpc.initial_reconnect_backoff_ms': 500,
       'grpc.max_reconnect_backoff_ms': 10_000,
     });
-    this.md = new grpc.Metadata();
-    this.md.set('authorization', `Bearer ${o.credential}`);
-    this.window = clampWindow(o.window, DEFAULT_WINDOW);
+  }
+
+  /** The server this agent talks to now. */
+  get server(): string {
+    return this.servers[this.serverIndex] ?? this.o.server;
   }
 
   get connected(): boolean {
@@ -265,8 +279,17 @@ export class AgentClient {
         this.o.onFatal(se?.code || grpc.status[st.code] || 'unauthenticated', se?.message || st.details);
         return;
       }
-      const delay = backoffDelay(this.attempt++, this.o.backoffInitialMs ?? 500, this.o.backoffMaxMs ?? 30_000);
-      this.o.logger.warn({ code: grpc.status[st.code], details: st.details, server_error: se?.code, retry_in_ms: delay }, 'agent stream ended; reconnecting');
+      // several servers (a cluster's nodes): try the next one at once, back off only after a full round
+      const n = this.servers.length;
+      const failed = this.attempt++;
+      const delay = n > 1 && (failed + 1) % n !== 0 ? 100 : backoffDelay(Math.floor(failed / Math.max(1, n)), this.o.backoffInitialMs ?? 500, this.o.backoffMaxMs ?? 30_000);
+      const from = this.server;
+      if (n > 1) {
+        this.serverIndex = (this.serverIndex + 1) % n;
+        this.client.close();
+        this.client = this.clientFor(this.server);
+      }
+      this.o.logger.warn({ code: grpc.status[st.code], details: st.details, server_error: se?.code, retry_in_ms: delay, server: from, next_server: this.server }, 'agent stream ended; reconnecting');
       this.reconnectTimer = setTimeout(() => this.connect(), delay);
     });
     call.write({ hello: { ...this.o.hello(), window: this.window } });

@@ -50,7 +50,7 @@ export interface AgentConfig {
 
 /** Flag, env variable, default, help: the single table behind parsing, --help and docs/api.md. */
 export const AGENT_FLAGS = [
-  ['server', 'GANTRY_AGENT_SERVER', '', 'HOST:PORT of the gRPC agent endpoint (required)'],
+  ['server', 'GANTRY_AGENT_SERVER', '', 'HOST:PORT of the gRPC agent endpoint (required); a comma-separated list (a cluster\'s nodes) fails over to the next'],
   ['credential', 'GANTRY_AGENT_CREDENTIAL', '', 'agent credential ak-... (required)'],
   ['labels', 'GANTRY_AGENT_LABELS', '', 'comma-separated labels (workflows require_labels match them)'],
   ['models-dir', 'GANTRY_AGENT_MODELS_DIR', '', 'models root to scan, advertise and sync the team\'s models into (e.g. /opt/ComfyUI/models)'],
@@ -120,7 +120,9 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
   };
   const server = get('server');
   if (!server) throw new UsageError('--server HOST:PORT (or GANTRY_AGENT_SERVER) is required');
-  if (!/^[^\s/]+:\d{1,5}$/.test(server)) throw new UsageError(`--server: expected HOST:PORT, got ${JSON.stringify(server)}`);
+  // a list (a cluster's nodes): the agent fails over to the next when its stream ends
+  for (const one of server.split(','))
+    if (!/^[^\s/,]+:\d{1,5}$/.test(one.trim())) throw new UsageError(`--server: expected HOST:PORT or a comma-separated list of them, got ${JSON.stringify(server)}`);
   const credential = get('credential');
   if (!credential) throw new UsageError('--credential ak-... (or GANTRY_AGENT_CREDENTIAL) is required');
   if (!credential.startsWith('ak-')) throw new UsageError('--credential: an agent credential (ak-...) is required');

@@ -86,7 +86,7 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
   for (let i = 0; i < 3; i++) {
     const list = [...servers.slice(i), ...servers.slice(0, i)].join(',');
     procs.push(
-      spawnAgent(['--server', list, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-chaos-agent-'), '--simulate-duration-ms', '800', '--simulate-steps', '4', '--slots', '2', '--name', `chaos-${i}`]),
+      spawnAgent(['--server', list, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-chaos-agent-'), '--simulate-duration-ms', '800', '--simulate-steps', '4', '--concurrency', '2', '--name', `chaos-${i}`]),
     );
   }
   await waitFor('three agents online', async () => {

@@ -25,7 +25,7 @@ test('SIGSTOP a node for twice its lease, then SIGCONT: its stale writes are not
   const s = await setupTeam({ http: n1.http } as unknown as TestNode);
   // the agents are on the nodes that stay up; tasks run long enough to outlive the pause
   for (const nd of [n1, n2])
-    procs.push(spawnAgent(['--server', `127.0.0.1:${nd.grpcPort}`, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-pause-agent-'), '--simulate-duration-ms', '6000', '--simulate-steps', '12', '--slots', '8']));
+    procs.push(spawnAgent(['--server', `127.0.0.1:${nd.grpcPort}`, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-pause-agent-'), '--simulate-duration-ms', '6000', '--simulate-steps', '12', '--concurrency', '8']));
   await waitFor('two agents online', async () => {
     const r = await n1.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
     return r.status === 200 && (r.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status === 'online').length === 2;

@@ -22,7 +22,7 @@ test('max_concurrent_tasks and max_agents hold across three nodes', { skip: skip
   const cl = c;
   const s = await setupTeam({ http: cl.nodes[0]?.http } as unknown as TestNode);
   const agent = (i: number): AgentProcess => {
-    const p = spawnAgent(['--server', `127.0.0.1:${cl.nodes[i]?.grpcPort}`, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-quota-agent-'), '--simulate-duration-ms', '700', '--simulate-steps', '3', '--slots', '4']);
+    const p = spawnAgent(['--server', `127.0.0.1:${cl.nodes[i]?.grpcPort}`, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-quota-agent-'), '--simulate-duration-ms', '700', '--simulate-steps', '3', '--concurrency', '4']);
     procs.push(p);
     return p;
   };

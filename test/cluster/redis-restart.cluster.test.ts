@@ -28,7 +28,7 @@ test('Redis restarted and FLUSHALLed under load: membership and ownership rebuil
   const cl = c;
   const s = await setupTeam({ http: cl.nodes[0]?.http } as unknown as TestNode);
   const servers = cl.nodes.map((n) => `127.0.0.1:${n.grpcPort}`).join(',');
-  for (let i = 0; i < 2; i++) procs.push(spawnAgent(['--server', servers, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-redis-agent-'), '--simulate-duration-ms', '500', '--simulate-steps', '3', '--slots', '2']));
+  for (let i = 0; i < 2; i++) procs.push(spawnAgent(['--server', servers, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-redis-agent-'), '--simulate-duration-ms', '500', '--simulate-steps', '3', '--concurrency', '2']));
   await waitFor('two agents online', async () => {
     const res = await cl.nodes[0]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
     return res?.status === 200 && (res.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status === 'online').length === 2;
