@@ -22,7 +22,7 @@ function owners(p: Placement): string[] {
   return keys.map((k) => p.owner(k.kind, k.id)?.memberId ?? '');
 }
 
-let members = Array.from({ length: N }, (_, i) => member(i));
+const members = Array.from({ length: N }, (_, i) => member(i));
 let version = 1;
 let current = owners(new Placement(viewOf(members, version)));
 let next = N;
