@@ -140,6 +140,8 @@ export class RedisMembership implements MembershipPort {
         this.log.info('membership: Redis reachable again');
       }
       const [status, version, now] = r.map(Number) as [number, number, number];
+      // this member was replaced meanwhile (an eviction while the beat was in flight): the answer is about the old one
+      if (this.self !== self) return;
       if (status === 3) {
         this.evictNow('declared dead by the cluster');
         return;
@@ -231,8 +233,10 @@ export class RedisMembership implements MembershipPort {
         this.log.error({ err: e }, 'membership: an eviction listener failed');
       }
     }
+    // the old entry goes now (when it is still there: fenced in PostgreSQL before Redis declared it dead)
     void this.conn.client
-      .eval(JOIN, { keys: this.keys, arguments: [fresh.memberId, this.entryJson(fresh), String(this.o.leaseMs), String(this.current.version)] })
+      .eval(LEAVE, { keys: this.keys, arguments: [old.memberId, String(this.current.version)] })
+      .then(() => this.conn.client.eval(JOIN, { keys: this.keys, arguments: [fresh.memberId, this.entryJson(fresh), String(this.o.leaseMs), String(this.current.version)] }))
       .then(() => this.refresh())
       .catch(() => undefined); // the next beat re-registers it
   }

@@ -94,3 +94,19 @@ test('timeout and recover re-arm timers from the record and the fake clock', () 
   assert.equal(to.transition?.patch.error, 'task timed out after 60 s');
   assert.deepEqual(decide(r, { type: 'timeout', epoch: 3 }, NOW, cfg), { effects: [] });
 });
+
+test('a result or progress for the current epoch while still queued implies the lost ACK (cluster: the ACK went to a node that died)', () => {
+  const queued = task({ status: 'queued', leaseEpoch: 3, agentId: 'a1' });
+  const fin = decide(queued, { type: 'finish', epoch: 3, output: { outputs: [] } }, NOW, cfg);
+  assert.deepEqual(fin.transition?.from, ['queued']);
+  assert.equal(fin.transition?.to, 'completed');
+  assert.equal(fin.transition?.epoch, 3, 'still fenced on the epoch');
+  assert.deepEqual(fin.transition?.events.map((e) => (e.type === 'status' ? `status:${String(e.data.status)}` : e.type)), ['status:running', 'completed']);
+  assert.equal(fin.transition?.patch.startedAt, NOW);
+  assert.ok(types(fin).includes('cancel_timer:ack'));
+  const prog = decide(queued, { type: 'progress', epoch: 3, progress: { progress: 0.5 } }, NOW, cfg);
+  assert.equal(prog.transition?.to, 'running');
+  // another epoch stays stale
+  assert.ok(decide(queued, { type: 'finish', epoch: 2, output: {} }, NOW, cfg).stale);
+  assert.ok(decide(queued, { type: 'progress', epoch: 4, progress: { progress: 0.5 } }, NOW, cfg).stale);
+});

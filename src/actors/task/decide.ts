@@ -154,24 +154,38 @@ const handlers: Handler = {
       ],
     };
   },
-  progress: (m, t) => {
+  progress: (m, t, now, cfg) => {
+    // progress for the current epoch while queued: the agent runs it, its ACK was lost (its owner node
+    // died on the way, cluster): an implicit ACK
+    if (t.status === 'queued' && m.epoch === t.leaseEpoch) return handlers.ack({ type: 'ack', attempt: t.attempt, epoch: m.epoch }, t, now, cfg);
     if (t.status !== 'running' || m.epoch !== t.leaseEpoch) return { effects: [], stale: `progress for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
     return { effects: [{ type: 'progress', epoch: m.epoch }] };
   },
   flush_progress: (_m, t) => ({ effects: t.status === 'running' ? [{ type: 'progress', epoch: t.leaseEpoch }] : [] }),
   finish: (m, t, now) => {
     if (t.status === 'completed' && m.epoch === t.leaseEpoch) return { effects: [] }; // duplicate
-    if (t.status !== 'running' || m.epoch !== t.leaseEpoch) return { effects: [], stale: `finish for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+    // a result for the current epoch while still queued: the ACK was lost on the way (cluster); the
+    // result implies it (running is recorded with the completion, in the same statement)
+    const unacked = t.status === 'queued' && m.epoch === t.leaseEpoch;
+    if ((t.status !== 'running' && !unacked) || m.epoch !== t.leaseEpoch) return { effects: [], stale: `finish for ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
     return {
       transition: {
         taskId: t.id,
-        from: ['running'],
+        from: unacked ? ['queued'] : ['running'],
         epoch: m.epoch,
         to: 'completed',
-        patch: { output: m.output, finishedAt: now, progress: null },
-        events: [{ type: 'completed', data: { task_id: t.id, status: 'completed', completed_at: new Date(now).toISOString(), output: m.output } }],
+        patch: { output: m.output, finishedAt: now, progress: null, ...(unacked ? { startedAt: now } : {}) },
+        events: [
+          ...(unacked ? [statusEvent(t, 'running', now)] : []),
+          { type: 'completed', data: { task_id: t.id, status: 'completed', completed_at: new Date(now).toISOString(), output: m.output } },
+        ],
       },
-      effects: [{ type: 'cancel_timer', name: 'timeout' }, { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } }, { type: 'stop' }],
+      effects: [
+        { type: 'cancel_timer', name: 'timeout' },
+        ...(unacked ? [{ type: 'cancel_timer' as const, name: 'ack' }, { type: 'cancel_timer' as const, name: 'grace' }] : []),
+        { type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } },
+        { type: 'stop' },
+      ],
     };
   },
   fail: (m, t, now) => {
