@@ -11,6 +11,7 @@ import { debugRoutes } from './edge/routes/debug.js';
 import { identityRoutes, identityDebugRoutes } from './edge/routes/identity.js';
 import { teamRoutes } from './edge/routes/teams.js';
 import { createIdentity, type Identity } from './identity/index.js';
+import { PgSigningKeys, deploymentSecret } from './identity/signing-keys.js';
 import { workflowRoutes } from './edge/routes/workflows.js';
 import { WorkflowStore } from './persistence/workflow-store.js';
 import { systemClock, type Clock } from './shared/clock.js';
@@ -239,7 +240,32 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     if (recovered) logger.info({ open_tasks: recovered }, 'recovering open tasks');
   }
 
-  const identity = createIdentity({ config, db, logger, dataDir, clock, ...(redisInvalidation ? { invalidation: redisInvalidation } : {}) });
+  // token signing keys: shared by every node through PostgreSQL (encrypted with the deployment secret), unless one PEM is configured
+  const keyring = config.GANTRY_JWT_PRIVATE_KEY
+    ? null
+    : await PgSigningKeys.open({
+        db,
+        secret: deploymentSecret(config.GANTRY_SECRET_KEY, dataDir, logger),
+        dataDir,
+        rotateDays: config.GANTRY_JWT_ROTATE_DAYS,
+        accessTokenTtlS: config.GANTRY_ACCESS_TOKEN_TTL_S,
+        logger,
+      }).catch(async (e: unknown) => {
+        await redis?.close();
+        await db.close();
+        dataDirLock.release();
+        throw e;
+      });
+  const keyTimer = keyring
+    ? setInterval(() => {
+        void keyring
+          .rotateIfDue()
+          .then(() => keyring.reload())
+          .catch((e: unknown) => logger.warn({ err: e }, 'signing keys: reload/rotation failed'));
+      }, 60_000)
+    : null;
+  keyTimer?.unref();
+  const identity = createIdentity({ config, db, logger, dataDir, clock, ...(keyring ? { keyring } : {}), ...(redisInvalidation ? { invalidation: redisInvalidation } : {}) });
   identity.start();
 
   // --- agent gRPC streams (after the actors: sessions feed the agent actors)
@@ -393,6 +419,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await actors.shutdown();
         await cluster?.stop();
         await identity.stop();
+        if (keyTimer) clearInterval(keyTimer);
         await db.close();
         await redisEvents?.stop();
         await redisInvalidation?.stop();

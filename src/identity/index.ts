@@ -4,7 +4,7 @@ import type { Logger } from '../shared/logger.js';
 import type { Database } from '../persistence/db.js';
 import { GantryAuthenticator, LastUsedTracker, type AgentIdentity } from './authenticator.js';
 import { IdentityStore } from './store.js';
-import { JwtService, loadSigningKey } from './tokens.js';
+import { JwtService, loadSigningKey, type SigningKeyRing } from './tokens.js';
 import { Mailer } from './mailer.js';
 import { RateLimiter, perMinute, type BucketSpec } from './rate-limit.js';
 import { IdentityService } from './service.js';
@@ -33,6 +33,8 @@ export interface IdentityOptions {
   lastUsedFlushMs?: number;
   /** The node's clock: credential expiry, cache TTL and last_used_at read it (default: system time). */
   clock?: Clock;
+  /** Token signing keys shared through PostgreSQL (signing-keys.ts); ignored when GANTRY_JWT_PRIVATE_KEY is set. Absent: the key file in the data dir. */
+  keyring?: SigningKeyRing;
   /** Where identity writes publish cache invalidations (default: in memory, this node only). */
   invalidation?: CacheInvalidationPort;
   /** Credential/membership cache bounds (default DEFAULT_AUTH_CACHE; ttlMs 0 turns it off). */
@@ -63,8 +65,9 @@ export interface Identity {
 export function createIdentity(o: IdentityOptions): Identity {
   const c = o.config;
   const store = new IdentityStore(o.db);
-  const key = loadSigningKey(c.GANTRY_JWT_PRIVATE_KEY, o.dataDir, o.logger);
-  const jwt = new JwtService(key, { issuer: c.GANTRY_JWT_ISSUER, audience: c.GANTRY_JWT_AUDIENCE, ttlS: c.GANTRY_ACCESS_TOKEN_TTL_S });
+  const useRing = o.keyring && !c.GANTRY_JWT_PRIVATE_KEY;
+  const key = useRing ? null : loadSigningKey(c.GANTRY_JWT_PRIVATE_KEY, o.dataDir, o.logger);
+  const jwt = new JwtService(key, { issuer: c.GANTRY_JWT_ISSUER, audience: c.GANTRY_JWT_AUDIENCE, ttlS: c.GANTRY_ACCESS_TOKEN_TTL_S, ...(useRing && o.keyring ? { keyring: o.keyring } : {}) });
   const clock = o.clock ?? systemClock;
   const lastUsed = new LastUsedTracker(store, o.logger, o.lastUsedFlushMs ?? 30_000);
   const invalidation = o.invalidation ?? new InMemoryInvalidation((e) => o.logger.warn({ err: e }, 'cache invalidation subscriber failed'));

@@ -1,6 +1,7 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { readFileSync, writeFileSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
+import { createHash } from 'node:crypto';
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 import { unauthorized } from '../shared/errors.js';
 import { isUuid, uuidv7 } from '../shared/ids.js';
@@ -44,6 +45,17 @@ export function loadSigningKey(pemFromConfig: string | undefined, dataDir: strin
   return key;
 }
 
+/** What the JWT service needs of a keyring (signing-keys.ts implements it). */
+export interface SigningKeyRing {
+  active(): { kid: string; privateKey: KeyObject };
+  publicKey(kid: string | undefined): Promise<KeyObject | null>;
+}
+
+/** Key id: the first 16 base64url characters of the SHA-256 of the public key (SPKI DER). */
+export function kidOf(publicKey: KeyObject): string {
+  return createHash('sha256').update(publicKey.export({ type: 'spki', format: 'der' })).digest('base64url').slice(0, 16);
+}
+
 export interface AccessClaims {
   userId: string;
   /** Issued-at, seconds. */
@@ -65,12 +77,29 @@ export const IAT_SKEW_S = 60;
  */
 export class JwtService {
   private readonly publicKey: KeyObject;
+  private readonly kid: string;
 
+  /**
+   * privateKey: the one key (GANTRY_JWT_PRIVATE_KEY, tests); o.keyring: keys shared through
+   * PostgreSQL (signing-keys.ts) — the newest signs, every key still in its grace period verifies.
+   */
   constructor(
-    private readonly privateKey: KeyObject,
-    private readonly o: { issuer: string; audience: string; ttlS: number; now?: () => number },
+    private readonly privateKey: KeyObject | null,
+    private readonly o: { issuer: string; audience: string; ttlS: number; now?: () => number; keyring?: SigningKeyRing },
   ) {
-    this.publicKey = createPublicKey(privateKey);
+    if (!privateKey && !o.keyring) throw new Error('JwtService needs a private key or a keyring');
+    this.publicKey = privateKey ? createPublicKey(privateKey) : (null as unknown as KeyObject);
+    this.kid = privateKey ? kidOf(this.publicKey) : '';
+  }
+
+  private signingKey(): { kid: string; privateKey: KeyObject } {
+    return this.o.keyring ? this.o.keyring.active() : { kid: this.kid, privateKey: this.privateKey as KeyObject };
+  }
+
+  private async verifyKey(kid: string | undefined): Promise<KeyObject> {
+    const k = this.o.keyring ? await this.o.keyring.publicKey(kid) : kid === undefined || kid === this.kid ? this.publicKey : null;
+    if (!k) throw unauthorized('credential_invalid', 'invalid access token (unknown signing key)');
+    return k;
   }
 
   get ttlS(): number {
@@ -79,22 +108,23 @@ export class JwtService {
 
   async issue(userId: string, sessionVersion: number, sessionId: string): Promise<{ token: string; expiresIn: number }> {
     const now = Math.floor((this.o.now?.() ?? Date.now()) / 1000);
+    const key = this.signingKey();
     const token = await new SignJWT({ sv: sessionVersion, sid: sessionId })
-      .setProtectedHeader({ alg: 'EdDSA', typ: 'JWT' })
+      .setProtectedHeader({ alg: 'EdDSA', typ: 'JWT', kid: key.kid })
       .setSubject(userId)
       .setIssuer(this.o.issuer)
       .setAudience(this.o.audience)
       .setIssuedAt(now)
       .setExpirationTime(now + this.o.ttlS)
       .setJti(uuidv7())
-      .sign(this.privateKey);
+      .sign(key.privateKey);
     return { token, expiresIn: this.o.ttlS };
   }
 
   /** Throws 401 credential_expired / credential_invalid (a future `iat`, a missing `sv` or `sid` included). */
   async verify(token: string): Promise<AccessClaims> {
     try {
-      const { payload } = await jwtVerify(token, this.publicKey, {
+      const { payload } = await jwtVerify(token, (header) => this.verifyKey(header.kid), {
         issuer: this.o.issuer,
         audience: this.o.audience,
         algorithms: ['EdDSA'],

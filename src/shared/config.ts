@@ -64,6 +64,13 @@ export const configSchema = z.object({
   GANTRY_MAX_AGENTS: int(0, 0, 1_000_000),
   GANTRY_MAX_CONCURRENT_TASKS: int(0, 0, 1_000_000),
   GANTRY_JWT_PRIVATE_KEY: optStr,
+  /**
+   * The deployment's secret (>= 32 characters): encrypts the token signing keys kept in PostgreSQL.
+   * Every node of a cluster needs the same one. Unset on a single node: generated once in the data dir.
+   */
+  GANTRY_SECRET_KEY: optStr.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
+  /** Signing keys kept in PostgreSQL are rotated after this many days (0 = never); the previous key stays valid for verification. */
+  GANTRY_JWT_ROTATE_DAYS: int(30, 0, 3650),
   GANTRY_JWT_ISSUER: z.string().default('gantry'),
   GANTRY_JWT_AUDIENCE: z.string().default('gantry-api'),
   GANTRY_ACCESS_TOKEN_TTL_S: int(900, 60, 86_400),
@@ -157,6 +164,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   const raw = { ...parsed.data, ...overrides };
   checkGrpcTls(raw.GANTRY_GRPC_TLS_CERT, raw.GANTRY_GRPC_TLS_KEY);
+  // a cluster's nodes share token signing keys through PostgreSQL, encrypted with the deployment's secret
+  if (raw.REDIS_URL && !raw.GANTRY_SECRET_KEY && !raw.GANTRY_JWT_PRIVATE_KEY)
+    throw new ConfigError('invalid configuration: GANTRY_SECRET_KEY is required in cluster mode (REDIS_URL set): the same secret on every node (it encrypts the shared token signing keys)');
   const oauthProviders = (raw.GANTRY_OAUTH_PROVIDERS ?? '')
     .split(',')
     .map((s) => s.trim())

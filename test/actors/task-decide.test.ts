@@ -104,9 +104,9 @@ test('a result or progress for the current epoch while still queued implies the 
   assert.deepEqual(fin.transition?.events.map((e) => (e.type === 'status' ? `status:${String(e.data.status)}` : e.type)), ['status:running', 'completed']);
   assert.equal(fin.transition?.patch.startedAt, NOW);
   assert.ok(types(fin).includes('cancel_timer:ack'));
-  const prog = decide(queued, { type: 'progress', epoch: 3, progress: { progress: 0.5 } }, NOW, cfg);
+  const prog = decide(queued, { type: 'progress', epoch: 3, progress: { progress: 0.5, step_current: 1, step_total: 2, current_node: 'n' } }, NOW, cfg);
   assert.equal(prog.transition?.to, 'running');
   // another epoch stays stale
   assert.ok(decide(queued, { type: 'finish', epoch: 2, output: {} }, NOW, cfg).stale);
-  assert.ok(decide(queued, { type: 'progress', epoch: 4, progress: { progress: 0.5 } }, NOW, cfg).stale);
+  assert.ok(decide(queued, { type: 'progress', epoch: 4, progress: { progress: 0.5, step_current: 1, step_total: 2, current_node: 'n' } }, NOW, cfg).stale);
 });

@@ -5,7 +5,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes, generateKeyPairSync } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createClient } from 'redis';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 import { freePort } from './child-node.js';
@@ -100,8 +100,7 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
   if (!redisUrl) throw new Error('no Redis: REDIS_URL unset');
   const db = await createTestDatabase('cluster');
   const prefix = `gantry-test:${process.pid}:${randomBytes(4).toString('hex')}:`;
-  // one signing key for every node (until keys are shared through PostgreSQL, this is how operators do it)
-  const jwtKey = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  // no PEM: the nodes share their token signing keys through PostgreSQL (encrypted with this secret)
   const secretKey = randomBytes(32).toString('hex');
   const dataDirs: string[] = [];
   const nodes: ClusterNodeProc[] = [];
@@ -157,7 +156,6 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
       GANTRY_CLUSTER_PORT: String(nd.clusterPort),
       GANTRY_CLUSTER_ADVERTISE: `127.0.0.1:${nd.clusterPort}`,
       GANTRY_CLUSTER_LEASE_MS: String(leaseMs),
-      GANTRY_JWT_PRIVATE_KEY: jwtKey,
       GANTRY_SECRET_KEY: secretKey,
       GANTRY_DB_POOL_MAX: '5',
       GANTRY_DEBUG_ROUTES: 'true',

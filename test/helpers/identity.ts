@@ -114,3 +114,12 @@ export async function addMember(http: HttpClient, node: GantryNode, owner: { acc
   const acc = await http.post('/invitations/accept', { invitation_token: token }, { token: member.accessToken });
   must(acc.status === 200, 'accept invitation', acc);
 }
+
+/** The node's current token signing key (kept in PostgreSQL, encrypted with its deployment secret): tests forge tokens with it. */
+export async function nodeSigningKey(t: { node: { db: import('../../src/persistence/db.js').Database; config: { GANTRY_SECRET_KEY?: string | undefined } }; dataDir: string }): Promise<import('node:crypto').KeyObject> {
+  const { PgSigningKeys, deploymentSecret } = await import('../../src/identity/signing-keys.js');
+  const { createLogger } = await import('../../src/shared/logger.js');
+  const logger = createLogger('silent');
+  const ring = await PgSigningKeys.open({ db: t.node.db, secret: deploymentSecret(t.node.config.GANTRY_SECRET_KEY, t.dataDir, logger), dataDir: t.dataDir, rotateDays: 0, accessTokenTtlS: 900, logger });
+  return ring.active().privateKey;
+}

@@ -78,14 +78,17 @@ test('quotas (max_users, max_owned_teams, max_teams), email verification require
   }
 });
 
-test('the JWT signing key is generated once into the data dir (0600) and reused', async () => {
+test('the deployment secret is generated once into the data dir (0600); the signing key is kept in PostgreSQL, encrypted with it', async () => {
   const { statSync, readFileSync } = await import('node:fs');
   const { join } = await import('node:path');
   const t = await startTestNode({}, 'idkey');
   try {
-    const file = join(t.dataDir, 'jwt-ed25519.pem');
+    const file = join(t.dataDir, 'secret.key');
     assert.equal(statSync(file).mode & 0o777, 0o600);
-    assert.match(readFileSync(file, 'utf8'), /BEGIN PRIVATE KEY/);
+    assert.ok(readFileSync(file, 'utf8').trim().length >= 32);
+    const rows = await t.node.db.execute<{ private_enc: string }>('select private_enc from signing_keys');
+    assert.equal(rows.length, 1);
+    assert.doesNotMatch(rows[0]?.private_enc ?? '', /PRIVATE KEY/);
   } finally {
     await t.stop();
   }

@@ -195,7 +195,7 @@ test('expired sk- is 401 credential_expired; ak- is 401 on REST', async () => {
   assert.equal((await t.http.get('/_debug/r/whoami', { token: c.value })).status, 200);
   await t.node.db.execute(`update credentials set expires_at = now() - interval '1 second' where id = ?`, [c.id]);
   // a change made in SQL behind the identity service's back must be announced to the (warm) cache
-  t.node.identity.invalidation.publish({ type: 'credential', ids: [c.id] });
+  await t.node.identity.invalidation.publish({ type: 'credential', ids: [c.id] });
   const r = await t.http.get('/_debug/r/whoami', { token: c.value });
   assert.equal(r.status, 401);
   assert.equal(r.body.error_code, 'credential_expired');

@@ -23,12 +23,13 @@ export function invalidationContract(name: string, make: () => Promise<{ a: Cach
       const off = a.subscribe((ev) => got.push(ev));
       for (const ev of events) {
         const before = got.length;
-        a.publish(ev);
+        const done = a.publish(ev);
         assert.equal(got.length, before + 1, `${ev.type} delivered synchronously`);
+        await done;
         assert.deepEqual(got[got.length - 1], ev);
       }
       off();
-      a.publish(events[0]!);
+      await a.publish(events[0]!);
       assert.equal(got.length, events.length, 'nothing after unsubscribe');
     } finally {
       await close();
@@ -50,8 +51,9 @@ export function invalidationContract(name: string, make: () => Promise<{ a: Cach
         onB.push(ev);
         resolveB();
       });
-      a.publish(events[1]!);
+      const published = a.publish(events[1]!);
       assert.deepEqual(onA, [events[1]]);
+      await published;
       await delivered;
       assert.deepEqual(onB, [events[1]]);
       offBad();

@@ -1,12 +1,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { createPrivateKey } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { startTestNode, type TestNode } from '../helpers/node.js';
-import { registerUser, login, emailToken, type TestUser } from '../helpers/identity.js';
-import { JWT_KEY_FILE } from '../../src/identity/tokens.js';
+import { registerUser, login, emailToken, nodeSigningKey, type TestUser } from '../helpers/identity.js';
 import { CachedAuthLookup } from '../../src/identity/auth-cache.js';
 import { InMemoryInvalidation } from '../../src/identity/invalidation.js';
 import type { AuthLookup } from '../../src/identity/authenticator.js';
@@ -133,7 +129,7 @@ test('a password reset ends every session of the user (all families, rotated one
 
 test('an access token issued in the future (beyond 60 s of clock skew) is 401 credential_invalid', async () => {
   const u = await registerUser(t.http);
-  const key = createPrivateKey(readFileSync(join(t.dataDir, JWT_KEY_FILE), 'utf8'));
+  const key = await nodeSigningKey(t);
   const real = claimsOf(u.accessToken);
   const sign = (iat: number, extra: Record<string, unknown> = {}): Promise<string> => {
     const { iat: _i, exp: _e, ...rest } = real;
@@ -155,7 +151,7 @@ test('an access token issued in the future (beyond 60 s of clock skew) is 401 cr
 test('an access token that names no session, or a session of another user, is refused', async () => {
   const u = await registerUser(t.http);
   const v = await registerUser(t.http);
-  const key = createPrivateKey(readFileSync(join(t.dataDir, JWT_KEY_FILE), 'utf8'));
+  const key = await nodeSigningKey(t);
   const now = Math.floor(Date.now() / 1000);
   const sign = (claims: Record<string, unknown>): Promise<string> => {
     const { iat: _i, exp: _e, ...rest } = claims;

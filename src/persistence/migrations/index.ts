@@ -6,6 +6,7 @@ import { Migration20261122000500_files } from './Migration20261122000500_files.j
 import { Migration20261124000000_task_not_before } from './Migration20261124000000_task_not_before.js';
 import { Migration20261124000100_idempotency } from './Migration20261124000100_idempotency.js';
 import { Migration20261124000500_cluster_members } from './Migration20261124000500_cluster_members.js';
+import { Migration20261124000600_signing_keys } from './Migration20261124000600_signing_keys.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -20,4 +21,5 @@ export const migrationsList = [
   { name: 'Migration20261124000000_task_not_before', class: Migration20261124000000_task_not_before },
   { name: 'Migration20261124000100_idempotency', class: Migration20261124000100_idempotency },
   { name: 'Migration20261124000500_cluster_members', class: Migration20261124000500_cluster_members },
+  { name: 'Migration20261124000600_signing_keys', class: Migration20261124000600_signing_keys },
 ];
