@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { HttpClient } from './node.js';
 import type { GantryNode } from '../../src/main.js';
+import type { KeyObject } from 'node:crypto';
+import type { Database } from '../../src/persistence/db.js';
 
 /** A registered, logged-in user; teamId is the personal team (undefined when GANTRY_AUTO_TEAM=false). */
 export interface TestUser {
@@ -116,7 +118,7 @@ export async function addMember(http: HttpClient, node: GantryNode, owner: { acc
 }
 
 /** The node's current token signing key (kept in PostgreSQL, encrypted with its deployment secret): tests forge tokens with it. */
-export async function nodeSigningKey(t: { node: { db: import('../../src/persistence/db.js').Database; config: { GANTRY_SECRET_KEY?: string | undefined } }; dataDir: string }): Promise<import('node:crypto').KeyObject> {
+export async function nodeSigningKey(t: { node: { db: Database; config: { GANTRY_SECRET_KEY?: string | undefined } }; dataDir: string }): Promise<KeyObject> {
   const { PgSigningKeys, deploymentSecret } = await import('../../src/identity/signing-keys.js');
   const { createLogger } = await import('../../src/shared/logger.js');
   const logger = createLogger('silent');
