@@ -1,0 +1,34 @@
+# Gantry node image: Node 20 on Debian 12 (glibc: uWebSockets.js ships glibc binaries), the sources
+# run through tsx (no build step), non-root, data in /var/lib/gantry.
+#   docker build -t gantry .
+#   docker run -p 8080:8080 -p 50051:50051 -v gantry-data:/var/lib/gantry gantry
+FROM node:20-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+
+FROM node:20-slim
+ENV NODE_ENV=production \
+    GANTRY_HTTP_HOST=0.0.0.0 \
+    GANTRY_HTTP_PORT=8080 \
+    GANTRY_GRPC_PORT=50051 \
+    GANTRY_CLUSTER_PORT=50061 \
+    GANTRY_DATA_DIR=/var/lib/gantry
+WORKDIR /app
+RUN groupadd --system --gid 10001 gantry \
+ && useradd --system --uid 10001 --gid gantry --home-dir /var/lib/gantry --shell /usr/sbin/nologin gantry \
+ && mkdir -p /var/lib/gantry && chown gantry:gantry /var/lib/gantry
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json package-lock.json tsconfig.json ./
+COPY bin ./bin
+COPY proto ./proto
+COPY src ./src
+USER 10001:10001
+VOLUME ["/var/lib/gantry"]
+# HTTP (REST, SSE, /storage), agent gRPC, node-to-node gRPC (cluster mode)
+EXPOSE 8080 50051 50061
+HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.GANTRY_HTTP_PORT||8080)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+# exec form: SIGTERM reaches node (graceful stop: drain HTTP, leave the cluster, close)
+ENTRYPOINT ["node", "bin/gantry.mjs"]
+CMD ["serve"]
