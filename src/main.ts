@@ -5,7 +5,8 @@ import { createLogger, type Logger } from './shared/logger.js';
 import { Database } from './persistence/db.js';
 import { assertPortFree, lockDataDir } from './shared/startup.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
-import { createRateLimits } from './edge/rate-limits.js';
+import { createRateLimits, SharedRateLimits } from './edge/rate-limits.js';
+import { RedisWindowCounter } from './cluster/rate-limit-redis.js';
 import { systemRoutes } from './edge/routes/system.js';
 import { debugRoutes } from './edge/routes/debug.js';
 import { identityRoutes, identityDebugRoutes } from './edge/routes/identity.js';
@@ -312,6 +313,18 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   cluster?.onView(() => liveEvents.sse.resync());
   redisEvents?.onGap(() => liveEvents.sse.resync());
 
+  // rate limits: per node on its own, cluster-wide over Redis (a shared sliding window)
+  const limitSettings = {
+    runtimePerCredential: config.GANTRY_RATE_LIMIT_RUNTIME_PER_MIN,
+    runtimePerTeam: config.GANTRY_RATE_LIMIT_RUNTIME_TEAM_PER_MIN,
+    managementPerCredential: config.GANTRY_RATE_LIMIT_MANAGEMENT_PER_MIN,
+    managementPerTeam: config.GANTRY_RATE_LIMIT_MANAGEMENT_TEAM_PER_MIN,
+  };
+  const sharedLimits = redis
+    ? new SharedRateLimits(limitSettings, '/api/v1', new RedisWindowCounter(redis), { clock, onSyncError: (e) => logger.warn({ err_message: (e as Error).message }, 'rate limits: Redis unreachable; counting per node until it is back') })
+    : null;
+  const rateLimits = sharedLimits ? (sharedLimits.enabled() ? sharedLimits : null) : createRateLimits(limitSettings, '/api/v1', clock);
+  if (rateLimits === sharedLimits) sharedLimits?.start();
   const edge = new HttpEdge({
     host: config.GANTRY_HTTP_HOST,
     port: config.GANTRY_HTTP_PORT,
@@ -319,11 +332,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     maxBodyBytes: config.GANTRY_MAX_BODY_BYTES,
     logger,
     authenticator: identity.authenticator,
-    rateLimits: createRateLimits(
-      { runtimePerCredential: config.GANTRY_RATE_LIMIT_RUNTIME_PER_MIN, runtimePerTeam: config.GANTRY_RATE_LIMIT_RUNTIME_TEAM_PER_MIN, managementPerCredential: config.GANTRY_RATE_LIMIT_MANAGEMENT_PER_MIN, managementPerTeam: config.GANTRY_RATE_LIMIT_MANAGEMENT_TEAM_PER_MIN },
-      '/api/v1',
-      clock,
-    ),
+    rateLimits,
   });
   edge.addAll(
     systemRoutes({
@@ -418,6 +427,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await files.sweepers.stop();
         await actors.shutdown();
         await cluster?.stop();
+        sharedLimits?.stop();
         await identity.stop();
         if (keyTimer) clearInterval(keyTimer);
         await db.close();

@@ -21,7 +21,9 @@ export interface RedisConnection {
 export async function connectRedis(url: string, prefix: string, logger: Logger, connectTimeoutMs = 10_000): Promise<RedisConnection> {
   const log = logger.child({ component: 'redis' });
   const make = (): Redis => {
-    const c = createClient({ url, socket: { reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 2000), connectTimeout: 5000 } });
+    // commands fail at once while disconnected (no offline queue): every caller has its own retry
+    // (heartbeats, syncs) and must not hang on an outage
+    const c = createClient({ url, disableOfflineQueue: true, socket: { reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 2000), connectTimeout: 5000 } });
     let down = false;
     c.on('error', (e: Error) => {
       if (!down) log.warn({ err_message: e.message }, 'redis connection error');

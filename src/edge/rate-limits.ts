@@ -198,3 +198,151 @@ export function createRateLimits(s: RateLimitSettings, basePath: string, clock: 
   const l = new MemoryRateLimits(s, basePath, clock);
   return l.enabled() ? l : null;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Cluster-wide: a shared sliding window over Redis
+
+/**
+ * The shared side of cluster-wide limits (src/cluster/rate-limit-redis.ts): adds this node's
+ * requests per key to the current 10-second slot and answers the cluster-wide count of each key over
+ * the last minute (all nodes, this one included).
+ */
+export interface SharedWindowCounter {
+  sync(deltas: ReadonlyMap<string, number>): Promise<Map<string, number>>;
+}
+
+interface WindowEntry {
+  /** Cluster-wide requests in the last minute as of the last sync (this node's synced ones included). */
+  cluster: number;
+  /** This node's requests since the last sync. */
+  unsynced: number;
+  /** Sent in the sync in flight. */
+  inflight: number;
+  lastUsed: number;
+}
+
+/**
+ * Limits that hold across the cluster. A request is decided on this node without a round trip: it
+ * is allowed while (the cluster's count of the last minute, as of the last sync) + (this node's
+ * requests since) stays under the limit. Every `syncMs` the node adds its requests to the shared
+ * counters and reads the cluster-wide counts back. The overshoot is bounded by what the other nodes
+ * admit within one sync interval (and, for a key a node has not seen yet, by its first interval);
+ * when Redis is unreachable each node keeps counting on its own (per-node limits) until it is back.
+ * The window is a minute sliding in 10-second slots (the in-memory buckets' semantics: a minute's
+ * worth of requests, refilled as the minute passes).
+ */
+export class SharedRateLimits implements RequestRateLimits {
+  private readonly entries = new Map<string, WindowEntry>();
+  private readonly runtimePrefix: string;
+  private timer: NodeJS.Timeout | null = null;
+  private syncing = false;
+  private failing = false;
+
+  constructor(
+    private readonly s: RateLimitSettings,
+    basePath: string,
+    private readonly counter: SharedWindowCounter,
+    private readonly o: { clock?: Clock; syncMs?: number; onSyncError?: (e: unknown) => void } = {},
+  ) {
+    this.runtimePrefix = `${basePath}/r/`;
+  }
+
+  enabled(): boolean {
+    return this.s.runtimePerCredential > 0 || this.s.runtimePerTeam > 0 || this.s.managementPerCredential > 0 || this.s.managementPerTeam > 0;
+  }
+
+  start(): void {
+    this.timer ??= setInterval(() => void this.sync(), this.o.syncMs ?? 100);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  private now(): number {
+    return (this.o.clock ?? systemClock).now();
+  }
+
+  take(p: Principal | null, path: string): RateLimitRefusal | null {
+    if (p === null) return null;
+    const runtime = path.startsWith(this.runtimePrefix);
+    const surface = runtime ? 'r' : 'm';
+    const perCred = runtime ? this.s.runtimePerCredential : this.s.managementPerCredential;
+    const perTeam = runtime ? this.s.runtimePerTeam : this.s.managementPerTeam;
+    const now = this.now();
+    const teamId = p.teamId ?? '';
+    const who = p.credentialId ?? p.userId;
+    const credKey = perCred > 0 && who !== undefined ? `${surface}:c:${teamId}:${who}` : null;
+    const teamKey = perTeam > 0 && teamId !== '' ? `${surface}:t:${teamId}` : null;
+    const cred = credKey ? this.entry(credKey, now) : null;
+    const team = teamKey ? this.entry(teamKey, now) : null;
+    if (cred && used(cred) >= perCred) return windowRefusal('credential', perCred, now);
+    if (team && used(team) >= perTeam) return windowRefusal('team', perTeam, now);
+    if (cred) cred.unsynced++;
+    if (team) team.unsynced++;
+    return null;
+  }
+
+  private entry(key: string, now: number): WindowEntry {
+    let e = this.entries.get(key);
+    if (!e) this.entries.set(key, (e = { cluster: 0, unsynced: 0, inflight: 0, lastUsed: now }));
+    e.lastUsed = now;
+    return e;
+  }
+
+  /** One sync: this node's deltas out, the cluster's counts in (keys idle for two minutes are dropped). */
+  async sync(): Promise<void> {
+    if (this.syncing || this.entries.size === 0) return;
+    this.syncing = true;
+    const now = this.now();
+    const deltas = new Map<string, number>();
+    for (const [k, e] of this.entries) {
+      if (e.unsynced === 0 && now - e.lastUsed > 120_000) {
+        this.entries.delete(k);
+        continue;
+      }
+      deltas.set(k, e.unsynced);
+      e.inflight = e.unsynced;
+      e.unsynced = 0;
+    }
+    try {
+      let timer: NodeJS.Timeout | undefined;
+      const counts = await Promise.race([
+        this.counter.sync(deltas),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error('rate limit sync timed out')), 2000);
+        }),
+      ]).finally(() => clearTimeout(timer));
+      for (const [k, n] of counts) {
+        const e = this.entries.get(k);
+        if (!e) continue;
+        e.cluster = n;
+        e.inflight = 0;
+      }
+      if (this.failing) this.failing = false;
+    } catch (err) {
+      // Redis unreachable: keep counting here (the unsent requests stay in this node's count)
+      for (const [k] of deltas) {
+        const e = this.entries.get(k);
+        if (e) {
+          e.cluster += e.inflight;
+          e.inflight = 0;
+        }
+      }
+      if (!this.failing) this.o.onSyncError?.(err);
+      this.failing = true;
+    } finally {
+      this.syncing = false;
+    }
+  }
+}
+
+const used = (e: WindowEntry): number => e.cluster + e.inflight + e.unsynced;
+
+/** The window slides in 10-second slots: the oldest slot leaves the window at the next boundary. */
+function windowRefusal(scope: 'credential' | 'team', limit: number, now: number): RateLimitRefusal {
+  const toBoundary = ceilSeconds((10_000 - (now % 10_000)) / 1000);
+  return { scope, limit, retryAfterS: toBoundary, resetS: 60 };
+}
