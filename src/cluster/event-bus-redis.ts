@@ -35,7 +35,7 @@ export class RedisEventBus extends LocalEventBus {
   private publishFailing = false;
   /** Messages published / received from other nodes / gaps noticed (metrics, tests). */
   readonly stats = { published: 0, received: 0, gaps: 0 };
-  /** Tests: when set, the PUBLISH is skipped (a node that died between commit and publish). */
+  /** Tests: when set, the PUBLISH is lost (a failed PUBLISH: its sequence number is used, the message never arrives). */
   dropPublishes = false;
 
   constructor(
@@ -85,8 +85,8 @@ export class RedisEventBus extends LocalEventBus {
   override publish(events: readonly TaskEvent[]): void {
     if (events.length === 0) return;
     super.publish(events);
-    if (this.dropPublishes) return;
     const msg = JSON.stringify({ o: this.origin, s: ++this.seq, e: events });
+    if (this.dropPublishes) return;
     this.stats.published++;
     this.conn.client.publish(this.channel, msg).then(
       () => {
