@@ -30,6 +30,7 @@ import { connectRedis, type RedisConnection } from './cluster/redis.js';
 import { Cluster } from './cluster/index.js';
 import { createMembership } from './cluster/membership.js';
 import { RedisAgentDirectory } from './cluster/directory.js';
+import { InMemoryLeases, RedisLeases, type LeasePort } from './cluster/leases.js';
 import { ClusterMemberStore } from './persistence/cluster-store.js';
 import { encodeError, decodeError } from './actors/runtime/envelope.js';
 import { SyncAwareSessions, type AgentSessions } from './edge/agents/sessions.js';
@@ -387,7 +388,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const publicUrl = config.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${http.port}`;
   if (objectStore instanceof LocalObjectStore) objectStore.setPublicBaseUrl(publicUrl);
   logger.info({ http_port: http.port, base_url: baseUrl }, 'listening');
-  files.sweepers.start();
+  // cluster-wide singleton jobs run on the lease holder only
+  const leases: LeasePort = redis ? new RedisLeases(redis, config.GANTRY_CLUSTER_LEASE_MS, logger.child({ component: 'leases' })) : new InMemoryLeases();
+  const stopSweepers = leases.hold('file-sweepers', files.sweepers);
 
   let closing: Promise<void> | null = null;
   return {
@@ -424,7 +427,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await liveEvents.stop();
         sessions.stop();
         await agentGrpc.stop();
-        await files.sweepers.stop();
+        await stopSweepers();
         await actors.shutdown();
         await cluster?.stop();
         sharedLimits?.stop();
