@@ -293,9 +293,11 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     failStart(e, `cannot listen on gRPC ${config.GANTRY_GRPC_HOST}:${config.GANTRY_GRPC_PORT}`, [() => agentGrpc.stop(), () => sessions.stop(), () => actors.shutdown(), () => identity.stop(), () => db.close()]),
   );
   identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
-  // declared dead while paused: the agent streams here were registered under the old member id; they re-connect
+  // declared dead while paused and re-joined: the agent streams held here stay; their rows (moved to
+  // the new member id) were marked offline by the fence, so each agent actor writes its status again
+  // and tells its team's scheduler (which may now live elsewhere)
   cluster?.onEvicted(() => {
-    for (const s of sessions.all()) agentGrpc.kickAgent(s.agentId, 'node_rejoined', 'this server node re-joined the cluster; reconnect');
+    for (const s of sessions.all()) sessions.update(s.agentId, s.sessionId, s.info);
   });
 
   // --- live events: SSE, webhook outbox/dispatcher, notifications (all fed from task_events)

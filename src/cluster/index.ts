@@ -31,6 +31,8 @@ export interface MemberFence {
   fence(memberId: string): Promise<void>;
   isFenced(memberId: string): Promise<boolean>;
   fenceAbsent(live: readonly string[], minAgeMs: number): Promise<string[]>;
+  /** The agents whose stream this node holds, registered under its old member id, move to the new one. */
+  rehome(oldMemberId: string, newMemberId: string): Promise<void>;
 }
 
 export interface ClusterOptions<P extends ProtocolMap<P>> {
@@ -158,15 +160,22 @@ export class Cluster<P extends ProtocolMap<P>> {
     if (moved > 0) this.o.logger.info({ moved }, 'actors passivated: their owner moved');
     // Redis may have lost the directory (restart, FLUSHALL): streams held here are claimed again
     void this.directory.reassert(this.o.localStreams()).catch((e: unknown) => this.o.logger.warn({ err_message: (e as Error).message }, 'agent directory re-assert failed'));
-    // members missing from the view for longer than a join takes are fenced (died with no survivor to declare it)
-    if (v.members[0]?.memberId === this.selfMember.memberId)
-      void this.o.fence
-        .fenceAbsent(
-          v.members.map((x) => x.memberId),
-          3 * this.o.leaseMs,
-        )
-        .then((ids) => ids.length > 0 && this.o.logger.warn({ members: ids }, 'fenced cluster members absent from the view'))
-        .catch(() => undefined);
+    // members that died with no survivor to declare them dead (the whole cluster was down, Redis lost
+    // its data) still look alive in PostgreSQL: the first member of the view fences those absent from
+    // this view AND from the view two leases later (a live member missing for a moment, e.g. right after
+    // Redis restarted, re-registers within a heartbeat)
+    if (v.members[0]?.memberId === this.selfMember.memberId) {
+      const absentCheck = setTimeout(() => {
+        if (this.stopped) return;
+        // fence only what neither view had: a member in either is alive
+        const live = new Set([...v.members.map((x) => x.memberId), ...this.currentView.members.map((x) => x.memberId)]);
+        void this.o.fence
+          .fenceAbsent([...live], 3 * this.o.leaseMs)
+          .then((ids) => ids.length > 0 && this.o.logger.warn({ members: ids }, 'fenced cluster members absent from the view'))
+          .catch(() => undefined);
+      }, 2 * this.o.leaseMs);
+      absentCheck.unref();
+    }
     for (const fn of this.viewListeners) fn(v, this.selfMember);
   }
 
@@ -176,8 +185,15 @@ export class Cluster<P extends ProtocolMap<P>> {
     this.selfMember = newSelf;
     // everything this node ran belongs to others now; its writes as the old member are fenced
     this.o.system.passivateWhere((ref) => !this.o.directoryKinds.has(ref.kind));
-    void this.o.fence.register(newSelf).catch((e: unknown) => this.o.logger.warn({ err_message: (e as Error).message }, 'cluster member registration failed'));
-    for (const fn of this.evictListeners) fn(old, newSelf);
+    // the new member's row first (its writes are fenced without it), then the agent streams held here
+    // are registered under it; then the listeners (main.ts re-announces the agents)
+    void this.o.fence
+      .register(newSelf)
+      .then(() => this.o.fence.rehome(old.memberId, newSelf.memberId))
+      .then(() => {
+        for (const fn of this.evictListeners) fn(old, newSelf);
+      })
+      .catch((e: unknown) => this.o.logger.warn({ err_message: (e as Error).message }, 'cluster member re-registration failed'));
   }
 
   /** A member fenced in PostgreSQL (declared dead while it was away) drops everything and re-joins. */

@@ -19,6 +19,11 @@ export class ClusterMemberStore {
     await q(this.db)(`update agents set agent_status = 'offline' where node_id = ? and agent_status <> 'offline'`, [memberId]);
   }
 
+  /** The agents registered under this node's old member id (their streams are still here) move to its new one. */
+  async rehome(oldMemberId: string, newMemberId: string): Promise<void> {
+    await q(this.db)(`update agents set node_id = ? where node_id = ?`, [newMemberId, oldMemberId]);
+  }
+
   async isFenced(memberId: string): Promise<boolean> {
     const rows = await q(this.db)<{ f: boolean }>(`select fenced_at is not null as f from cluster_members where member_id = ?`, [memberId]);
     return rows[0] ? Boolean(rows[0].f) : true;
