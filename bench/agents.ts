@@ -18,6 +18,7 @@ import { createLogger } from '../src/shared/logger.js';
 import { startAgent, type AgentConfig, type RunningAgent } from '../src/agent/main.js';
 import { SimulateExecutor } from '../src/agent/executors/index.js';
 import { HttpClient } from '../test/helpers/node.js';
+import { singleNodeEnv } from './lib/harness.js';
 import { createTestDatabase } from '../test/helpers/pg.js';
 import { createCredential, registerUser } from '../test/helpers/identity.js';
 import { tinyGraph, tmpDir, waitFor } from '../test/agents/helpers.js';
@@ -69,7 +70,7 @@ async function main(): Promise<void> {
   const node = spawn(process.execPath, [join(root, 'bin/gantry.mjs'), 'serve'], {
     cwd: root,
     env: {
-      ...process.env,
+      ...singleNodeEnv(),
       DATABASE_URL: db.url,
       GANTRY_DATA_DIR: dataDir,
       GANTRY_HTTP_HOST: '127.0.0.1',

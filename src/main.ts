@@ -369,7 +369,18 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(webhookRoutes(liveEvents, () => clock.now()));
   edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
   edge.onShutdown(() => liveEvents.sse.closeAll());
-  edge.addAll(agentRoutes({ agents: agentStore, session: (id) => sessions.session(id), kick: (id) => agentGrpc.kickAgent(id) }));
+  sessions.kicker = (id) => agentGrpc.kickAgent(id);
+  edge.addAll(
+    agentRoutes({
+      agents: agentStore,
+      // the stream may be on another node of the cluster (the agent directory knows)
+      session: (id) => sessions.session(id) ?? (sessions.presence?.elsewhere(id) ? { sessionId: '' } : null),
+      kick: (id) => {
+        if (sessions.session(id)) agentGrpc.kickAgent(id);
+        else if (cluster) actors.tell({ kind: AGENT, id }, { type: 'kick' });
+      },
+    }),
+  );
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute());
   edge.addAll(pageRoutes('/api/v1'));

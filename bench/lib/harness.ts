@@ -218,6 +218,12 @@ export function jsonLines(child: ChildProcess): { next(pred: (o: Record<string, 
 // ------------------------------------------------------------------------------------------
 // the Gantry node under test, as its own process
 
+/** The bench's environment for a single node: REDIS_URL (cluster mode) is left out. */
+export function singleNodeEnv(env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const { REDIS_URL: _redis, ...rest } = env;
+  return rest;
+}
+
 export interface GantryProcess {
   pid: number;
   origin: string;
@@ -248,7 +254,7 @@ export async function startGantry(label: string, env: Record<string, string> = {
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const child = spawnChild(process.execPath, [...nodeArgs, join(root, 'bin/gantry.mjs'), 'serve'], {
     env: {
-      ...process.env,
+      ...singleNodeEnv(),
       DATABASE_URL: db.url,
       GANTRY_DATA_DIR: dataDir,
       GANTRY_HTTP_HOST: '127.0.0.1',

@@ -164,6 +164,8 @@ export interface AgentTransportPort {
   session(agentId: string): { sessionId: string; info: AgentInfo } | null;
   /** Cluster: the agent's stream is held by another node now (its directory entry moved). */
   connectedElsewhere?(agentId: string): boolean;
+  /** Ends the agent's stream on this node for good (the agent was deleted through another node). */
+  kick?(agentId: string): void;
 }
 
 export interface AgentStorePort {

@@ -102,3 +102,20 @@ async function queryEvents(taskId: string): Promise<Array<{ id: string; event_ty
     await client.end();
   }
 }
+
+test('an agent deleted through node A while its stream is on node B is disconnected for good', { skip: skip ?? false, timeout: 60_000 }, async () => {
+  const A = asNode(0);
+  const s = await setupTeam(A);
+  const p = agentOn(1, s);
+  const agent = await waitFor('the agent online', async () => {
+    const r = await c.nodes[0]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
+    return (r?.body.agent_list as Array<Record<string, any>> | undefined)?.find((a) => a.agent_status === 'online');
+  }, 30_000);
+  const tunnel = await c.nodes[0]?.http.get(`/agents/${agent.id}/tunnel`, { token: s.user.accessToken, team: s.user.teamId });
+  assert.equal(tunnel?.body.is_active, true, 'node A knows the stream is live on node B');
+  const del = await c.nodes[0]?.http.del(`/agents/${agent.id}`, { token: s.user.accessToken, team: s.user.teamId });
+  assert.equal(del?.status, 200, del?.text);
+  const exit = await Promise.race([p.exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+  assert.ok(exit, 'the agent process was refused for good and exited');
+  assert.equal(exit?.code, 3, 'exit 3: refused by the server');
+});

@@ -132,6 +132,9 @@ export class AgentActor implements Actor<Protocols, typeof AGENT> {
       case 'load_assignment':
         this.io(this.d.tasks.assignment(e.taskId), (assignment) => ({ type: 'assignment_loaded', taskId: e.taskId, attempt: e.attempt, epoch: e.epoch, provision: e.provision, assignment }));
         return true;
+      case 'kick':
+        this.d.transport.kick?.(this.agentId);
+        return true;
       case 'warn':
         this.ctx.log.warn(e.fields, e.msg);
         return true;

@@ -51,6 +51,8 @@ export type AgentEffect =
   | { type: 'load_active'; sessionId: string; teamId: string; reported: string[] }
   | { type: 'load_assignment'; taskId: string; attempt: number; epoch: number; provision: boolean }
   | { type: 'warn'; msg: string; fields: Record<string, unknown> }
+  /** End the agent's stream on this node for good (deleted). */
+  | { type: 'kick' }
   | { type: 'stop' };
 
 export interface AgentDecision {
@@ -245,6 +247,7 @@ const handlers: Handler = {
     flushStatus(s, out);
     return { effects: out };
   },
+  kick: (_m, s) => ok(s.connected ? [{ type: 'kick' }] : [{ type: 'stop' }]),
   holds: (m, s) => {
     // a task actor that moved to this cluster node asks whether the agent still runs its task
     const held = s.tasks.get(m.taskId);

@@ -31,6 +31,8 @@ export const AgentMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('server_msg'), msg: ServerToAgentMsg }),
   // admin / timers
   z.object({ type: z.literal('revoke') }),
+  // the agent was deleted on another node: end its stream here (the node holding it)
+  z.object({ type: z.literal('kick') }),
   z.object({ type: z.literal('lost'), sessionId }),
   // a task actor (re)activated on another cluster node: does the agent still hold this task at this epoch?
   z.object({ type: z.literal('holds'), taskId: z.string(), epoch }),

@@ -33,6 +33,12 @@ export class AgentSessions implements AgentTransportPort {
   private sessions = new Map<string, AgentSession>();
   /** Set by the composition root in cluster mode. */
   presence: AgentPresence | null = null;
+  /** Ends a stream for good (the gRPC server's kickAgent; set by the composition root). */
+  kicker: ((agentId: string) => void) | null = null;
+
+  kick(agentId: string): void {
+    if (this.sessions.has(agentId)) this.kicker?.(agentId);
+  }
 
   constructor(private readonly actors: ActorSystemPort) {}
 
