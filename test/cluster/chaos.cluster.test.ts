@@ -159,7 +159,11 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
     await waitFor(`all ${accepted.length} accepted tasks terminal`, async () => {
       const r = await client.query<{ n: number }>(`select count(*)::int as n from tasks where id = any($1::uuid[]) and task_status not in ('completed','failed','cancelled')`, [accepted]);
       return r.rows[0]?.n === 0;
-    }, 180_000, 500);
+    }, 180_000, 500).catch(async (e: unknown) => {
+      const stuck = await client.query(`select id, task_status, agent_id, lease_epoch, attempt, updated_at from tasks where id = any($1::uuid[]) and task_status not in ('completed','failed','cancelled')`, [accepted]);
+      console.log(`chaos: stuck tasks ${JSON.stringify(stuck.rows)}`);
+      throw e;
+    });
     const rows = await client.query<{ id: string; task_status: string }>(`select id, task_status from tasks where id = any($1::uuid[])`, [accepted]);
     assert.equal(rows.rows.length, accepted.length, 'every accepted task is in PostgreSQL');
     const terminalEvents = await client.query<{ task_id: string; n: number }>(

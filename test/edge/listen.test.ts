@@ -4,6 +4,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+
+/** This test's environment for a single node (REDIS_URL would make it a cluster member). */
+const singleNode = (): NodeJS.ProcessEnv => {
+  const { REDIS_URL: _r, ...rest } = process.env;
+  return rest;
+};
 import { createServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -77,7 +83,7 @@ test('`gantry serve` on a busy HTTP port: one line on stderr and exit 78', async
     const port = first.node.httpPort;
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'serve'], {
       cwd: new URL('../..', import.meta.url).pathname,
-      env: { ...process.env, DATABASE_URL: db.url, GANTRY_DATA_DIR: dataDir, GANTRY_HTTP_HOST: '127.0.0.1', GANTRY_HTTP_PORT: String(port), GANTRY_GRPC_HOST: '127.0.0.1', GANTRY_GRPC_PORT: '0', LOG_LEVEL: 'warn' },
+      env: { ...singleNode(), DATABASE_URL: db.url, GANTRY_DATA_DIR: dataDir, GANTRY_HTTP_HOST: '127.0.0.1', GANTRY_HTTP_PORT: String(port), GANTRY_GRPC_HOST: '127.0.0.1', GANTRY_GRPC_PORT: '0', LOG_LEVEL: 'warn' },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let stderr = '';
