@@ -123,7 +123,9 @@ export type SchedulerEffect =
   | { type: 'mark_waiting'; ids: string[] }
   | { type: 'publish'; events: TaskEvent[] }
   /** (Re)arms the scheduler's one backoff timer: a kick to self when the earliest retry backoff ends. */
-  | { type: 'set_timer'; ms: number };
+  | { type: 'set_timer'; ms: number }
+  /** Rebuild the view from PostgreSQL (the shell runs the activation reads when nothing is in flight). */
+  | { type: 'resync' };
 
 export interface SchedulerDecision {
   state: SchedulerState;
@@ -231,6 +233,7 @@ type Handler = Handlers<SchedulerInput, [s: SchedulerState, env: SchedulerEnv], 
  * kick and stats then asks for one coalesced pass (see decide).
  */
 const handlers: Handler = {
+  resync: () => [{ type: 'resync' }],
   task_submitted: (m, s) => {
     s.active.delete(m.taskId);
     if (!m.task) {
@@ -316,7 +319,7 @@ const handlers: Handler = {
 export function decide(s: SchedulerState, m: SchedulerInput, env: SchedulerEnv): SchedulerDecision {
   const effects: SchedulerEffect[] = dispatchTo(handlers, m, s, env);
   if (m.type === 'stats') return { state: s, effects, reply: statsOf(s) };
-  if (m.type !== 'kick' && !s.passPending) {
+  if (m.type !== 'kick' && m.type !== 'resync' && !s.passPending) {
     // coalesce: one pass after the burst of messages already in the mailbox
     s.passPending = true;
     effects.push({ type: 'kick' });

@@ -14,6 +14,9 @@ export const SchedulerMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('agent_down'), agentId: z.string() }),
   z.object({ type: z.literal('assign_rejected'), taskId: z.string(), agentId: z.string() }),
   z.object({ type: z.literal('kick') }),
+  // timer: while tasks wait, the view is rebuilt from PostgreSQL now and then (a message lost with a
+  // dead cluster node must not leave a slot counted busy forever)
+  z.object({ type: z.literal('resync') }),
   z.object({ type: z.literal('stats') }),
 ]);
 export type SchedulerMsg = z.infer<typeof SchedulerMsg>;

@@ -16,6 +16,9 @@ export interface SchedulerDeps {
 
 export const parseSchedulerMsg = (m: SchedulerMsg): SchedulerMsg => SchedulerMsg.parse(m);
 
+/** While tasks wait and nothing happens for this long, the view is re-read from PostgreSQL. */
+const RESYNC_MS = 5_000;
+
 type Ctx = ActorContext<Protocols, typeof SCHEDULER>;
 
 /**
@@ -56,10 +59,38 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
     return this.inflight === 0 && !this.s.passPending && this.s.toLoad.size === 0;
   }
 
+  /** Rebuilds the view from PostgreSQL (the same reads as activation), when nothing is in flight. */
+  private resync(): void {
+    if (this.s.queue.size === 0) return;
+    if (!this.quiescent() || this.resyncing) return this.armResync();
+    this.resyncing = true;
+    this.inflight++;
+    const reads = Promise.all([this.d.tasks.schedulable(this.teamId), this.d.tasks.active(this.teamId), this.d.agents.online(this.teamId)]);
+    this.ctx.reenterAfter(reads, (r) => {
+      this.inflight--;
+      this.resyncing = false;
+      if (r.ok && this.quiescent()) {
+        const [waiting, active, agents] = r.value;
+        this.s = initialState(this.teamId, waiting, active, agents);
+        this.step({ type: 'kick' });
+      }
+      this.armResync();
+    });
+  }
+
+  private resyncing = false;
+
+  private armResync(): void {
+    if (this.s.queue.size > 0) this.ctx.setTimer('resync', RESYNC_MS, { type: 'resync' });
+    else this.ctx.cancelTimer('resync');
+  }
+
   private step(m: SchedulerInput): SchedulerReply | undefined {
     const dec = decide(this.s, m, { now: this.ctx.clock.now(), maxConcurrent: this.d.quotas.maxConcurrentTasks(this.teamId) });
     this.s = dec.state;
     for (const e of dec.effects) this.run(e);
+    // tasks wait: make sure a resync is armed (re-armed by every message: it fires only when the queue sat still)
+    if (this.s.queue.size > 0 && m.type !== 'stats' && m.type !== 'resync') this.armResync();
     if (this.statsWaiting.length > 0 && this.quiescent()) for (const h of this.statsWaiting.splice(0)) h.resolve(statsOf(this.s));
     return dec.reply;
   }
@@ -72,6 +103,9 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
       case 'kick':
         this.ctx.system.tell(this.ctx.self, { type: 'kick' });
         return;
+      case 'resync':
+        this.resync();
+        break;
       case 'set_timer':
         this.ctx.setTimer('backoff', e.ms, { type: 'kick' });
         return;
