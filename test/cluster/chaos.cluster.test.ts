@@ -6,7 +6,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { startCluster, clusterSkipReason, type TestCluster } from '../helpers/cluster.js';
+import { startCluster, clusterSkipReason, type TestCluster, agentsOnline, type ClusterNodeProc } from '../helpers/cluster.js';
 import { setupTeam, createWorkflow, spawnAgent, tmpDir, tinyGraph, waitFor, type AgentProcess } from '../agents/helpers.js';
 import { SseClient } from '../events/helpers.js';
 import type { TestNode } from '../helpers/node.js';
@@ -89,10 +89,7 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
       spawnAgent(['--server', list, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-chaos-agent-'), '--simulate-duration-ms', '800', '--simulate-steps', '4', '--concurrency', '2', '--name', `chaos-${i}`]),
     );
   }
-  await waitFor('three agents online', async () => {
-    const r = await cl.nodes[0]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
-    return r?.status === 200 && (r.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status === 'online').length === 3;
-  }, 60_000);
+  await agentsOnline(cl.nodes[0] as ClusterNodeProc, s.user, 3);
   const wf = await createWorkflow({ http: cl.nodes[0]?.http } as unknown as TestNode, s, tinyGraph(), { max_retries: 3 });
 
   const accepted: string[] = [];
@@ -191,8 +188,5 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
   assert.ok(accepted.length > 50, `load ran (${accepted.length} accepted)`);
   for (const ms of reassignMs) assert.ok(ms <= LEASE_MS + 10_000, `reassignment after ${ms} ms is within lease + 10 s`);
   // agents reconnected: all three online again
-  await waitFor('the three agents online again', async () => {
-    const r = await cl.nodes[0]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
-    return r?.status === 200 && (r.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status !== 'offline').length === 3;
-  }, 60_000);
+  await agentsOnline(cl.nodes[0] as ClusterNodeProc, s.user, 3);
 });

@@ -4,7 +4,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { startCluster, clusterSkipReason, type TestCluster } from '../helpers/cluster.js';
+import { startCluster, clusterSkipReason, type TestCluster, agentsOnline } from '../helpers/cluster.js';
 import { setupTeam, createWorkflow, runWorkflow, spawnAgent, tmpDir, tinyGraph, waitFor, type AgentProcess } from '../agents/helpers.js';
 import type { TestNode } from '../helpers/node.js';
 
@@ -26,10 +26,7 @@ test('SIGSTOP a node for twice its lease, then SIGCONT: its stale writes are not
   // the agents are on the nodes that stay up; tasks run long enough to outlive the pause
   for (const nd of [n1, n2])
     procs.push(spawnAgent(['--server', `127.0.0.1:${nd.grpcPort}`, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-pause-agent-'), '--simulate-duration-ms', '6000', '--simulate-steps', '12', '--concurrency', '8']));
-  await waitFor('two agents online', async () => {
-    const r = await n1.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
-    return r.status === 200 && (r.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status === 'online').length === 2;
-  }, 60_000);
+  await agentsOnline(n1, s.user, 2);
   const wf = await createWorkflow({ http: n1.http } as unknown as TestNode, s, tinyGraph(), { max_retries: 0 });
   const ids: string[] = [];
   for (let k = 0; k < 12; k++) ids.push(await runWorkflow({ http: cl.nodes[k % 3]?.http } as unknown as TestNode, s, wf, { prompt: `pause ${k}` }));

@@ -4,7 +4,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { startCluster, clusterSkipReason, type TestCluster } from '../helpers/cluster.js';
+import { startCluster, clusterSkipReason, type TestCluster, agentsOnline, type ClusterNodeProc } from '../helpers/cluster.js';
 import { setupTeam, createWorkflow, runWorkflow, spawnAgent, tmpDir, tinyGraph, waitFor, type AgentProcess } from '../agents/helpers.js';
 import type { TestNode } from '../helpers/node.js';
 
@@ -28,10 +28,7 @@ test('max_concurrent_tasks and max_agents hold across three nodes', { skip: skip
   };
   agent(0);
   agent(1);
-  await waitFor('two agents online', async () => {
-    const r = await cl.nodes[2]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
-    return r?.status === 200 && (r.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status === 'online').length === 2;
-  }, 60_000);
+  await agentsOnline(cl.nodes[2] as ClusterNodeProc, s.user, 2);
   // a third agent, on the third node, is over the team's max_agents
   const third = agent(2);
   const refused = await third.waitLine((l) => /agent_quota_exceeded|maximum is 2/.test(JSON.stringify(l)), 'the third agent refused', 30_000);

@@ -4,7 +4,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import pg from 'pg';
-import { startCluster, startRedisServer, type TestCluster } from '../helpers/cluster.js';
+import { startCluster, startRedisServer, type TestCluster, agentsOnline, type ClusterNodeProc } from '../helpers/cluster.js';
 import { setupTeam, createWorkflow, spawnAgent, tmpDir, tinyGraph, waitFor, type AgentProcess } from '../agents/helpers.js';
 import type { TestNode } from '../helpers/node.js';
 
@@ -29,10 +29,7 @@ test('Redis restarted and FLUSHALLed under load: membership and ownership rebuil
   const s = await setupTeam({ http: cl.nodes[0]?.http } as unknown as TestNode);
   const servers = cl.nodes.map((n) => `127.0.0.1:${n.grpcPort}`).join(',');
   for (let i = 0; i < 2; i++) procs.push(spawnAgent(['--server', servers, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-redis-agent-'), '--simulate-duration-ms', '500', '--simulate-steps', '3', '--concurrency', '2']));
-  await waitFor('two agents online', async () => {
-    const res = await cl.nodes[0]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
-    return res?.status === 200 && (res.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status === 'online').length === 2;
-  }, 60_000);
+  await agentsOnline(cl.nodes[0] as ClusterNodeProc, s.user, 2);
   const wf = await createWorkflow({ http: cl.nodes[0]?.http } as unknown as TestNode, s, tinyGraph(), { max_retries: 2 });
 
   const accepted: string[] = [];

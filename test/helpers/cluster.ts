@@ -249,3 +249,15 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
     },
   };
 }
+
+/** Waits until `n` of the team's agents are online as the given node sees them (GET /agents). */
+export async function agentsOnline(node: ClusterNodeProc, user: { accessToken: string; teamId: string }, n: number, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const r = await node.http.get('/agents?per_page=100', { token: user.accessToken, team: user.teamId }).catch(() => null);
+    const online = r?.status === 200 ? (r.body.agent_list as Array<Record<string, any>>).filter((a) => a.agent_status !== 'offline').length : -1;
+    if (online === n) return;
+    if (Date.now() > deadline) throw new Error(`${node.name}: ${n} agent(s) online not reached in ${timeoutMs} ms (last: ${online})`);
+    await new Promise((res) => setTimeout(res, 100));
+  }
+}
