@@ -195,8 +195,18 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
       }
     });
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    // ready: its "listening" line, or (quieter log levels) its /readyz
+    const ready = async (): Promise<void> => {
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline && child.exitCode === null) {
+        const ok = await fetch(`http://127.0.0.1:${nd.httpPort}/readyz`).then((r) => r.ok, () => false);
+        if (ok) return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      throw new Error(`${nd.name} not ready in 60 s`);
+    };
     await Promise.race([
-      nd.waitLine((l) => l.msg === 'listening', `${nd.name} listening`, 60_000),
+      Promise.any([nd.waitLine((l) => l.msg === 'listening', `${nd.name} listening`, 60_000), ready()]),
       exited.then(() => {
         throw new Error(`${nd.name} exited at start: ${err.slice(-2000)}`);
       }),
