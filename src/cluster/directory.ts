@@ -28,13 +28,23 @@ export interface AgentDirectoryPort {
   stop(): Promise<void>;
 }
 
-/** Single node: every stream is here. */
+/** The table in-memory directories share (one process: a single node, or the contract tests' nodes). */
+export class InMemoryDirectoryTable {
+  readonly entries = new Map<string, DirectoryEntry>();
+  epoch = 0;
+}
+
+/** In memory: a single node (every stream is here), or several instances over one shared table. */
 export class InMemoryAgentDirectory implements AgentDirectoryPort {
-  private readonly entries = new Map<string, DirectoryEntry>();
-  private epoch = 0;
-  constructor(private readonly memberId: string) {}
+  private readonly entries: Map<string, DirectoryEntry>;
+  constructor(
+    private readonly memberId: string,
+    private readonly table = new InMemoryDirectoryTable(),
+  ) {
+    this.entries = table.entries;
+  }
   async claim(agentId: string): Promise<number> {
-    const e = { memberId: this.memberId, epoch: ++this.epoch };
+    const e = { memberId: this.memberId, epoch: ++this.table.epoch };
     this.entries.set(agentId, e);
     return e.epoch;
   }
