@@ -21,7 +21,7 @@ after(async () => {
 });
 
 /** The link in the newest mail of that kind, rebased from GANTRY_PUBLIC_URL onto the test node. */
-async function mailLink(to: string, kind: 'email_verification' | 'password_reset'): Promise<URL> {
+async function mailLink(to: string, kind: 'email_verification' | 'password_reset' | 'invitation'): Promise<URL> {
   const m = (await readOutbox(t.node, to, kind))[0];
   assert.ok(m, `a ${kind} mail to ${to}`);
   const raw = /https?:\/\/\S+/.exec(m.body_text)?.[0];
@@ -128,6 +128,41 @@ test('the password-reset link opens a page with a form whose call changes the pa
   assert.equal(old.status, 401);
   const fresh = await t.http.post('/auth/login', { email_address: u.email, password: newPassword });
   assert.equal(fresh.status, 200, fresh.text);
+});
+
+test('the invitation link opens a page that signs the invited user in and accepts: they join the team', async () => {
+  // the inviting owner (verified, logged in)
+  const owner = await register();
+  const ov = await t.http.post('/auth/email/verify', { verification_token: (await mailLink(owner.email, 'email_verification')).searchParams.get('token') });
+  assert.equal(ov.status, 200, ov.text);
+  const ol = await t.http.post('/auth/login', { email_address: owner.email, password: owner.password });
+  const me = await t.http.get('/users/me', { token: ol.body.access_token });
+  const teamId = me.body.team_list[0].id as string;
+  // the invited user has an account (verified)
+  const guest = await register();
+  const gv = await t.http.post('/auth/email/verify', { verification_token: (await mailLink(guest.email, 'email_verification')).searchParams.get('token') });
+  assert.equal(gv.status, 200, gv.text);
+  const inv = await t.http.post('/teams/current/invitations', { email_address: guest.email, member_role: 'member' }, { token: ol.body.access_token, team: teamId });
+  assert.ok(inv.status < 300, inv.text);
+
+  const link = await mailLink(guest.email, 'invitation');
+  assert.equal(link.pathname, '/accept-invitation');
+  const p = await openPage(link);
+  assert.match(p.html, /<form id="accept"/);
+  assert.equal(p.endpoint, '/auth/login', 'the page signs in first');
+  assert.match(p.script, /"\/invitations\/accept"/);
+  assert.match(p.script, /invitation_token: token/);
+  // what the page's script does: log in, then accept with that access token
+  const login = await fetch(new URL(`${p.api}${p.endpoint}`, t.origin), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email_address: guest.email, password: guest.password }) });
+  const { access_token } = (await login.json()) as { access_token: string };
+  const accept = await fetch(new URL(`${p.api}/invitations/accept`, t.origin), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${access_token}` },
+    body: JSON.stringify({ invitation_token: link.searchParams.get('token') }),
+  });
+  assert.equal(accept.status, 200, await accept.clone().text());
+  const guestMe = await t.http.get('/users/me', { token: access_token });
+  assert.ok((guestMe.body.team_list as Array<{ id: string }>).some((x) => x.id === teamId), 'the invited user is a member of the team');
 });
 
 test('a page opened without a token still answers 200 and reflects nothing from the query', async () => {

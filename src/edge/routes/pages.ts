@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import type { RouteDef } from '../http.js';
 
 /**
- * The two pages the identity mails link to (`${GANTRY_PUBLIC_URL}/verify-email?token=…` and
- * `/reset-password?token=…`), served by the node outside /api/v1 so the flows complete without a
+ * The pages the identity mails link to (`${GANTRY_PUBLIC_URL}/verify-email?token=…`,
+ * `/reset-password?token=…` and `/accept-invitation?token=…`), served by the node outside /api/v1 so the flows complete without a
  * console. Each page is static: the token is read from the page's own URL by the inline script and
  * sent to the existing API endpoint, nothing from the request is reflected into the HTML, and every
  * message is written with textContent. The Content-Security-Policy allows 'self' and exactly the
@@ -26,6 +26,8 @@ function failure(b) { return (b && typeof b.error_message === "string") ? b.erro
 `;
 
 export const VERIFY_API_PATH = '/auth/email/verify';
+export const LOGIN_API_PATH = '/auth/login';
+export const ACCEPT_API_PATH = '/invitations/accept';
 export const RESET_API_PATH = '/auth/password/reset';
 
 function verifyScript(api: string): string {
@@ -55,6 +57,32 @@ form.addEventListener("submit", function (ev) {
     button.disabled = false;
     if (r.ok) { form.hidden = true; show("Your password is changed. You can close this page and log in."); }
     else show("Password reset failed: " + failure(r.body));
+  });
+});
+`;
+}
+
+/** Accepting needs the invited user's session: the page logs in (email + password), then accepts with that token. */
+function acceptScript(api: string): string {
+  return `var API = ${JSON.stringify(api)};
+${COMMON}
+var form = document.getElementById("accept");
+if (!token) { show("This link has no token; open the link from the email again."); form.hidden = true; }
+form.addEventListener("submit", function (ev) {
+  ev.preventDefault();
+  var button = form.querySelector("button");
+  button.disabled = true;
+  show("Signing in…");
+  post(${JSON.stringify(LOGIN_API_PATH)}, { email_address: document.getElementById("email_address").value, password: document.getElementById("password").value }).then(function (r) {
+    if (!r.ok || !r.body || typeof r.body.access_token !== "string") { button.disabled = false; show("Sign-in failed: " + failure(r.body)); return; }
+    show("Joining the team…");
+    return fetch(API + ${JSON.stringify(ACCEPT_API_PATH)}, { method: "POST", headers: { "Content-Type": "application/json", "Authorization": "Bearer " + r.body.access_token }, body: JSON.stringify({ invitation_token: token }), credentials: "omit", cache: "no-store" })
+      .then(function (a) { return a.json().catch(function () { return {}; }).then(function (b) { return { ok: a.ok, body: b }; }); })
+      .then(function (a) {
+        button.disabled = false;
+        if (a.ok) { form.hidden = true; show("You joined the team. You can close this page."); }
+        else show("Accepting failed: " + failure(a.body));
+      }, function () { button.disabled = false; show("Accepting failed: the server could not be reached"); });
   });
 });
 `;
@@ -120,7 +148,7 @@ function serve(path: string, p: Page): RouteDef {
   };
 }
 
-/** GET /verify-email and GET /reset-password; `apiBase` is the API's path prefix (/api/v1). */
+/** GET /verify-email, /reset-password and /accept-invitation; `apiBase` is the API's path prefix (/api/v1). */
 export function pageRoutes(apiBase: string): RouteDef[] {
   const verify = page('Verify your email address', '<p>Verifying…</p>', verifyScript(apiBase));
   const reset = page(
@@ -134,5 +162,17 @@ export function pageRoutes(apiBase: string): RouteDef[] {
 </form>`,
     resetScript(apiBase),
   );
-  return [serve('/verify-email', verify), serve('/reset-password', reset)];
+  const accept = page(
+    'Join the team',
+    `<p>Sign in with the account the invitation was sent to. No account yet? Register with that email address first, then open this link again.</p>
+<form id="accept" autocomplete="on">
+<label for="email_address">Email address</label>
+<input id="email_address" name="email_address" type="email" maxlength="320" required autocomplete="username">
+<label for="password">Password</label>
+<input id="password" name="password" type="password" maxlength="256" required autocomplete="current-password">
+<button type="submit">Sign in and join</button>
+</form>`,
+    acceptScript(apiBase),
+  );
+  return [serve('/verify-email', verify), serve('/reset-password', reset), serve('/accept-invitation', accept)];
 }
