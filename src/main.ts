@@ -6,6 +6,7 @@ import { Database } from './persistence/db.js';
 import { assertPortFree, lockDataDir } from './shared/startup.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
 import { createRateLimits, SharedRateLimits } from './edge/rate-limits.js';
+import { withIdempotency } from './edge/idempotency.js';
 import { RedisWindowCounter } from './cluster/rate-limit-redis.js';
 import { systemRoutes } from './edge/routes/system.js';
 import { debugRoutes } from './edge/routes/debug.js';
@@ -346,7 +347,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       },
     }),
   );
-  edge.addAll(workflowRoutes({ workflows: workflowStore }));
+  edge.addAll(withIdempotency(workflowRoutes({ workflows: workflowStore }), taskQueries.idempotency));
   edge.addAll(
     taskRoutes({
       actors,
@@ -361,12 +362,12 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   );
   edge.addAll(fileRoutes({ staging: files.staging }));
   edge.addAll(uploadRoutes({ multipart: files.multipart }));
-  edge.addAll(modelRoutes({ models: files.models, staging: files.staging }));
-  edge.addAll(nodeRoutes({ nodes: files.nodes, staging: files.staging }));
-  edge.addAll(identityRoutes(identity.service));
-  edge.addAll(teamRoutes(identity.service));
+  edge.addAll(withIdempotency(modelRoutes({ models: files.models, staging: files.staging }), taskQueries.idempotency));
+  edge.addAll(withIdempotency(nodeRoutes({ nodes: files.nodes, staging: files.staging }), taskQueries.idempotency));
+  edge.addAll(withIdempotency(identityRoutes(identity.service), taskQueries.idempotency));
+  edge.addAll(withIdempotency(teamRoutes(identity.service), taskQueries.idempotency));
   edge.addAll(eventRoutes({ sse: liveEvents.sse }));
-  edge.addAll(webhookRoutes(liveEvents, () => clock.now()));
+  edge.addAll(withIdempotency(webhookRoutes(liveEvents, () => clock.now()), taskQueries.idempotency));
   edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
   edge.onShutdown(() => liveEvents.sse.closeAll());
   sessions.kicker = (id) => agentGrpc.kickAgent(id);

@@ -90,6 +90,32 @@ export class IdempotencyStore {
     return r ? { fingerprint: String(r.fingerprint), responseStatus: Number(r.response_status), responseBody: r.response_body as Record<string, unknown> } : null;
   }
 
+  /**
+   * Reserves (scope, key) for a request about to run (response_status 0 = in progress); false when
+   * the key is already recorded (by an earlier request, or one running now).
+   */
+  async reserve(scope: string, key: string, fingerprint: string): Promise<boolean> {
+    this.maybeSweep();
+    // an expired record of the key does not count
+    await q(this.db)(`delete from idempotency_keys where team_id = ? and idem_key = ? and created_at < now() - make_interval(secs => ?)`, [scope, key, this.ttlS]);
+    const rows = await q(this.db)(
+      `insert into idempotency_keys (team_id, idem_key, fingerprint, response_status, response_body) values (?, ?, ?, 0, '{}'::jsonb)
+       on conflict (team_id, idem_key) do nothing returning 1`,
+      [scope, key, fingerprint],
+    );
+    return rows.length > 0;
+  }
+
+  /** Records the response of a reserved key. */
+  async complete(scope: string, key: string, status: number, body: Record<string, unknown>): Promise<void> {
+    await q(this.db)(`update idempotency_keys set response_status = ?, response_body = ?::jsonb where team_id = ? and idem_key = ? and response_status = 0`, [status, JSON.stringify(body), scope, key]);
+  }
+
+  /** The request of a reserved key failed: the key is free again (a retry runs it anew). */
+  async release(scope: string, key: string): Promise<void> {
+    await q(this.db)(`delete from idempotency_keys where team_id = ? and idem_key = ? and response_status = 0`, [scope, key]);
+  }
+
   /** Deletes up to `limit` expired keys (all teams); returns how many. */
   async sweep(limit = 1000): Promise<number> {
     const rows = await q(this.db)(
