@@ -291,7 +291,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     syncManifest: (teamId) => files.sync.syncManifest(teamId),
   });
   const grpcPort = await agentGrpc.start().catch((e: unknown) =>
-    failStart(e, `cannot listen on gRPC ${config.GANTRY_GRPC_HOST}:${config.GANTRY_GRPC_PORT}`, [() => agentGrpc.stop(), () => sessions.stop(), () => actors.shutdown(), () => identity.stop(), () => db.close()]),
+    failStart(e, `cannot listen on gRPC ${config.GANTRY_GRPC_HOST}:${config.GANTRY_GRPC_PORT}`, [() => agentGrpc.stop(), () => sessions.stop(), () => actors.shutdown(), () => cluster?.stop(), () => identity.stop(), () => db.close(), () => redis?.close()]),
   );
   identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
   // declared dead while paused and re-joined: the agent streams held here stay; their rows (moved to
@@ -394,8 +394,10 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         () => sessions.stop(),
         () => agentGrpc.stop(),
         () => actors.shutdown(),
+        () => cluster?.stop(),
         () => identity.stop(),
         () => db.close(),
+        () => redis?.close(),
       ]),
     );
   const baseUrl = `http://127.0.0.1:${http.port}/api/v1`;
