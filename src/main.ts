@@ -294,6 +294,14 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     failStart(e, `cannot listen on gRPC ${config.GANTRY_GRPC_HOST}:${config.GANTRY_GRPC_PORT}`, [() => agentGrpc.stop(), () => sessions.stop(), () => actors.shutdown(), () => cluster?.stop(), () => identity.stop(), () => db.close(), () => redis?.close()]),
   );
   identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
+  // cluster: a workflow changed on one node drops it from every node's workflow cache (same broadcast as identity's)
+  if (redisInvalidation) {
+    const inv = redisInvalidation;
+    workflowStore.cache.onInvalidate((workflowId, dropVersions) => inv.publish({ type: 'workflow', workflowId, dropVersions }));
+    inv.subscribe((ev) => {
+      if (ev.type === 'workflow') workflowStore.cache.applyInvalidation(ev.workflowId, ev.dropVersions);
+    });
+  }
   // declared dead while paused and re-joined: the agent streams held here stay; their rows (moved to
   // the new member id) were marked offline by the fence, so each agent actor writes its status again
   // and tells its team's scheduler (which may now live elsewhere)

@@ -228,6 +228,8 @@ export class CachedAuthLookup implements AuthLookup {
         this.sessions.deleteWhere((k) => ids.has(k));
         return;
       }
+      case 'workflow':
+        return; // not identity data (the workflow cache listens to it)
     }
   }
 

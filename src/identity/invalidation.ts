@@ -13,7 +13,8 @@ import { z } from 'zod';
  *   session version; account removal);
  * - team: the team was deleted (its members and credentials went with it);
  * - session: these login sessions (refresh families, the `sid` of access tokens) ended: logout or
- *   refresh-token reuse.
+ *   refresh-token reuse;
+ * - workflow: a workflow changed (the workflow cache's heads, cluster-wide).
  */
 const uuidish = z.string().min(1).max(64);
 
@@ -23,6 +24,9 @@ export const InvalidationSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('user'), userId: uuidish }),
   z.strictObject({ type: z.literal('team'), teamId: uuidish }),
   z.strictObject({ type: z.literal('session'), ids: z.array(uuidish).min(1).max(10_000) }),
+  // not identity data, the same port: a workflow changed (update, delete; null = a slug was created),
+  // so other nodes' workflow caches drop its head (and its versions when deleted)
+  z.strictObject({ type: z.literal('workflow'), workflowId: uuidish.nullable(), dropVersions: z.boolean() }),
 ]);
 
 export type Invalidation = z.infer<typeof InvalidationSchema>;

@@ -246,8 +246,26 @@ export class WorkflowCache {
     this.bounded(this.versions, `${workflowId}@${version}`, v);
   }
 
-  /** After a write to the workflow (update, delete) or a new slug (create, import). */
-  invalidate(workflowId: string | null, opts: { dropVersions?: boolean } = {}): void {
+  private broadcast: ((workflowId: string | null, dropVersions: boolean) => Promise<void>) | null = null;
+
+  /** Cluster: every local invalidation is also sent to the other nodes' caches (main.ts wires the broadcast). */
+  onInvalidate(fn: (workflowId: string | null, dropVersions: boolean) => Promise<void>): void {
+    this.broadcast = fn;
+  }
+
+  /**
+   * After a write to the workflow (update, delete) or a new slug (create, import): applied here at
+   * once; in a cluster the promise resolves once the other nodes applied it (the write's request
+   * answers after that).
+   */
+  invalidate(workflowId: string | null, opts: { dropVersions?: boolean } = {}): Promise<void> {
+    this.applyInvalidation(workflowId, opts.dropVersions ?? false);
+    return this.broadcast ? this.broadcast(workflowId, opts.dropVersions ?? false).catch(() => undefined) : Promise.resolve();
+  }
+
+  /** An invalidation from another node (or this one's own broadcast coming back): local effect only. */
+  applyInvalidation(workflowId: string | null, dropVersions: boolean): void {
+    const opts = { dropVersions };
     this.gen += 1;
     this.stats.invalidations += 1;
     if (workflowId === null) return;
@@ -303,7 +321,7 @@ export class WorkflowStore {
       if (isUniqueViolation(e, 'workflows_slug_uq')) throw slugTaken(def.workflow_slug);
       throw e;
     } finally {
-      this.cache.invalidate(null);
+      await this.cache.invalidate(null);
     }
     return { id, version: 1, snapshotId };
   }
@@ -418,7 +436,7 @@ export class WorkflowStore {
       if (isUniqueViolation(e)) throw conflict('workflow_version_conflict', 'workflow was modified concurrently; fetch it and retry');
       throw e;
     } finally {
-      this.cache.invalidate(id);
+      await this.cache.invalidate(id);
     }
   }
 
@@ -428,7 +446,7 @@ export class WorkflowStore {
       const rows = await q(this.db)('delete from workflows where id = ? and team_id = ? returning id', [id, teamId]);
       return rows.length > 0;
     } finally {
-      this.cache.invalidate(id, { dropVersions: true });
+      await this.cache.invalidate(id, { dropVersions: true });
     }
   }
 
