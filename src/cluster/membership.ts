@@ -245,6 +245,16 @@ export class RedisMembership implements MembershipPort {
     this.evictNow(reason);
   }
 
+  /** Tests: a paused process (no heartbeats) until resumeHeartbeats(). */
+  suspendHeartbeats(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  resumeHeartbeats(): void {
+    this.arm();
+  }
+
   async leave(): Promise<void> {
     if (!this.self) return;
     if (this.timer) clearInterval(this.timer);
@@ -282,4 +292,141 @@ export class RedisMembership implements MembershipPort {
 
 export function createMembership(conn: RedisConnection, o: RedisMembershipOptions): MembershipPort {
   return new RedisMembership(conn, o);
+}
+
+// ---------------------------------------------------------------------------------------------
+// In memory: the same semantics over a table shared in one process (the contract suite's nodes)
+
+/** The table in-memory members share (one per simulated cluster). */
+export class InMemoryMembershipTable {
+  readonly members = new Map<string, { member: Member; leaseUntil: number }>();
+  readonly dead = new Set<string>();
+  version = 0;
+  readonly nodes = new Set<InMemoryMembership>();
+  /** Announces a new version to every member (pub/sub). */
+  bump(): void {
+    this.version += 1;
+    for (const n of this.nodes) n.refresh();
+  }
+}
+
+export class InMemoryMembership implements MembershipPort {
+  private self: Member | null = null;
+  private current: MembershipView = { version: 0, members: [], suspects: [] };
+  private readonly changeFns = new Set<(v: MembershipView) => void>();
+  private readonly evictFns = new Set<(m: Member) => void>();
+  private readonly deadHooks: Array<(m: Member) => Promise<void>> = [];
+  private timer: NodeJS.Timeout | null = null;
+  private beating = false;
+
+  constructor(
+    private readonly table: InMemoryMembershipTable,
+    private readonly o: { leaseMs: number; now?: () => number },
+  ) {}
+
+  private now(): number {
+    return (this.o.now ?? Date.now)();
+  }
+
+  async join(self: Member): Promise<MembershipView> {
+    this.self = self;
+    this.table.nodes.add(this);
+    this.table.members.set(self.memberId, { member: self, leaseUntil: this.now() + this.o.leaseMs });
+    this.table.bump();
+    this.resumeHeartbeats();
+    return this.current;
+  }
+
+  /** Tests: a paused process (no heartbeats) until resumeHeartbeats(). */
+  suspendHeartbeats(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  resumeHeartbeats(): void {
+    this.timer ??= setInterval(() => void this.beat(), Math.max(20, Math.floor(this.o.leaseMs / 3)));
+  }
+
+  private async beat(): Promise<void> {
+    const self = this.self;
+    if (!self || this.beating) return;
+    this.beating = true;
+    try {
+      const e = this.table.members.get(self.memberId);
+      if (e) e.leaseUntil = this.now() + this.o.leaseMs;
+      else if (this.table.dead.has(self.memberId)) return this.evict('declared dead by the cluster');
+      else {
+        this.table.members.set(self.memberId, { member: self, leaseUntil: this.now() + this.o.leaseMs });
+        this.table.bump();
+      }
+      const v = this.table.version;
+      for (const d of [...this.table.members.values()]) {
+        if (d.member.memberId === self.memberId || d.leaseUntil + this.o.leaseMs > this.now()) continue;
+        try {
+          for (const h of this.deadHooks) await h(d.member);
+        } catch {
+          continue;
+        }
+        // compare-and-set: only when nothing changed meanwhile
+        if (this.table.version !== v || !this.table.members.has(d.member.memberId)) return;
+        this.table.members.delete(d.member.memberId);
+        this.table.dead.add(d.member.memberId);
+        this.table.bump();
+        return;
+      }
+    } finally {
+      this.beating = false;
+    }
+  }
+
+  refresh(): void {
+    if (this.table.version <= this.current.version) return;
+    const now = this.now();
+    const entries = [...this.table.members.values()];
+    this.current = {
+      version: this.table.version,
+      members: entries.map((e) => e.member).sort((a, b) => (a.memberId < b.memberId ? -1 : a.memberId > b.memberId ? 1 : 0)),
+      suspects: entries.filter((e) => e.leaseUntil < now).map((e) => e.member.memberId),
+    };
+    for (const fn of [...this.changeFns]) fn(this.current);
+  }
+
+  evict(_reason: string): void {
+    const old = this.self;
+    if (!old) return;
+    const fresh: Member = { ...old, memberId: `${old.nodeId}/${randomBytes(4).toString('hex')}`, startedAt: this.now() };
+    this.self = fresh;
+    for (const fn of [...this.evictFns]) fn(fresh);
+    if (this.table.members.delete(old.memberId)) this.table.bump();
+    this.table.members.set(fresh.memberId, { member: fresh, leaseUntil: this.now() + this.o.leaseMs });
+    this.table.bump();
+  }
+
+  async leave(): Promise<void> {
+    this.suspendHeartbeats();
+    if (this.self && this.table.members.delete(this.self.memberId)) this.table.bump();
+  }
+
+  view(): MembershipView {
+    return this.current;
+  }
+
+  onChange(fn: (v: MembershipView) => void): () => void {
+    this.changeFns.add(fn);
+    return () => this.changeFns.delete(fn);
+  }
+
+  onEvicted(fn: (newSelf: Member) => void): () => void {
+    this.evictFns.add(fn);
+    return () => this.evictFns.delete(fn);
+  }
+
+  beforeRemoveDead(fn: (dead: Member) => Promise<void>): void {
+    this.deadHooks.push(fn);
+  }
+
+  async stop(): Promise<void> {
+    this.suspendHeartbeats();
+    this.table.nodes.delete(this);
+  }
 }
