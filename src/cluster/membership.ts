@@ -76,17 +76,39 @@ const LEAVE = `if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
 ${BUMP.replace('KNOWN', '2')}
 return v`;
 
+/** What both implementations share: the current view and the listeners of views, evictions and deaths. */
+abstract class MembershipListeners {
+  protected current: MembershipView = { version: 0, members: [], suspects: [] };
+  protected readonly changeFns = new Set<(v: MembershipView) => void>();
+  protected readonly evictFns = new Set<(m: Member) => void>();
+  protected readonly deadHooks: Array<(m: Member) => Promise<void>> = [];
+
+  view(): MembershipView {
+    return this.current;
+  }
+
+  onChange(fn: (v: MembershipView) => void): () => void {
+    this.changeFns.add(fn);
+    return () => this.changeFns.delete(fn);
+  }
+
+  onEvicted(fn: (newSelf: Member) => void): () => void {
+    this.evictFns.add(fn);
+    return () => this.evictFns.delete(fn);
+  }
+
+  beforeRemoveDead(fn: (dead: Member) => Promise<void>): void {
+    this.deadHooks.push(fn);
+  }
+}
+
 export interface RedisMembershipOptions {
   leaseMs: number;
   logger: Logger;
 }
 
-export class RedisMembership implements MembershipPort {
+export class RedisMembership extends MembershipListeners implements MembershipPort {
   private self: Member | null = null;
-  private current: MembershipView = { version: 0, members: [], suspects: [] };
-  private readonly changeFns = new Set<(v: MembershipView) => void>();
-  private readonly evictFns = new Set<(m: Member) => void>();
-  private readonly deadHooks: Array<(m: Member) => Promise<void>> = [];
   private timer: NodeJS.Timeout | null = null;
   private sub: Redis | null = null;
   private stopped = false;
@@ -99,6 +121,7 @@ export class RedisMembership implements MembershipPort {
     private readonly conn: RedisConnection,
     private readonly o: RedisMembershipOptions,
   ) {
+    super();
     const p = conn.prefix;
     this.keys = [`${p}members`, `${p}members:version`, `${p}members:dead`, `${p}members:changes`];
     this.log = o.logger.child({ component: 'membership' });
@@ -262,24 +285,6 @@ export class RedisMembership implements MembershipPort {
     await this.conn.client.eval(LEAVE, { keys: this.keys, arguments: [this.self.memberId, String(this.current.version)] });
   }
 
-  view(): MembershipView {
-    return this.current;
-  }
-
-  onChange(fn: (v: MembershipView) => void): () => void {
-    this.changeFns.add(fn);
-    return () => this.changeFns.delete(fn);
-  }
-
-  onEvicted(fn: (newSelf: Member) => void): () => void {
-    this.evictFns.add(fn);
-    return () => this.evictFns.delete(fn);
-  }
-
-  beforeRemoveDead(fn: (dead: Member) => Promise<void>): void {
-    this.deadHooks.push(fn);
-  }
-
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
@@ -310,19 +315,17 @@ export class InMemoryMembershipTable {
   }
 }
 
-export class InMemoryMembership implements MembershipPort {
+export class InMemoryMembership extends MembershipListeners implements MembershipPort {
   private self: Member | null = null;
-  private current: MembershipView = { version: 0, members: [], suspects: [] };
-  private readonly changeFns = new Set<(v: MembershipView) => void>();
-  private readonly evictFns = new Set<(m: Member) => void>();
-  private readonly deadHooks: Array<(m: Member) => Promise<void>> = [];
   private timer: NodeJS.Timeout | null = null;
   private beating = false;
 
   constructor(
     private readonly table: InMemoryMembershipTable,
     private readonly o: { leaseMs: number; now?: () => number },
-  ) {}
+  ) {
+    super();
+  }
 
   private now(): number {
     return (this.o.now ?? Date.now)();
@@ -405,24 +408,6 @@ export class InMemoryMembership implements MembershipPort {
   async leave(): Promise<void> {
     this.suspendHeartbeats();
     if (this.self && this.table.members.delete(this.self.memberId)) this.table.bump();
-  }
-
-  view(): MembershipView {
-    return this.current;
-  }
-
-  onChange(fn: (v: MembershipView) => void): () => void {
-    this.changeFns.add(fn);
-    return () => this.changeFns.delete(fn);
-  }
-
-  onEvicted(fn: (newSelf: Member) => void): () => void {
-    this.evictFns.add(fn);
-    return () => this.evictFns.delete(fn);
-  }
-
-  beforeRemoveDead(fn: (dead: Member) => Promise<void>): void {
-    this.deadHooks.push(fn);
   }
 
   async stop(): Promise<void> {
