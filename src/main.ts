@@ -18,7 +18,7 @@ import { workflowRoutes } from './edge/routes/workflows.js';
 import { WorkflowStore } from './persistence/workflow-store.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { LocalActorSystem } from './actors/runtime/system.js';
-import { registerActors, recoverTasks, recoverOwned, envelopes, AGENT } from './actors/index.js';
+import { registerActors, recoverTasks, recoverOwned, envelopes, AGENT, SCHEDULER } from './actors/index.js';
 import type { Protocols } from './actors/ports.js';
 import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
@@ -412,6 +412,22 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const publicUrl = config.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${http.port}`;
   if (objectStore instanceof LocalObjectStore) objectStore.setPublicBaseUrl(publicUrl);
   logger.info({ http_port: http.port, base_url: baseUrl }, 'listening');
+  // the schedulers' safety net: every 10 s each team with pending/waiting tasks gets a resync on the
+  // node that owns its scheduler (its view is rebuilt from PostgreSQL): a wake-up lost with a dead node,
+  // a crashed scheduler, or tasks taken by a second scheduler during a view change must not leave tasks
+  // waiting
+  const schedulerWatch = setInterval(() => {
+    void taskStore
+      .teamsWithSchedulable()
+      .then((teams) => {
+        for (const team of teams) {
+          const ref = { kind: SCHEDULER, id: team } as const;
+          if (!cluster || cluster.owns(ref)) actors.tell(ref, { type: 'resync' });
+        }
+      })
+      .catch(() => undefined);
+  }, 10_000);
+  schedulerWatch.unref();
   // cluster-wide singleton jobs run on the lease holder only
   const leases: LeasePort = redis ? new RedisLeases(redis, config.GANTRY_CLUSTER_LEASE_MS, logger.child({ component: 'leases' })) : new InMemoryLeases();
   const stopSweepers = leases.hold('file-sweepers', files.sweepers);
@@ -451,6 +467,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await liveEvents.stop();
         sessions.stop();
         await agentGrpc.stop();
+        clearInterval(schedulerWatch);
         await stopSweepers();
         await actors.shutdown();
         await cluster?.stop();

@@ -420,6 +420,12 @@ export class PgTaskStore implements TaskStorePort {
     return rows.map(rowToTask);
   }
 
+  /** Teams with pending or waiting tasks (the open-tasks partial index serves it). */
+  async teamsWithSchedulable(): Promise<string[]> {
+    const rows = await q(this.db)<{ team_id: string }>(`select distinct team_id from tasks where task_status in ('pending','waiting')`);
+    return rows.map((r) => String(r.team_id));
+  }
+
   async nonTerminal(): Promise<TaskRecord[]> {
     const rows = await q(this.db)(`select ${TASK_COLS} from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, [...NON_TERMINAL]);
     return rows.map(rowToTask);

@@ -61,7 +61,8 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
 
   /** Rebuilds the view from PostgreSQL (the same reads as activation), when nothing is in flight. */
   private resync(): void {
-    if (this.s.queue.size === 0) return;
+    // (also sent by the node every 10 s while the team has pending/waiting tasks: a scheduler that lost
+    // tasks from its queue, e.g. to a second scheduler during a view change, finds them here)
     if (!this.quiescent() || this.resyncing) return this.armResync();
     this.resyncing = true;
     this.inflight++;
