@@ -304,7 +304,7 @@ export class AgentClient {
     this.written = 0;
     this.attempt = 0;
     this.connects++;
-    this.o.logger.info({ agent_id: w.agent_id, session_id: w.session_id, heartbeat_interval_s: this.heartbeatIntervalS }, 'connected to the server');
+    this.o.logger.info({ agent_id: w.agent_id, session_id: w.session_id, heartbeat_interval_s: this.heartbeatIntervalS, server: this.server }, 'connected to the server');
     this.o.onWelcome?.(w);
     const hb = this.o.heartbeat;
     if (hb) {

@@ -81,7 +81,7 @@ export class UsageError extends Error {}
 
 export function agentUsage(): string {
   const rows = AGENT_FLAGS.map(([f, env, def, help]) => `  --${f.padEnd(22)} ${env.padEnd(34)} ${help}${def ? ` [${def}]` : ''}`);
-  return `gantry agent --server HOST:PORT --credential ak-... [options]\n\n  flag                     env\n${rows.join('\n')}\n  --help\n`;
+  return `gantry agent --server HOST:PORT[,HOST:PORT...] --credential ak-... [options]\n\n  flag                     env\n${rows.join('\n')}\n  --help\n`;
 }
 
 const intIn = (name: string, v: string, min: number, max: number): number => {

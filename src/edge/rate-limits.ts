@@ -219,7 +219,14 @@ interface WindowEntry {
   /** Sent in the sync in flight. */
   inflight: number;
   lastUsed: number;
+  /** This node's own admitted requests per 10-second slot of the last minute (ring; the limit while Redis is away). */
+  own: number[];
+  /** The slot (ms / 10 000) own[ownSlot % 6] holds. */
+  ownSlot: number;
 }
+
+const SLOT_MS = 10_000;
+const SLOTS = 6;
 
 /**
  * Limits that hold across the cluster. A request is decided on this node without a round trip: it
@@ -227,7 +234,8 @@ interface WindowEntry {
  * requests since) stays under the limit. Every `syncMs` the node adds its requests to the shared
  * counters and reads the cluster-wide counts back. The overshoot is bounded by what the other nodes
  * admit within one sync interval (and, for a key a node has not seen yet, by its first interval);
- * when Redis is unreachable each node keeps counting on its own (per-node limits) until it is back.
+ * when Redis is unreachable each node limits on its own sliding window of its own requests (per-node
+ * limits: fail open, at most N per node) until it is back; the requests of the outage are not sent.
  * The window is a minute sliding in 10-second slots (the in-memory buckets' semantics: a minute's
  * worth of requests, refilled as the minute passes).
  */
@@ -278,17 +286,19 @@ export class SharedRateLimits implements RequestRateLimits {
     const teamKey = perTeam > 0 && teamId !== '' ? `${surface}:t:${teamId}` : null;
     const cred = credKey ? this.entry(credKey, now) : null;
     const team = teamKey ? this.entry(teamKey, now) : null;
-    if (cred && used(cred) >= perCred) return windowRefusal('credential', perCred, now);
-    if (team && used(team) >= perTeam) return windowRefusal('team', perTeam, now);
-    if (cred) cred.unsynced++;
-    if (team) team.unsynced++;
+    const count = this.failing ? ownCount : used;
+    if (cred && count(cred) >= perCred) return windowRefusal('credential', perCred, now);
+    if (team && count(team) >= perTeam) return windowRefusal('team', perTeam, now);
+    if (cred) admit(cred);
+    if (team) admit(team);
     return null;
   }
 
   private entry(key: string, now: number): WindowEntry {
     let e = this.entries.get(key);
-    if (!e) this.entries.set(key, (e = { cluster: 0, unsynced: 0, inflight: 0, lastUsed: now }));
+    if (!e) this.entries.set(key, (e = { cluster: 0, unsynced: 0, inflight: 0, lastUsed: now, own: new Array<number>(SLOTS).fill(0), ownSlot: Math.floor(now / SLOT_MS) }));
     e.lastUsed = now;
+    slide(e, now);
     return e;
   }
 
@@ -323,13 +333,11 @@ export class SharedRateLimits implements RequestRateLimits {
       }
       if (this.failing) this.failing = false;
     } catch (err) {
-      // Redis unreachable: keep counting here (the unsent requests stay in this node's count)
+      // Redis unreachable: this node limits on its own window (take() reads `own` while failing);
+      // what was in flight is dropped, not sent again later
       for (const [k] of deltas) {
         const e = this.entries.get(k);
-        if (e) {
-          e.cluster += e.inflight;
-          e.inflight = 0;
-        }
+        if (e) e.inflight = 0;
       }
       if (!this.failing) this.o.onSyncError?.(err);
       this.failing = true;
@@ -340,9 +348,22 @@ export class SharedRateLimits implements RequestRateLimits {
 }
 
 const used = (e: WindowEntry): number => e.cluster + e.inflight + e.unsynced;
+const ownCount = (e: WindowEntry): number => e.own.reduce((a, b) => a + b, 0);
+
+/** Clears the slots that left the window since the entry was last touched. */
+function slide(e: WindowEntry, now: number): void {
+  const slot = Math.floor(now / SLOT_MS);
+  for (let s = e.ownSlot + 1; s <= slot && s <= e.ownSlot + SLOTS; s++) e.own[s % SLOTS] = 0;
+  if (slot > e.ownSlot) e.ownSlot = slot;
+}
+
+function admit(e: WindowEntry): void {
+  e.unsynced++;
+  e.own[e.ownSlot % SLOTS] = (e.own[e.ownSlot % SLOTS] ?? 0) + 1;
+}
 
 /** The window slides in 10-second slots: the oldest slot leaves the window at the next boundary. */
 function windowRefusal(scope: 'credential' | 'team', limit: number, now: number): RateLimitRefusal {
-  const toBoundary = ceilSeconds((10_000 - (now % 10_000)) / 1000);
+  const toBoundary = ceilSeconds((SLOT_MS - (now % SLOT_MS)) / 1000);
   return { scope, limit, retryAfterS: toBoundary, resetS: 60 };
 }

@@ -10,6 +10,7 @@ import { connectRedis, type RedisConnection } from '../../src/cluster/redis.js';
 import { createLogger } from '../../src/shared/logger.js';
 import { startRedisServer } from '../helpers/cluster.js';
 import type { Principal } from '../../src/identity/principal.js';
+import { FakeClock, type Clock } from '../../src/shared/clock.js';
 
 const url = process.env.REDIS_URL;
 const logger = createLogger('silent');
@@ -23,11 +24,11 @@ const MGMT = `${BASE}/workflows`;
 const who = (teamId: string, credentialId: string): Principal => ({ kind: 'integration', teamId, credentialId }) as unknown as Principal;
 const settings: RateLimitSettings = { runtimePerCredential: 3, runtimePerTeam: 5, managementPerCredential: 4, managementPerTeam: 0 };
 
-async function shared(s: RateLimitSettings, redisUrl = url as string, prefix = `gantry-test:${process.pid}:${randomBytes(4).toString('hex')}:`) {
+async function shared(s: RateLimitSettings, redisUrl = url as string, prefix = `gantry-test:${process.pid}:${randomBytes(4).toString('hex')}:`, clock?: Clock) {
   const conn = await connectRedis(redisUrl, prefix, logger);
   conns.push(conn);
   const errors: unknown[] = [];
-  const l = new SharedRateLimits(s, BASE, new RedisWindowCounter(conn), { onSyncError: (e) => errors.push(e) });
+  const l = new SharedRateLimits(s, BASE, new RedisWindowCounter(conn), { onSyncError: (e) => errors.push(e), ...(clock ? { clock } : {}) });
   return { limits: l as RequestRateLimits, settle: () => l.sync(), errors, prefix };
 }
 
@@ -100,11 +101,13 @@ else {
     assert.ok((refusal?.retryAfterS ?? 0) >= 1);
   });
 
-  test('a node that loses Redis keeps limiting on its own (and says so once)', async (t) => {
+  test('a node that loses Redis keeps limiting on its own window (and says so once), which slides as the minute passes', async (t) => {
     const server = await startRedisServer();
     if (!server) return t.skip('redis-server not installed');
     try {
-      const n = await shared(settings, server.url);
+      // the node's clock drives its own window (Redis' TIME only matters while Redis is there)
+      const clock = new FakeClock(Date.now());
+      const n = await shared(settings, server.url, undefined, clock);
       const team = 'team-y';
       assert.equal(n.limits.take(who(team, 'c1'), RUN), null);
       await n.settle();
@@ -116,6 +119,12 @@ else {
       assert.equal(n.limits.take(who(team, 'c1'), RUN), null);
       await n.settle();
       assert.equal(n.limits.take(who(team, 'c1'), RUN)?.scope, 'credential', 'still limited: 3 per credential');
+      // fail open per node, not closed: a minute later (Redis still away) the credential's window has slid
+      clock.advance(61_000);
+      await n.settle();
+      for (let i = 0; i < 3; i++) assert.equal(n.limits.take(who(team, 'c1'), RUN), null, `after a minute, request ${i + 1} allowed again`);
+      assert.equal(n.limits.take(who(team, 'c1'), RUN)?.scope, 'credential', 'and limited again at 3');
+      assert.equal(n.errors.length, 1, 'still reported once');
     } finally {
       await server.stop();
     }
