@@ -127,6 +127,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   // --- actors: one task actor per open task, one scheduler per team, one agent actor per stream
   const clock = opts.clock ?? systemClock;
   const actors = new LocalActorSystem<Protocols>(clock, logger.child({ component: 'actors' }), actorMetrics);
+  // team schedulers' rebuild from PostgreSQL: needed where messages can be lost (cluster mode)
+  const resyncMs = config.GANTRY_SCHEDULER_RESYNC_MS || (config.REDIS_URL ? 5_000 : 0);
   // cluster mode: Redis first (a node that cannot reach it refuses to start, before it owns anything)
   let redis: RedisConnection | null = null;
   if (config.REDIS_URL) {
@@ -191,6 +193,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     agentGraceMs: config.GANTRY_AGENT_GRACE_S * 1000,
     progressIntervalMs: 500,
     askTimeoutMs: 15_000,
+    schedulerResyncMs: resyncMs,
   });
   const graceMs = config.GANTRY_AGENT_GRACE_S * 1000;
   let takeOver: () => void = () => undefined;
@@ -417,6 +420,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   // a crashed scheduler, or tasks taken by a second scheduler during a view change must not leave tasks
   // waiting
   const schedulerWatch = setInterval(() => {
+    if (resyncMs <= 0) return;
     void taskStore
       .teamsWithSchedulable()
       .then((teams) => {
@@ -426,7 +430,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         }
       })
       .catch(() => undefined);
-  }, 10_000);
+  }, Math.max(1_000, 2 * (resyncMs || 5_000)));
   schedulerWatch.unref();
   // cluster-wide singleton jobs run on the lease holder only
   const leases: LeasePort = redis ? new RedisLeases(redis, config.GANTRY_CLUSTER_LEASE_MS, logger.child({ component: 'leases' })) : new InMemoryLeases();

@@ -24,6 +24,8 @@ export interface ActorDeps {
   agentGraceMs: number;
   progressIntervalMs: number;
   askTimeoutMs: number;
+  /** Cluster: the team scheduler's rebuild from PostgreSQL after this long without activity (0 = off). */
+  schedulerResyncMs?: number;
 }
 
 /** Each kind's zod message union: what the envelope codec (remoting) and wire decoders validate with. */
@@ -38,7 +40,7 @@ export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): 
     parse: parseTaskMsg,
     idleMs: 60_000,
   });
-  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, events: d.events, askTimeoutMs: d.askTimeoutMs }), {
+  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, events: d.events, askTimeoutMs: d.askTimeoutMs, resyncMs: d.schedulerResyncMs ?? 0 }), {
     parse: parseSchedulerMsg,
     idleMs: 10 * 60_000,
   });

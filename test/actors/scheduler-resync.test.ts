@@ -13,7 +13,7 @@ import { waitFor } from '../agents/helpers.js';
 let t: TestNode;
 const clock = new FakeClock(Date.now());
 before(async () => {
-  t = await startTestNode({}, 'resync', { clock });
+  t = await startTestNode({ GANTRY_SCHEDULER_RESYNC_MS: 5_000 }, 'resync', { clock });
 });
 after(async () => {
   await t.stop();

@@ -12,12 +12,15 @@ export interface SchedulerDeps {
   quotas: QuotaPort;
   events: EventBusPort;
   askTimeoutMs: number;
+  /**
+   * Cluster: while tasks wait and nothing happens for this long, the view is rebuilt from PostgreSQL
+   * (messages can be lost with a dead node). 0 = off (a single node loses no message; a rebuild would
+   * re-add an agent still in its disconnect grace period).
+   */
+  resyncMs?: number;
 }
 
 export const parseSchedulerMsg = (m: SchedulerMsg): SchedulerMsg => SchedulerMsg.parse(m);
-
-/** While tasks wait and nothing happens for this long, the view is re-read from PostgreSQL. */
-const RESYNC_MS = 5_000;
 
 type Ctx = ActorContext<Protocols, typeof SCHEDULER>;
 
@@ -82,7 +85,9 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
   private resyncing = false;
 
   private armResync(): void {
-    if (this.s.queue.size > 0) this.ctx.setTimer('resync', RESYNC_MS, { type: 'resync' });
+    const ms = this.d.resyncMs ?? 0;
+    if (ms <= 0) return;
+    if (this.s.queue.size > 0) this.ctx.setTimer('resync', ms, { type: 'resync' });
     else this.ctx.cancelTimer('resync');
   }
 
