@@ -20,7 +20,7 @@ import type { Logger } from '../shared/logger.js';
 
 const PROTO_PATH = fileURLToPath(new URL('../../proto/cluster/v1/remoting.proto', import.meta.url));
 /** The flags of `npm run gen:proto`. */
-const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
+const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true, includeDirs: [fileURLToPath(new URL('../../proto', import.meta.url))] };
 
 let proto: ProtoGrpcType | null = null;
 function loadProto(): ProtoGrpcType {

@@ -6,11 +6,16 @@ import type { AgentServiceClient as _gantry_agent_v1_AgentServiceClient, AgentSe
 import type { AgentStatus as _gantry_agent_v1_AgentStatus, AgentStatus__Output as _gantry_agent_v1_AgentStatus__Output } from './gantry/agent/v1/AgentStatus.js';
 import type { Assign as _gantry_agent_v1_Assign, Assign__Output as _gantry_agent_v1_Assign__Output } from './gantry/agent/v1/Assign.js';
 import type { Cancel as _gantry_agent_v1_Cancel, Cancel__Output as _gantry_agent_v1_Cancel__Output } from './gantry/agent/v1/Cancel.js';
+import type { ContainerCommand as _gantry_agent_v1_ContainerCommand, ContainerCommand__Output as _gantry_agent_v1_ContainerCommand__Output } from './gantry/agent/v1/ContainerCommand.js';
+import type { ContainerReport as _gantry_agent_v1_ContainerReport, ContainerReport__Output as _gantry_agent_v1_ContainerReport__Output } from './gantry/agent/v1/ContainerReport.js';
+import type { ContainerStart as _gantry_agent_v1_ContainerStart, ContainerStart__Output as _gantry_agent_v1_ContainerStart__Output } from './gantry/agent/v1/ContainerStart.js';
 import type { Credit as _gantry_agent_v1_Credit, Credit__Output as _gantry_agent_v1_Credit__Output } from './gantry/agent/v1/Credit.js';
 import type { Drain as _gantry_agent_v1_Drain, Drain__Output as _gantry_agent_v1_Drain__Output } from './gantry/agent/v1/Drain.js';
+import type { EnvVar as _gantry_agent_v1_EnvVar, EnvVar__Output as _gantry_agent_v1_EnvVar__Output } from './gantry/agent/v1/EnvVar.js';
 import type { GetSyncManifestRequest as _gantry_agent_v1_GetSyncManifestRequest, GetSyncManifestRequest__Output as _gantry_agent_v1_GetSyncManifestRequest__Output } from './gantry/agent/v1/GetSyncManifestRequest.js';
 import type { Gpu as _gantry_agent_v1_Gpu, Gpu__Output as _gantry_agent_v1_Gpu__Output } from './gantry/agent/v1/Gpu.js';
 import type { GpuStats as _gantry_agent_v1_GpuStats, GpuStats__Output as _gantry_agent_v1_GpuStats__Output } from './gantry/agent/v1/GpuStats.js';
+import type { Header as _gantry_agent_v1_Header, Header__Output as _gantry_agent_v1_Header__Output } from './gantry/agent/v1/Header.js';
 import type { Heartbeat as _gantry_agent_v1_Heartbeat, Heartbeat__Output as _gantry_agent_v1_Heartbeat__Output } from './gantry/agent/v1/Heartbeat.js';
 import type { Hello as _gantry_agent_v1_Hello, Hello__Output as _gantry_agent_v1_Hello__Output } from './gantry/agent/v1/Hello.js';
 import type { InputFile as _gantry_agent_v1_InputFile, InputFile__Output as _gantry_agent_v1_InputFile__Output } from './gantry/agent/v1/InputFile.js';
@@ -36,6 +41,14 @@ import type { TaskProgress as _gantry_agent_v1_TaskProgress, TaskProgress__Outpu
 import type { TaskProvisioned as _gantry_agent_v1_TaskProvisioned, TaskProvisioned__Output as _gantry_agent_v1_TaskProvisioned__Output } from './gantry/agent/v1/TaskProvisioned.js';
 import type { TaskRef as _gantry_agent_v1_TaskRef, TaskRef__Output as _gantry_agent_v1_TaskRef__Output } from './gantry/agent/v1/TaskRef.js';
 import type { TaskResult as _gantry_agent_v1_TaskResult, TaskResult__Output as _gantry_agent_v1_TaskResult__Output } from './gantry/agent/v1/TaskResult.js';
+import type { TunnelData as _gantry_agent_v1_TunnelData, TunnelData__Output as _gantry_agent_v1_TunnelData__Output } from './gantry/agent/v1/TunnelData.js';
+import type { TunnelFrame as _gantry_agent_v1_TunnelFrame, TunnelFrame__Output as _gantry_agent_v1_TunnelFrame__Output } from './gantry/agent/v1/TunnelFrame.js';
+import type { TunnelHead as _gantry_agent_v1_TunnelHead, TunnelHead__Output as _gantry_agent_v1_TunnelHead__Output } from './gantry/agent/v1/TunnelHead.js';
+import type { TunnelOpen as _gantry_agent_v1_TunnelOpen, TunnelOpen__Output as _gantry_agent_v1_TunnelOpen__Output } from './gantry/agent/v1/TunnelOpen.js';
+import type { TunnelReset as _gantry_agent_v1_TunnelReset, TunnelReset__Output as _gantry_agent_v1_TunnelReset__Output } from './gantry/agent/v1/TunnelReset.js';
+import type { TunnelWindow as _gantry_agent_v1_TunnelWindow, TunnelWindow__Output as _gantry_agent_v1_TunnelWindow__Output } from './gantry/agent/v1/TunnelWindow.js';
+import type { TunnelWsMessage as _gantry_agent_v1_TunnelWsMessage, TunnelWsMessage__Output as _gantry_agent_v1_TunnelWsMessage__Output } from './gantry/agent/v1/TunnelWsMessage.js';
+import type { VolumeMount as _gantry_agent_v1_VolumeMount, VolumeMount__Output as _gantry_agent_v1_VolumeMount__Output } from './gantry/agent/v1/VolumeMount.js';
 import type { Welcome as _gantry_agent_v1_Welcome, Welcome__Output as _gantry_agent_v1_Welcome__Output } from './gantry/agent/v1/Welcome.js';
 
 type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> = {
@@ -51,11 +64,16 @@ export interface ProtoGrpcType {
         AgentStatus: MessageTypeDefinition<_gantry_agent_v1_AgentStatus, _gantry_agent_v1_AgentStatus__Output>
         Assign: MessageTypeDefinition<_gantry_agent_v1_Assign, _gantry_agent_v1_Assign__Output>
         Cancel: MessageTypeDefinition<_gantry_agent_v1_Cancel, _gantry_agent_v1_Cancel__Output>
+        ContainerCommand: MessageTypeDefinition<_gantry_agent_v1_ContainerCommand, _gantry_agent_v1_ContainerCommand__Output>
+        ContainerReport: MessageTypeDefinition<_gantry_agent_v1_ContainerReport, _gantry_agent_v1_ContainerReport__Output>
+        ContainerStart: MessageTypeDefinition<_gantry_agent_v1_ContainerStart, _gantry_agent_v1_ContainerStart__Output>
         Credit: MessageTypeDefinition<_gantry_agent_v1_Credit, _gantry_agent_v1_Credit__Output>
         Drain: MessageTypeDefinition<_gantry_agent_v1_Drain, _gantry_agent_v1_Drain__Output>
+        EnvVar: MessageTypeDefinition<_gantry_agent_v1_EnvVar, _gantry_agent_v1_EnvVar__Output>
         GetSyncManifestRequest: MessageTypeDefinition<_gantry_agent_v1_GetSyncManifestRequest, _gantry_agent_v1_GetSyncManifestRequest__Output>
         Gpu: MessageTypeDefinition<_gantry_agent_v1_Gpu, _gantry_agent_v1_Gpu__Output>
         GpuStats: MessageTypeDefinition<_gantry_agent_v1_GpuStats, _gantry_agent_v1_GpuStats__Output>
+        Header: MessageTypeDefinition<_gantry_agent_v1_Header, _gantry_agent_v1_Header__Output>
         Heartbeat: MessageTypeDefinition<_gantry_agent_v1_Heartbeat, _gantry_agent_v1_Heartbeat__Output>
         Hello: MessageTypeDefinition<_gantry_agent_v1_Hello, _gantry_agent_v1_Hello__Output>
         InputFile: MessageTypeDefinition<_gantry_agent_v1_InputFile, _gantry_agent_v1_InputFile__Output>
@@ -81,6 +99,14 @@ export interface ProtoGrpcType {
         TaskProvisioned: MessageTypeDefinition<_gantry_agent_v1_TaskProvisioned, _gantry_agent_v1_TaskProvisioned__Output>
         TaskRef: MessageTypeDefinition<_gantry_agent_v1_TaskRef, _gantry_agent_v1_TaskRef__Output>
         TaskResult: MessageTypeDefinition<_gantry_agent_v1_TaskResult, _gantry_agent_v1_TaskResult__Output>
+        TunnelData: MessageTypeDefinition<_gantry_agent_v1_TunnelData, _gantry_agent_v1_TunnelData__Output>
+        TunnelFrame: MessageTypeDefinition<_gantry_agent_v1_TunnelFrame, _gantry_agent_v1_TunnelFrame__Output>
+        TunnelHead: MessageTypeDefinition<_gantry_agent_v1_TunnelHead, _gantry_agent_v1_TunnelHead__Output>
+        TunnelOpen: MessageTypeDefinition<_gantry_agent_v1_TunnelOpen, _gantry_agent_v1_TunnelOpen__Output>
+        TunnelReset: MessageTypeDefinition<_gantry_agent_v1_TunnelReset, _gantry_agent_v1_TunnelReset__Output>
+        TunnelWindow: MessageTypeDefinition<_gantry_agent_v1_TunnelWindow, _gantry_agent_v1_TunnelWindow__Output>
+        TunnelWsMessage: MessageTypeDefinition<_gantry_agent_v1_TunnelWsMessage, _gantry_agent_v1_TunnelWsMessage__Output>
+        VolumeMount: MessageTypeDefinition<_gantry_agent_v1_VolumeMount, _gantry_agent_v1_VolumeMount__Output>
         Welcome: MessageTypeDefinition<_gantry_agent_v1_Welcome, _gantry_agent_v1_Welcome__Output>
       }
     }

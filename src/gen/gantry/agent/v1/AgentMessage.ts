@@ -10,6 +10,8 @@ import type { TaskFailure as _gantry_agent_v1_TaskFailure, TaskFailure__Output a
 import type { Credit as _gantry_agent_v1_Credit, Credit__Output as _gantry_agent_v1_Credit__Output } from '../../../gantry/agent/v1/Credit.js';
 import type { Inventory as _gantry_agent_v1_Inventory, Inventory__Output as _gantry_agent_v1_Inventory__Output } from '../../../gantry/agent/v1/Inventory.js';
 import type { AgentStatus as _gantry_agent_v1_AgentStatus, AgentStatus__Output as _gantry_agent_v1_AgentStatus__Output } from '../../../gantry/agent/v1/AgentStatus.js';
+import type { ContainerReport as _gantry_agent_v1_ContainerReport, ContainerReport__Output as _gantry_agent_v1_ContainerReport__Output } from '../../../gantry/agent/v1/ContainerReport.js';
+import type { TunnelFrame as _gantry_agent_v1_TunnelFrame, TunnelFrame__Output as _gantry_agent_v1_TunnelFrame__Output } from '../../../gantry/agent/v1/TunnelFrame.js';
 
 export interface AgentMessage {
   'hello'?: (_gantry_agent_v1_Hello | null);
@@ -22,7 +24,15 @@ export interface AgentMessage {
   'credit'?: (_gantry_agent_v1_Credit | null);
   'inventory'?: (_gantry_agent_v1_Inventory | null);
   'status'?: (_gantry_agent_v1_AgentStatus | null);
-  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status";
+  /**
+   * State and health of a container service instance (on every change).
+   */
+  'container'?: (_gantry_agent_v1_ContainerReport | null);
+  /**
+   * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
+   */
+  'tunnel'?: (_gantry_agent_v1_TunnelFrame | null);
+  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status"|"container"|"tunnel";
 }
 
 export interface AgentMessage__Output {
@@ -36,5 +46,13 @@ export interface AgentMessage__Output {
   'credit'?: (_gantry_agent_v1_Credit__Output | null);
   'inventory'?: (_gantry_agent_v1_Inventory__Output | null);
   'status'?: (_gantry_agent_v1_AgentStatus__Output | null);
-  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status";
+  /**
+   * State and health of a container service instance (on every change).
+   */
+  'container'?: (_gantry_agent_v1_ContainerReport__Output | null);
+  /**
+   * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
+   */
+  'tunnel'?: (_gantry_agent_v1_TunnelFrame__Output | null);
+  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status"|"container"|"tunnel";
 }

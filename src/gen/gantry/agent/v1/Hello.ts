@@ -3,6 +3,7 @@
 import type { Gpu as _gantry_agent_v1_Gpu, Gpu__Output as _gantry_agent_v1_Gpu__Output } from '../../../gantry/agent/v1/Gpu.js';
 import type { ModelFile as _gantry_agent_v1_ModelFile, ModelFile__Output as _gantry_agent_v1_ModelFile__Output } from '../../../gantry/agent/v1/ModelFile.js';
 import type { TaskRef as _gantry_agent_v1_TaskRef, TaskRef__Output as _gantry_agent_v1_TaskRef__Output } from '../../../gantry/agent/v1/TaskRef.js';
+import type { ContainerReport as _gantry_agent_v1_ContainerReport, ContainerReport__Output as _gantry_agent_v1_ContainerReport__Output } from '../../../gantry/agent/v1/ContainerReport.js';
 
 export interface Hello {
   /**
@@ -38,6 +39,18 @@ export interface Hello {
    * Already draining (connects only to finish what it holds).
    */
   'draining'?: (boolean);
+  /**
+   * Container runtime it offers for container services: docker, exec or "" (none).
+   */
+  'container_runtime'?: (string);
+  /**
+   * The container service instances it holds (after a reconnect), with their current state.
+   */
+  'containers'?: (_gantry_agent_v1_ContainerReport)[];
+  /**
+   * The agent exposes a local port through the gateway's agent tunnel (e.g. its ComfyUI UI).
+   */
+  'tunnel'?: (boolean);
 }
 
 export interface Hello__Output {
@@ -74,4 +87,16 @@ export interface Hello__Output {
    * Already draining (connects only to finish what it holds).
    */
   'draining': (boolean);
+  /**
+   * Container runtime it offers for container services: docker, exec or "" (none).
+   */
+  'container_runtime': (string);
+  /**
+   * The container service instances it holds (after a reconnect), with their current state.
+   */
+  'containers': (_gantry_agent_v1_ContainerReport__Output)[];
+  /**
+   * The agent exposes a local port through the gateway's agent tunnel (e.g. its ComfyUI UI).
+   */
+  'tunnel': (boolean);
 }

@@ -7,6 +7,8 @@ import type { Drain as _gantry_agent_v1_Drain, Drain__Output as _gantry_agent_v1
 import type { Credit as _gantry_agent_v1_Credit, Credit__Output as _gantry_agent_v1_Credit__Output } from '../../../gantry/agent/v1/Credit.js';
 import type { ServerError as _gantry_agent_v1_ServerError, ServerError__Output as _gantry_agent_v1_ServerError__Output } from '../../../gantry/agent/v1/ServerError.js';
 import type { SyncHint as _gantry_agent_v1_SyncHint, SyncHint__Output as _gantry_agent_v1_SyncHint__Output } from '../../../gantry/agent/v1/SyncHint.js';
+import type { ContainerCommand as _gantry_agent_v1_ContainerCommand, ContainerCommand__Output as _gantry_agent_v1_ContainerCommand__Output } from '../../../gantry/agent/v1/ContainerCommand.js';
+import type { TunnelFrame as _gantry_agent_v1_TunnelFrame, TunnelFrame__Output as _gantry_agent_v1_TunnelFrame__Output } from '../../../gantry/agent/v1/TunnelFrame.js';
 
 export interface ServerMessage {
   'welcome'?: (_gantry_agent_v1_Welcome | null);
@@ -19,7 +21,15 @@ export interface ServerMessage {
    * The team's active models or custom nodes changed: call GetSyncManifest and sync.
    */
   'sync'?: (_gantry_agent_v1_SyncHint | null);
-  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync";
+  /**
+   * Start, stop or remove a container service instance.
+   */
+  'container'?: (_gantry_agent_v1_ContainerCommand | null);
+  /**
+   * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
+   */
+  'tunnel'?: (_gantry_agent_v1_TunnelFrame | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync"|"container"|"tunnel";
 }
 
 export interface ServerMessage__Output {
@@ -33,5 +43,13 @@ export interface ServerMessage__Output {
    * The team's active models or custom nodes changed: call GetSyncManifest and sync.
    */
   'sync'?: (_gantry_agent_v1_SyncHint__Output | null);
-  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync";
+  /**
+   * Start, stop or remove a container service instance.
+   */
+  'container'?: (_gantry_agent_v1_ContainerCommand__Output | null);
+  /**
+   * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
+   */
+  'tunnel'?: (_gantry_agent_v1_TunnelFrame__Output | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync"|"container"|"tunnel";
 }

@@ -1,0 +1,12 @@
+// Original file: proto/agent/v1/agent.proto
+
+
+export interface EnvVar {
+  'name'?: (string);
+  'value'?: (string);
+}
+
+export interface EnvVar__Output {
+  'name': (string);
+  'value': (string);
+}

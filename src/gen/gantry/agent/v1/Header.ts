@@ -1,0 +1,12 @@
+// Original file: proto/agent/v1/agent.proto
+
+
+export interface Header {
+  'name'?: (string);
+  'value'?: (string);
+}
+
+export interface Header__Output {
+  'name': (string);
+  'value': (string);
+}
