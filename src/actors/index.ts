@@ -1,5 +1,5 @@
 import type { LocalActorSystem } from './runtime/system.js';
-import type { AgentStorePort, AgentTransportPort, EventBusPort, Protocols, QuotaPort, TaskStorePort } from './ports.js';
+import type { AgentStorePort, AgentTransportPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, TaskStorePort } from './ports.js';
 import { AgentMsg } from './agent/protocol.js';
 import { SchedulerMsg } from './scheduler/protocol.js';
 import { TaskMsg } from './task/protocol.js';
@@ -7,8 +7,10 @@ import { envelopeCodec, type MessageSchemas } from './runtime/envelope.js';
 import { TaskActor, TASK, parseTaskMsg } from './task/task.actor.js';
 import { TeamSchedulerActor, SCHEDULER, parseSchedulerMsg } from './scheduler/scheduler.actor.js';
 import { AgentActor, AGENT, parseAgentMsg } from './agent/agent.actor.js';
+import { ContainerServiceMsg } from './container/protocol.js';
+import { ContainerServiceActor, CONTAINER_SERVICE, parseContainerServiceMsg } from './container/container.actor.js';
 
-export { TASK, SCHEDULER, AGENT };
+export { TASK, SCHEDULER, AGENT, CONTAINER_SERVICE };
 
 export interface ActorDeps {
   tasks: TaskStorePort;
@@ -26,10 +28,14 @@ export interface ActorDeps {
   askTimeoutMs: number;
   /** Cluster: the team scheduler's rebuild from PostgreSQL after this long without activity (0 = off). */
   schedulerResyncMs?: number;
+  /** Container services: their store, the change broadcast, and the reconcile period (default 5 s). */
+  containers: ContainerStorePort;
+  containerChanges: ContainerChangesPort;
+  containerTickMs?: number;
 }
 
 /** Each kind's zod message union: what the envelope codec (remoting) and wire decoders validate with. */
-export const messageSchemas: MessageSchemas<Protocols> = { task: TaskMsg, 'team-scheduler': SchedulerMsg, agent: AgentMsg };
+export const messageSchemas: MessageSchemas<Protocols> = { task: TaskMsg, 'team-scheduler': SchedulerMsg, agent: AgentMsg, 'container-service': ContainerServiceMsg };
 
 /** The one JSON codec for envelopes of this service's actors. */
 export const envelopes = envelopeCodec<Protocols>(messageSchemas);
@@ -48,6 +54,22 @@ export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): 
     parse: parseAgentMsg,
     idleMs: 24 * 3600_000,
   });
+  sys.register(CONTAINER_SERVICE, (id, ctx) => new ContainerServiceActor(id, ctx, { store: d.containers, changes: d.containerChanges, agentGraceMs: d.agentGraceMs, tickMs: d.containerTickMs ?? 5_000 }), {
+    parse: parseContainerServiceMsg,
+    idleMs: 10 * 60_000,
+  });
+}
+
+/** Start and cluster view changes: every service that should run or is stopping reconciles (on its owner). */
+export async function recoverContainers(sys: LocalActorSystem<Protocols>, serviceIds: () => Promise<string[]>, owns: (ref: { kind: typeof CONTAINER_SERVICE; id: string }) => boolean = () => true): Promise<number> {
+  let n = 0;
+  for (const id of await serviceIds()) {
+    const ref = { kind: CONTAINER_SERVICE, id } as const;
+    if (sys.isActive(ref) || !owns(ref)) continue;
+    sys.tell(ref, { type: 'tick' });
+    n++;
+  }
+  return n;
 }
 
 /** Recovery on start: every non-terminal task is picked up again. */

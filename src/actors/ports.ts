@@ -8,6 +8,8 @@ import type { TaskAssignment, AgentInfo, ServerToAgent } from './task-record.js'
 import type { TaskMsg, TaskReplies } from './task/protocol.js';
 import type { SchedulerMsg, SchedulerReplies } from './scheduler/protocol.js';
 import type { AgentMsg, AgentReplies } from './agent/protocol.js';
+import type { ContainerServiceMsg, ContainerServiceReplies } from './container/protocol.js';
+import type { InstanceState, ServiceInstance, ServiceRecord, ServiceStatus } from '../domain/containers/schema.js';
 
 export { TASK_STATUSES, TERMINAL_STATUSES, isTerminal, ACTOR_KINDS } from '../domain/tasks/record.js';
 export type { TaskRecord, TaskStatus, TaskProgress, ActorKind } from '../domain/tasks/record.js';
@@ -39,6 +41,7 @@ export interface Protocols {
   task: { msg: TaskMsg; replies: TaskReplies };
   'team-scheduler': { msg: SchedulerMsg; replies: SchedulerReplies };
   agent: { msg: AgentMsg; replies: AgentReplies };
+  'container-service': { msg: ContainerServiceMsg; replies: ContainerServiceReplies };
 }
 
 /** The registry has exactly the kinds of the vocabulary (a kind added on one side only does not compile). */
@@ -177,4 +180,26 @@ export interface AgentStorePort {
 export interface QuotaPort {
   /** 0 = unlimited. */
   maxConcurrentTasks(teamId: string): number;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Container services
+
+/** What the container-service actor reads and writes (PgContainerStore implements it). */
+export interface ContainerStorePort {
+  byId(id: string): Promise<ServiceRecord | null>;
+  delete(id: string): Promise<void>;
+  setStatus(id: string, status: ServiceStatus, detail: ServiceRecord['detail']): Promise<void>;
+  instances(serviceId: string): Promise<ServiceInstance[]>;
+  putInstance(i: { id: string; serviceId: string; teamId: string; agentId: string; status: InstanceState; healthy: boolean; error: string }): Promise<void>;
+  deleteInstance(id: string): Promise<void>;
+  /** The team's online agents that offer a container runtime. */
+  placementAgents(teamId: string): Promise<Array<{ id: string; labels: string[]; gpuCount: number; runtime: string; status: string }>>;
+  /** GPUs held on each agent by live instances of the team's other services. */
+  gpuUsage(teamId: string, exceptServiceId: string): Promise<Map<string, number>>;
+}
+
+/** Tells every node that a team's services or instances changed (gateway routing tables reload). */
+export interface ContainerChangesPort {
+  changed(teamId: string): void;
 }

@@ -62,5 +62,25 @@ export const ServerToAgentMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('assign'), taskId: z.string(), attempt: z.number().int(), epoch, assignment: TaskAssignmentMsg, provision: z.boolean() }),
   z.object({ type: z.literal('cancel'), taskId: z.string(), attempt: z.number().int(), epoch }),
   z.object({ type: z.literal('drain') }),
+  // container services: start, stop or remove an instance (the container-service actor decides)
+  z.object({
+    type: z.literal('container'),
+    cmd: z.discriminatedUnion('op', [
+      z.object({
+        op: z.literal('start'),
+        instanceId: z.string(),
+        serviceId: z.string(),
+        serviceSlug: z.string(),
+        image: z.string(),
+        exposedPort: z.number().int(),
+        env: z.array(z.object({ name: z.string(), value: z.string() })),
+        volumes: z.array(z.object({ hostPath: z.string(), containerPath: z.string() })),
+        gpuCount: z.number().int(),
+        healthPath: z.string(),
+      }),
+      z.object({ op: z.literal('stop'), instanceId: z.string() }),
+      z.object({ op: z.literal('remove'), instanceId: z.string() }),
+    ]),
+  }),
 ]);
 export type ServerToAgent = z.infer<typeof ServerToAgentMsg>;

@@ -39,7 +39,7 @@ test('tell/ask accept only the messages of the ref\'s kind', () => {
   // @ts-expect-error an ask missing a required field
   void sys.ask(taskRef, { type: 'finish', epoch: 1 });
   // @ts-expect-error an unknown actor kind
-  sys.tell({ kind: 'container-service', id: 'x' }, { type: 'get' });
+  sys.tell({ kind: 'gpu-pool', id: 'x' }, { type: 'get' });
   assert.equal(sent.length, 7, 'the runtime would have been handed them; only the compiler stops them');
 });
 

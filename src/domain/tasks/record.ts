@@ -72,9 +72,10 @@ export const TaskProgressSchema = z.object({
 export type TaskProgress = z.infer<typeof TaskProgressSchema>;
 
 /** The actor kinds (the `kind` of an actor address). */
-export const ACTOR_KINDS = ['task', 'team-scheduler', 'agent'] as const;
+export const ACTOR_KINDS = ['task', 'team-scheduler', 'agent', 'container-service'] as const;
 export const ActorKindSchema = z.enum(ACTOR_KINDS);
 export type ActorKind = z.infer<typeof ActorKindSchema>;
 export const TASK_KIND = 'task' satisfies ActorKind;
 export const SCHEDULER_KIND = 'team-scheduler' satisfies ActorKind;
 export const AGENT_KIND = 'agent' satisfies ActorKind;
+export const CONTAINER_SERVICE_KIND = 'container-service' satisfies ActorKind;

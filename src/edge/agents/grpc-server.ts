@@ -25,6 +25,17 @@ import type { PresignOutputsResponse } from '../../gen/gantry/agent/v1/PresignOu
 import type { PresignInputsRequest__Output } from '../../gen/gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse } from '../../gen/gantry/agent/v1/PresignInputsResponse.js';
 import type { SyncManifest as SyncManifestMsg } from '../../gen/gantry/agent/v1/SyncManifest.js';
+import { TunnelMux, type TunnelChannel, type TunnelHandlers, type TunnelOpenInfo } from '../../gateway/tunnel.js';
+import type { ContainerReportMessage } from './wire-schema.js';
+
+/** Container services: what the agent streams say about runtimes and instances (wired to the container-service actors). */
+export interface AgentContainerHooks {
+  /** After hello: the runtime the agent offers, whether it exposes a tunnel, and the instances it holds. */
+  hello(agentId: string, teamId: string, runtime: string, tunnel: boolean, instances: ContainerReportMessage[]): Promise<void>;
+  report(agentId: string, r: ContainerReportMessage): void;
+  /** The agent's stream closed on this node. */
+  closed(agentId: string): void;
+}
 
 /** What the server needs from the agent records (PgAgentStore implements it). */
 export interface AgentRecords {
@@ -82,6 +93,8 @@ export interface AgentGrpcServerOptions {
   inputObjectKey?: (teamId: string, fileKey: string) => string;
   /** Agent->server window (default 256). */
   window?: number;
+  /** Container service hooks (absent: container reports are ignored). */
+  containers?: AgentContainerHooks;
   /** How long a new stream may take to send hello. Default 10 s. */
   helloTimeoutMs?: number;
   /** Lifetime of presigned URLs. Default 3600 s. */
@@ -122,6 +135,8 @@ interface Conn {
   closed: boolean;
   /** Set before sessions.revoke so the end callback knows why. */
   pendingEnd: EndReason | null;
+  /** Gateway tunnel streams on this connection (after hello). */
+  tunnels: TunnelMux | null;
 }
 
 const MAX_QUEUED_TO_AGENT = 10_000;
@@ -236,6 +251,12 @@ export class AgentGrpcServer {
     return n;
   }
 
+  /** Opens a gateway tunnel stream on the agent's stream on this node; null when it has none here. */
+  openTunnel(agentId: string, teamId: string, open: TunnelOpenInfo, h: TunnelHandlers): TunnelChannel | null {
+    for (const c of this.conns) if (c.agentId === agentId && c.teamId === teamId && c.sessionId && !c.closed && c.tunnels) return c.tunnels.open(open, h);
+    return null;
+  }
+
   /** Hook for identity.onCredentialsRevoked: streams authenticated with these credentials end now. */
   credentialsRevoked(ids: readonly string[]): void {
     const set = new Set(ids);
@@ -290,6 +311,7 @@ export class AgentGrpcServer {
         lastVerifiedAt: now,
         closed: false,
         pendingEnd: null,
+        tunnels: null,
       };
       this.conns.add(conn);
       call.on('data', (m: AgentMessage__Output) => this.onData(conn, m));
@@ -303,6 +325,12 @@ export class AgentGrpcServer {
   private onData(c: Conn, raw: AgentMessage__Output): void {
     if (c.closed) return;
     c.lastSeenAt = this.now();
+    // tunnel frames are outside the message window (each tunnel stream has its own byte window)
+    // and are not ordered with task messages: straight to their stream
+    if (raw.msg === 'tunnel') {
+      if (raw.tunnel) c.tunnels?.onFrame(raw.tunnel);
+      return;
+    }
     // every message is decoded by the one schema (wire-schema.ts) before anything looks at it
     const d = decodeAgentMessage(raw);
     if (d.ok && d.msg.msg === 'credit') {
@@ -387,6 +415,9 @@ export class AgentGrpcServer {
         }
         return;
       }
+      case 'container':
+        this.o.containers?.report(agentId, m.container);
+        return;
       case 'credit': // handled on arrival (onData)
       case undefined: // no member we know (a newer agent): ignored, still credited
         return;
@@ -434,6 +465,8 @@ export class AgentGrpcServer {
     );
     c.sessionId = sessionId;
     this.bySession.set(sessionId, c);
+    c.tunnels = new TunnelMux((f) => this.write(c, { tunnel: f }));
+    if (this.o.containers) await this.o.containers.hello(row.id, c.teamId, h.container_runtime, h.tunnel, h.containers);
     // welcome is outside the window
     this.write(c, {
       welcome: { agent_id: row.id, session_id: sessionId, heartbeat_interval_s: this.o.heartbeatIntervalS, window: this.window, team_id: c.teamId, server_version: this.o.serverVersion ?? PROTOCOL_VERSION },
@@ -532,6 +565,27 @@ export class AgentGrpcServer {
       case 'drain':
         out = { drain: {} };
         break;
+      case 'container': {
+        const cmd = msg.cmd;
+        if (cmd.op === 'start')
+          out = {
+            container: {
+              start: {
+                instance_id: cmd.instanceId,
+                service_id: cmd.serviceId,
+                service_slug: cmd.serviceSlug,
+                image: cmd.image,
+                exposed_port: cmd.exposedPort,
+                env: cmd.env,
+                volumes: cmd.volumes.map((v) => ({ host_path: v.hostPath, container_path: v.containerPath })),
+                gpu_count: cmd.gpuCount,
+                health_path: cmd.healthPath,
+              },
+            },
+          };
+        else out = { container: cmd.op === 'stop' ? { stop: cmd.instanceId } : { remove: cmd.instanceId } };
+        break;
+      }
     }
     return this.send(c, out);
   }
@@ -591,7 +645,9 @@ export class AgentGrpcServer {
       c.queue.length = 0;
     }
     if (!this.conns.delete(c)) return;
+    c.tunnels?.closeAll('agent_disconnected', 'the agent stream ended');
     if (c.sessionId) this.bySession.delete(c.sessionId);
+    if (c.agentId && c.sessionId) this.o.containers?.closed(c.agentId);
     if (c.agentId && c.sessionId) {
       this.o.sessions.close(c.agentId, c.sessionId);
       this.log.info({ agent_id: c.agentId, session_id: c.sessionId }, 'agent disconnected');

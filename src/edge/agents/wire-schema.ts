@@ -75,6 +75,17 @@ const Hello = z.object({
   /** 0 = the server's default. */
   window: u32,
   draining: z.boolean(),
+  container_runtime: z.enum(['', 'docker', 'exec']).catch(''),
+  containers: z.array(z.lazy(() => ContainerReport)).max(10_000),
+  tunnel: z.boolean(),
+});
+
+const ContainerReport = z.object({
+  instance_id: z.string().min(1).max(100),
+  service_id: z.string().min(1).max(100),
+  state: z.enum(['starting', 'running', 'stopped', 'failed', 'removed']),
+  healthy: z.boolean(),
+  error: text(20_000),
 });
 
 const Heartbeat = z.object({
@@ -174,6 +185,7 @@ export const AgentStreamMessage = z.discriminatedUnion('msg', [
   z.object({ msg: z.literal('credit'), credit: z.object({ grant: u32 }) }),
   z.object({ msg: z.literal('inventory'), inventory: Inventory }),
   z.object({ msg: z.literal('status'), status: z.object({ draining: z.boolean() }) }),
+  z.object({ msg: z.literal('container'), container: ContainerReport }),
   // no member we know is set (a newer agent's message): ignored, still credited
   z.object({ msg: z.undefined().optional() }),
 ]);
@@ -181,6 +193,7 @@ export type AgentStreamMessage = z.output<typeof AgentStreamMessage>;
 export type HelloMessage = z.output<typeof Hello>;
 export type HeartbeatMessage = z.output<typeof Heartbeat>;
 export type ResultMessage = z.output<typeof Result>;
+export type ContainerReportMessage = z.output<typeof ContainerReport>;
 /** What a stream reports to the agent actor (AgentSessions.fromAgent): the agent protocol's AgentReportMsg. */
 export type { AgentReport };
 

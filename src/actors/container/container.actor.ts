@@ -1,0 +1,291 @@
+import type { Actor, ActorContext } from '../runtime/system.js';
+import { AGENT_KIND, CONTAINER_SERVICE_KIND } from '../../domain/tasks/record.js';
+import type { ContainerChangesPort, ContainerStorePort, Protocols } from '../ports.js';
+import { ContainerServiceMsg, type ContainerServiceMsg as Msg, type ContainerServiceReplies } from './protocol.js';
+import { OPERATION_FROM, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
+import { conflict, notFound } from '../../shared/errors.js';
+import { uuidv7 } from '../../shared/ids.js';
+import { detailOf, isLive, place, runningStatus } from './decide.js';
+
+export const CONTAINER_SERVICE = CONTAINER_SERVICE_KIND;
+
+export interface ContainerActorDeps {
+  store: ContainerStorePort;
+  changes: ContainerChangesPort;
+  /** How long an instance whose agent is offline keeps its place before it is re-placed. */
+  agentGraceMs: number;
+  /** Reconcile period while the service should run or is stopping. */
+  tickMs: number;
+}
+
+export const parseContainerServiceMsg = (m: Msg): Msg => ContainerServiceMsg.parse(m);
+
+type Ctx = ActorContext<Protocols, typeof CONTAINER_SERVICE>;
+type Reply = ContainerServiceReplies[keyof ContainerServiceReplies];
+type Target = 'run' | 'stop' | 'remove' | 'delete' | 'idle';
+
+/**
+ * One per container service (virtual actor keyed by service id): the only writer of the
+ * service's state and of its instances. It places replicas on eligible agents (decide.place), tells
+ * their agents to start, stop or remove instances (through each agent's actor, on whichever node
+ * holds its stream), follows what the agents report, and re-places a replica whose agent stayed
+ * offline past the grace period. Writes go through one ordered chain started from turns (a turn
+ * never awaits); placement reads come back as later turns (reenterAfter).
+ */
+export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_SERVICE> {
+  private svc: ServiceRecord | null = null;
+  private instances = new Map<string, ServiceInstance>();
+  private target: Target = 'idle';
+  private message = '';
+  private placing = false;
+  private placementFailed = false;
+  /** agent id -> when its stream was seen down (instances there are re-placed after the grace). */
+  private downSince = new Map<string, number>();
+  private writes: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly serviceId: string,
+    private readonly ctx: Ctx,
+    private readonly d: ContainerActorDeps,
+  ) {}
+
+  async onActivate(): Promise<void> {
+    this.svc = await this.d.store.byId(this.serviceId);
+    if (!this.svc) return;
+    for (const i of await this.d.store.instances(this.serviceId)) this.instances.set(i.id, i);
+    this.message = this.svc.detail.message ?? '';
+    this.target = targetOf(this.svc.status);
+    if (this.target !== 'idle') this.ctx.setTimer('tick', this.d.tickMs, { type: 'tick' });
+  }
+
+  receive(m: Msg): Reply | undefined {
+    switch (m.type) {
+      case 'op':
+        return this.op(m.op);
+      case 'changed':
+        this.ctx.reenterAfter(this.d.store.byId(this.serviceId), (r) => {
+          if ('value' in r && r.value) this.svc = { ...r.value, status: this.svc?.status ?? r.value.status };
+        });
+        return { ok: true };
+      case 'report':
+        this.report(m.agentId, m.instanceId, m.state, m.healthy, m.error);
+        return { ok: true };
+      case 'agent_down':
+        if (!this.downSince.has(m.agentId)) this.downSince.set(m.agentId, this.ctx.clock.now());
+        this.reconcile();
+        return { ok: true };
+      case 'agent_up':
+        this.downSince.delete(m.agentId);
+        this.reconcile();
+        return { ok: true };
+      case 'tick':
+        this.reconcile();
+        if (this.target !== 'idle') this.ctx.setTimer('tick', this.d.tickMs, { type: 'tick' });
+        return { ok: true };
+      case 'get':
+        return { serviceId: this.serviceId, status: this.svc?.status ?? null, instances: [...this.instances.values()].map((i) => ({ id: i.id, agentId: i.agentId, status: i.status, healthy: i.healthy })) };
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  private op(op: 'deploy' | 'start' | 'stop' | 'undeploy' | 'delete'): { status: string } {
+    const svc = this.svc;
+    if (!svc) throw notFound('container service', 'service_not_found');
+    if (!OPERATION_FROM[op].includes(svc.status)) throw conflict('invalid_state', `cannot ${op} a service in state ${svc.status} (allowed from: ${OPERATION_FROM[op].join(', ')})`);
+    const external = svc.type === 'external';
+    switch (op) {
+      case 'deploy':
+      case 'start':
+        if (op === 'deploy') for (const i of this.instances.values()) this.command(i, 'remove');
+        this.target = 'run';
+        this.placementFailed = false;
+        this.message = external ? '' : 'placing replicas';
+        if (external) this.setStatus('running');
+        else {
+          if (op === 'start') for (const i of this.instances.values()) if (i.status === 'stopped') this.startInstance(i);
+          this.setStatus('deploying');
+        }
+        break;
+      case 'stop':
+        this.target = 'stop';
+        this.message = '';
+        for (const i of this.instances.values()) if (isLive(i)) this.command(i, 'stop');
+        this.setStatus(external ? 'stopped' : 'stopping');
+        break;
+      case 'undeploy':
+        this.target = 'remove';
+        this.message = '';
+        for (const i of this.instances.values()) this.command(i, 'remove');
+        this.setStatus(external ? 'created' : 'stopping');
+        break;
+      case 'delete':
+        this.target = 'delete';
+        for (const i of this.instances.values()) this.command(i, 'remove');
+        this.write(() => this.d.store.delete(svc.id));
+        this.svc = null;
+        this.instances.clear();
+        this.write(async () => this.d.changes.changed(svc.teamId));
+        this.ctx.stop();
+        return { status: 'deleted' };
+    }
+    this.ctx.setTimer('tick', this.d.tickMs, { type: 'tick' });
+    this.reconcile();
+    return { status: this.svc?.status ?? 'deleted' };
+  }
+
+  private report(agentId: string, instanceId: string, state: InstanceState, healthy: boolean, error: string): void {
+    this.downSince.delete(agentId);
+    const svc = this.svc;
+    const i = this.instances.get(instanceId);
+    if (!svc || !i) {
+      // an instance this service does not know (deleted service, undeployed meanwhile): remove it
+      if (state !== 'removed') this.ctx.system.tell({ kind: AGENT_KIND, id: agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op: 'remove', instanceId } } });
+      return;
+    }
+    if (i.agentId !== agentId) return;
+    if (state === 'removed') {
+      this.instances.delete(instanceId);
+      this.write(() => this.d.store.deleteInstance(instanceId));
+    } else {
+      // a replica that should not run (stop/undeploy raced with its start): tell the agent again
+      if ((this.target === 'stop' && (state === 'running' || state === 'starting')) || this.target === 'remove') this.command(i, this.target === 'stop' ? 'stop' : 'remove');
+      if (i.status === state && i.healthy === healthy && i.error === error) return this.reconcile();
+      Object.assign(i, { status: state, healthy, error, updatedAt: this.ctx.clock.now() });
+      this.putInstance(i);
+      if (state === 'failed') this.message = `instance ${instanceId.slice(0, 8)} on agent ${agentId.slice(0, 8)} failed: ${firstLine(error)}`;
+    }
+    this.reconcile();
+  }
+
+  /** Compares what should be with what is: places missing replicas, re-places lost ones, settles stop/undeploy. */
+  private reconcile(): void {
+    const svc = this.svc;
+    if (!svc || svc.type === 'external') return;
+    const now = this.ctx.clock.now();
+    if (this.target === 'run') {
+      // replicas whose agent has been down past the grace are given up (and removed if it returns)
+      for (const i of [...this.instances.values()]) {
+        const since = this.downSince.get(i.agentId);
+        if (since !== undefined && now - since >= this.d.agentGraceMs && isLive(i)) {
+          Object.assign(i, { status: 'failed', healthy: false, error: 'agent offline', updatedAt: now });
+          this.putInstance(i);
+          this.message = `agent ${i.agentId.slice(0, 8)} went offline; re-placing its replica`;
+        }
+      }
+      // failed replicas are replaced: removed from their agent, a new one placed
+      for (const i of [...this.instances.values()]) {
+        if (i.status === 'failed') {
+          this.command(i, 'remove');
+          this.instances.delete(i.id);
+          this.write(() => this.d.store.deleteInstance(i.id));
+        }
+      }
+      const live = [...this.instances.values()].filter(isLive).length;
+      if (live < svc.replicaCount && !this.placing) this.startPlacement(svc, svc.replicaCount - live);
+      const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
+      this.setStatus(next === 'failed' && live > 0 ? svc.status : next);
+      if (next === 'failed') this.target = 'idle';
+    } else if (this.target === 'stop' || this.target === 'remove') {
+      for (const i of [...this.instances.values()]) {
+        const down = this.downSince.has(i.agentId);
+        if (this.target === 'remove' && down) {
+          // the agent removes it when it reconnects (its hello reports an instance we do not know)
+          this.instances.delete(i.id);
+          this.write(() => this.d.store.deleteInstance(i.id));
+        } else if (this.target === 'stop' && down && isLive(i)) {
+          Object.assign(i, { status: 'stopped', healthy: false, updatedAt: now });
+          this.putInstance(i);
+        }
+      }
+      const busy = [...this.instances.values()].some((i) => (this.target === 'remove' ? true : isLive(i)));
+      if (!busy) {
+        this.setStatus(this.target === 'stop' ? 'stopped' : 'created');
+        this.target = 'idle';
+      } else this.setStatus('stopping');
+    }
+  }
+
+  private startPlacement(svc: ServiceRecord, need: number): void {
+    this.placing = true;
+    const read = Promise.all([this.d.store.placementAgents(svc.teamId), this.d.store.gpuUsage(svc.teamId, svc.id)]);
+    this.ctx.reenterAfter(read, (r) => {
+      this.placing = false;
+      if (!('value' in r) || !this.svc || this.target !== 'run') return;
+      const [agents, used] = r.value;
+      const online = agents.filter((a) => !this.downSince.has(a.id));
+      const mine = new Map<string, number>();
+      for (const i of this.instances.values()) if (isLive(i)) mine.set(i.agentId, (mine.get(i.agentId) ?? 0) + 1);
+      const live = [...this.instances.values()].filter(isLive).length;
+      const want = this.svc.replicaCount - live;
+      if (want <= 0) return;
+      const { chosen, reason } = place(this.svc, want, online, mine, used);
+      for (const agentId of chosen) {
+        const i: ServiceInstance = { id: uuidv7(), agentId, status: 'pending', healthy: false, error: '', updatedAt: this.ctx.clock.now() };
+        this.instances.set(i.id, i);
+        this.putInstance(i);
+        this.startInstance(i);
+      }
+      this.placementFailed = chosen.length === 0 && reason !== '';
+      this.message = reason || (chosen.length ? `placed ${chosen.length} replica(s)` : this.message);
+      this.reconcile();
+    });
+  }
+
+  private startInstance(i: ServiceInstance): void {
+    const svc = this.svc as ServiceRecord;
+    this.ctx.system.tell(
+      { kind: AGENT_KIND, id: i.agentId },
+      {
+        type: 'server_msg',
+        msg: {
+          type: 'container',
+          cmd: {
+            op: 'start',
+            instanceId: i.id,
+            serviceId: svc.id,
+            serviceSlug: svc.slug,
+            image: svc.image,
+            exposedPort: svc.exposedPort,
+            env: svc.env.map((e) => ({ name: e.env_name, value: e.env_value })),
+            volumes: svc.volumes.map((v) => ({ hostPath: v.host_path, containerPath: v.container_path })),
+            gpuCount: svc.gpuCount,
+            healthPath: svc.healthPath,
+          },
+        },
+      },
+    );
+  }
+
+  private command(i: ServiceInstance, op: 'stop' | 'remove'): void {
+    this.ctx.system.tell({ kind: AGENT_KIND, id: i.agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op, instanceId: i.id } } });
+  }
+
+  private setStatus(status: ServiceStatus): void {
+    const svc = this.svc;
+    if (!svc) return;
+    const detail = svc.type === 'external' ? { message: this.message } : detailOf([...this.instances.values()], this.message);
+    if (svc.status === status && JSON.stringify(detail) === JSON.stringify(svc.detail)) return;
+    svc.status = status;
+    svc.detail = detail;
+    this.write(() => this.d.store.setStatus(svc.id, status, detail));
+    this.write(async () => this.d.changes.changed(svc.teamId));
+  }
+
+  private putInstance(i: ServiceInstance): void {
+    const svc = this.svc as ServiceRecord;
+    const row = { id: i.id, serviceId: svc.id, teamId: svc.teamId, agentId: i.agentId, status: i.status, healthy: i.healthy, error: i.error };
+    this.write(() => this.d.store.putInstance(row));
+    this.write(async () => this.d.changes.changed(svc.teamId));
+  }
+
+  /** Writes run in order, one after the other; a failed write is logged (the next tick reconciles). */
+  private write(fn: () => Promise<void>): void {
+    const p = this.writes.then(fn).catch((e: unknown) => this.ctx.log.error({ err: e, service_id: this.serviceId }, 'container service write failed'));
+    this.writes = p;
+    this.ctx.reenterAfter(p, () => undefined);
+  }
+}
+
+const targetOf = (s: ServiceStatus): Target => (s === 'deploying' || s === 'running' ? 'run' : s === 'stopping' ? 'stop' : 'idle');
+const firstLine = (s: string): string => (s.split('\n')[0] ?? '').slice(0, 300);

@@ -1,0 +1,32 @@
+import { z } from 'zod';
+import { INSTANCE_STATES } from '../../domain/containers/schema.js';
+
+const id = z.string().min(1).max(100);
+
+export const PlacementAgentMsg = z.object({ id, labels: z.array(z.string()), gpuCount: z.number().int(), runtime: z.string(), status: z.string() });
+
+/** Every message a container-service actor (one per service, keyed by service id) accepts. */
+export const ContainerServiceMsg = z.discriminatedUnion('type', [
+  // routes: a lifecycle operation (409 invalid_state when the service's state does not allow it)
+  z.object({ type: z.literal('op'), op: z.enum(['deploy', 'start', 'stop', 'undeploy', 'delete']) }),
+  // routes: the definition changed (PUT): reload it
+  z.object({ type: z.literal('changed') }),
+  // an agent's stream: the state of one of its instances (on every change and in its hello)
+  z.object({ type: z.literal('report'), agentId: id, instanceId: id, state: z.enum(INSTANCE_STATES), healthy: z.boolean(), error: z.string().max(20_000) }),
+  // an agent's stream closed or opened on some node
+  z.object({ type: z.literal('agent_down'), agentId: id }),
+  z.object({ type: z.literal('agent_up'), agentId: id }),
+  // timers and recovery: compare desired with actual and act
+  z.object({ type: z.literal('tick') }),
+  z.object({ type: z.literal('get') }),
+]);
+export type ContainerServiceMsg = z.infer<typeof ContainerServiceMsg>;
+export type ContainerServiceMsgType = ContainerServiceMsg['type'];
+
+export interface ContainerServiceView {
+  serviceId: string;
+  status: string | null;
+  instances: Array<{ id: string; agentId: string; status: string; healthy: boolean }>;
+}
+
+export type ContainerServiceReplies = { [T in ContainerServiceMsgType]: T extends 'get' ? ContainerServiceView : T extends 'op' ? { status: string } : { ok: boolean } };

@@ -1,0 +1,206 @@
+/**
+ * Container services (interface spec "Container service"): request schemas, states and the record
+ * as callers see it. The state machine is driven by the container-service actor
+ * (src/actors/container); what each operation may start from is defined here, once.
+ */
+import { z } from 'zod';
+import { WORKFLOW_SLUG_RE } from '../workflows/schema.js';
+
+export const SERVICE_STATUSES = ['created', 'deploying', 'running', 'stopping', 'stopped', 'failed'] as const;
+export type ServiceStatus = (typeof SERVICE_STATUSES)[number];
+export const SERVICE_TYPES = ['deployed', 'external'] as const;
+export type ServiceType = (typeof SERVICE_TYPES)[number];
+
+/** What the agent reports about one replica. */
+export const INSTANCE_STATES = ['pending', 'starting', 'running', 'stopped', 'failed', 'removed'] as const;
+export type InstanceState = (typeof INSTANCE_STATES)[number];
+
+export type ServiceOperation = 'deploy' | 'start' | 'stop' | 'undeploy' | 'delete';
+
+/**
+ * The states each operation may start from (anything else is 409 invalid_state):
+ *  - deploy: created, stopped, failed -> deploying (fresh placement of replica_count replicas)
+ *  - start: stopped, failed -> deploying (stopped instances are started again where they are)
+ *  - stop: deploying, running -> stopping -> stopped (instances stopped, kept on their agents)
+ *  - undeploy: deploying, running, stopped, failed -> stopping -> created (instances stopped and removed)
+ *  - delete: created, stopped, failed (leftover instances are removed by their agents)
+ * Running is reached from deploying when at least one replica is healthy; failed when no replica can
+ * be placed or every replica failed. External services skip deploying/stopping (no instances).
+ */
+export const OPERATION_FROM: Record<ServiceOperation, readonly ServiceStatus[]> = {
+  deploy: ['created', 'stopped', 'failed'],
+  start: ['stopped', 'failed'],
+  stop: ['deploying', 'running'],
+  undeploy: ['deploying', 'running', 'stopped', 'failed'],
+  delete: ['created', 'stopped', 'failed'],
+};
+
+export const SERVICE_SLUG_RE = WORKFLOW_SLUG_RE;
+const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,199}$/;
+const noCtl = (s: string): boolean => !/[\x00]/.test(s);
+const absPath = z
+  .string()
+  .min(1)
+  .max(1000)
+  .refine((p) => p.startsWith('/'), 'must be an absolute path')
+  .refine((p) => !p.split('/').includes('..'), 'must not contain ..')
+  .refine(noCtl, 'must not contain NUL');
+const urlPath = z
+  .string()
+  .max(1000)
+  .refine((p) => p === '' || (p.startsWith('/') && !p.startsWith('//')), 'must be empty or a path starting with /');
+
+export const EnvVarSchema = z.object({ env_name: z.string().regex(ENV_NAME_RE, 'must be a shell variable name (A-Z a-z 0-9 _, not starting with a digit)'), env_value: z.string().max(32 * 1024) }).strict();
+export const VolumeSchema = z.object({ host_path: absPath, container_path: absPath }).strict();
+
+const fields = {
+  service_slug: z.string().min(1).max(63).regex(SERVICE_SLUG_RE, 'must be lowercase letters and digits with single hyphens between groups (e.g. llm-server)'),
+  display_name: z.string().trim().min(1).max(255),
+  service_type: z.enum(SERVICE_TYPES),
+  service_desc: z.string().max(10_000),
+  docker_image: z.string().trim().min(1).max(1000),
+  exposed_port: z.number().int().min(1).max(65535),
+  health_path: urlPath,
+  env_config: z
+    .array(EnvVarSchema)
+    .max(200)
+    .refine((es) => new Set(es.map((e) => e.env_name)).size === es.length, 'an env_name appears twice'),
+  volume_config: z.array(VolumeSchema).max(50),
+  required_labels: z.array(z.string().trim().min(1).max(100)).max(64),
+  gpu_count: z.number().int().min(-1, 'must be -1 (all GPUs), 0 or a count').max(64),
+  replica_count: z.number().int().min(1).max(32),
+  usage_prompt: z.string().max(10_000),
+  openapi_url: urlPath,
+  external_url: z
+    .string()
+    .max(2048)
+    .refine((v) => v.startsWith('https://'), 'must be an absolute https:// URL')
+    .refine((v) => URL.canParse(v) && !new URL(v).username && !new URL(v).password, 'must be a valid absolute URL without credentials'),
+  external_auth_credential_id: z.uuid().nullable(),
+};
+
+export const CreateServiceBody = z
+  .object({
+    ...fields,
+    service_type: fields.service_type.default('deployed'),
+    service_desc: fields.service_desc.default(''),
+    docker_image: fields.docker_image.optional(),
+    exposed_port: fields.exposed_port.optional(),
+    health_path: fields.health_path.default(''),
+    env_config: fields.env_config.default([]),
+    volume_config: fields.volume_config.default([]),
+    required_labels: fields.required_labels.default([]),
+    gpu_count: fields.gpu_count.default(0),
+    replica_count: fields.replica_count.default(1),
+    usage_prompt: fields.usage_prompt.default(''),
+    openapi_url: fields.openapi_url.default(''),
+    external_url: fields.external_url.optional(),
+    external_auth_credential_id: fields.external_auth_credential_id.optional(),
+  })
+  .strict()
+  .superRefine((b, ctx) => checkTypeRules(b, ctx));
+export type CreateServiceBody = z.output<typeof CreateServiceBody>;
+
+export const UpdateServiceBody = z
+  .object(Object.fromEntries(Object.entries(fields).filter(([k]) => k !== 'service_type').map(([k, v]) => [k, v.optional()])) as { [K in Exclude<keyof typeof fields, 'service_type'>]: z.ZodOptional<(typeof fields)[K]> })
+  .strict()
+  .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one field is required');
+export type UpdateServiceBody = z.output<typeof UpdateServiceBody>;
+
+interface TypeFields {
+  service_type: ServiceType;
+  docker_image?: string | undefined;
+  exposed_port?: number | undefined;
+  external_url?: string | undefined;
+  external_auth_credential_id?: string | null | undefined;
+}
+
+/** deployed needs an image and a port and has no external_url; external needs an https URL and runs no image. */
+export function checkTypeRules(b: TypeFields, ctx: { addIssue(i: { code: 'custom'; message: string; path: string[] }): void }): void {
+  if (b.service_type === 'deployed') {
+    if (!b.docker_image) ctx.addIssue({ code: 'custom', message: 'is required for a deployed service', path: ['docker_image'] });
+    if (b.exposed_port === undefined) ctx.addIssue({ code: 'custom', message: 'is required for a deployed service', path: ['exposed_port'] });
+    if (b.external_url) ctx.addIssue({ code: 'custom', message: 'is only for external services', path: ['external_url'] });
+    if (b.external_auth_credential_id) ctx.addIssue({ code: 'custom', message: 'is only for external services', path: ['external_auth_credential_id'] });
+  } else {
+    if (!b.external_url) ctx.addIssue({ code: 'custom', message: 'is required for an external service', path: ['external_url'] });
+    if (b.docker_image) ctx.addIssue({ code: 'custom', message: 'is only for deployed services', path: ['docker_image'] });
+  }
+}
+
+export interface ServiceInstance {
+  id: string;
+  agentId: string;
+  status: InstanceState;
+  healthy: boolean;
+  error: string;
+  updatedAt: number;
+}
+
+/** The row as the store returns it. */
+export interface ServiceRecord {
+  id: string;
+  teamId: string;
+  slug: string;
+  displayName: string;
+  type: ServiceType;
+  status: ServiceStatus;
+  desc: string;
+  image: string;
+  exposedPort: number;
+  healthPath: string;
+  env: Array<{ env_name: string; env_value: string }>;
+  volumes: Array<{ host_path: string; container_path: string }>;
+  requiredLabels: string[];
+  gpuCount: number;
+  replicaCount: number;
+  usagePrompt: string;
+  openapiUrl: string;
+  externalUrl: string;
+  externalAuthCredentialId: string | null;
+  /** The actor's last word on the deployment: {message, desired, placed, running, healthy}. */
+  detail: { message?: string; desired?: number; placed?: number; running?: number; healthy?: number };
+  createdAt: number;
+  updatedAt: number;
+}
+
+/**
+ * The record as callers see it. `reduced` (sk- callers): env values are blanked (they may hold
+ * secrets) and host paths of volumes are left out. Extra fields beyond the spec: deploy_status
+ * (replicas desired/placed/running/healthy and the last message) and, on the management detail,
+ * instance_list.
+ */
+export function serviceJson(s: ServiceRecord, reduced: boolean, instances?: ServiceInstance[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    id: s.id,
+    service_slug: s.slug,
+    display_name: s.displayName,
+    service_type: s.type,
+    service_status: s.status,
+    service_desc: s.desc,
+    docker_image: s.image,
+    exposed_port: s.exposedPort,
+    health_path: s.healthPath,
+    env_config: reduced ? s.env.map((e) => ({ env_name: e.env_name, env_value: '' })) : s.env,
+    volume_config: reduced ? s.volumes.map((v) => ({ host_path: '', container_path: v.container_path })) : s.volumes,
+    required_labels: s.requiredLabels,
+    gpu_count: s.gpuCount,
+    replica_count: s.replicaCount,
+    usage_prompt: s.usagePrompt,
+    openapi_url: s.openapiUrl,
+    external_url: s.type === 'external' ? s.externalUrl : '',
+    external_auth_credential_id: s.type === 'external' ? s.externalAuthCredentialId : null,
+    deploy_status: {
+      desired: s.type === 'external' ? 0 : s.replicaCount,
+      placed: s.detail.placed ?? 0,
+      running: s.detail.running ?? 0,
+      healthy: s.detail.healthy ?? 0,
+      message: s.detail.message ?? '',
+    },
+    created_at: new Date(s.createdAt).toISOString(),
+    updated_at: new Date(s.updatedAt).toISOString(),
+  };
+  if (instances)
+    out.instance_list = instances.map((i) => ({ instance_id: i.id, agent_id: i.agentId, instance_status: i.status, healthy: i.healthy, instance_error: i.error, updated_at: new Date(i.updatedAt).toISOString() }));
+  return out;
+}

@@ -1,0 +1,212 @@
+/**
+ * Container services and their instances in PostgreSQL (Migration20261124000700_containers).
+ * Routes create, update and delete definitions; the service's status, deploy detail and instances
+ * are written only by its container-service actor.
+ */
+import type { Database } from './db.js';
+import { q, json, ts } from './sql.js';
+import { uuidv7 } from '../shared/ids.js';
+import { conflict } from '../shared/errors.js';
+import type { ContainerStorePort } from '../actors/ports.js';
+import type { CreateServiceBody, InstanceState, ServiceInstance, ServiceRecord, ServiceStatus, UpdateServiceBody } from '../domain/containers/schema.js';
+
+/** An online agent as placement needs it. */
+export interface PlacementAgent {
+  id: string;
+  labels: string[];
+  gpuCount: number;
+  runtime: string;
+  status: string;
+}
+
+const rowToService = (r: Record<string, any>): ServiceRecord => ({
+  id: r.id,
+  teamId: r.team_id,
+  slug: r.service_slug,
+  displayName: r.display_name,
+  type: r.service_type,
+  status: r.service_status,
+  desc: r.service_desc,
+  image: r.docker_image,
+  exposedPort: r.exposed_port,
+  healthPath: r.health_path,
+  env: r.env_config ?? [],
+  volumes: r.volume_config ?? [],
+  requiredLabels: r.required_labels ?? [],
+  gpuCount: r.gpu_count,
+  replicaCount: r.replica_count,
+  usagePrompt: r.usage_prompt,
+  openapiUrl: r.openapi_url,
+  externalUrl: r.external_url,
+  externalAuthCredentialId: r.external_auth_credential_id ?? null,
+  detail: r.status_detail ?? {},
+  createdAt: ts(r.created_at) ?? 0,
+  updatedAt: ts(r.updated_at) ?? 0,
+});
+
+const rowToInstance = (r: Record<string, any>): ServiceInstance => ({
+  id: r.id,
+  agentId: r.agent_id,
+  status: r.instance_status,
+  healthy: r.healthy,
+  error: r.instance_error,
+  updatedAt: ts(r.updated_at) ?? 0,
+});
+
+function isUniqueViolation(e: unknown): boolean {
+  const err = e as { code?: string; cause?: { code?: string } } | null;
+  return err?.code === '23505' || err?.cause?.code === '23505';
+}
+const slugTaken = (slug: string) => conflict('service_slug_taken', `service_slug ${slug} is already used by another service of this team`);
+
+const COLUMNS: Record<keyof UpdateServiceBody, [column: string, cast?: string]> = {
+  service_slug: ['service_slug'],
+  display_name: ['display_name'],
+  service_desc: ['service_desc'],
+  docker_image: ['docker_image'],
+  exposed_port: ['exposed_port'],
+  health_path: ['health_path'],
+  env_config: ['env_config', 'jsonb'],
+  volume_config: ['volume_config', 'jsonb'],
+  required_labels: ['required_labels', 'jsonb'],
+  gpu_count: ['gpu_count'],
+  replica_count: ['replica_count'],
+  usage_prompt: ['usage_prompt'],
+  openapi_url: ['openapi_url'],
+  external_url: ['external_url'],
+  external_auth_credential_id: ['external_auth_credential_id'],
+};
+
+export class PgContainerStore implements ContainerStorePort {
+  constructor(private readonly db: Database) {}
+
+  private get q() {
+    return q(this.db);
+  }
+
+  async create(teamId: string, b: CreateServiceBody, createdBy: string | null): Promise<string> {
+    const id = uuidv7();
+    try {
+      await this.q(
+        `insert into container_services (id, team_id, service_slug, display_name, service_type, service_status, service_desc, docker_image, exposed_port, health_path, env_config, volume_config, required_labels, gpu_count, replica_count, usage_prompt, openapi_url, external_url, external_auth_credential_id, created_by)
+         values (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, ?)`,
+        [id, teamId, b.service_slug, b.display_name, b.service_type, b.service_desc, b.docker_image ?? '', b.exposed_port ?? 0, b.health_path, json(b.env_config), json(b.volume_config), json(b.required_labels), b.gpu_count, b.replica_count, b.usage_prompt, b.openapi_url, b.external_url ?? '', b.external_auth_credential_id ?? null, createdBy],
+      );
+    } catch (e) {
+      if (isUniqueViolation(e)) throw slugTaken(b.service_slug);
+      throw e;
+    }
+    return id;
+  }
+
+  async update(teamId: string, id: string, b: UpdateServiceBody): Promise<ServiceRecord | null> {
+    const sets: string[] = [];
+    const params: unknown[] = [];
+    for (const [k, v] of Object.entries(b)) {
+      if (v === undefined) continue;
+      const [col, cast] = COLUMNS[k as keyof UpdateServiceBody];
+      sets.push(`${col} = ?${cast ? `::${cast}` : ''}`);
+      params.push(cast === 'jsonb' ? json(v) : v);
+    }
+    try {
+      const rows = await this.q(`update container_services set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
+      return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+    } catch (e) {
+      if (isUniqueViolation(e)) throw slugTaken(String(b.service_slug));
+      throw e;
+    }
+  }
+
+  async get(teamId: string, id: string): Promise<ServiceRecord | null> {
+    const rows = await this.q('select * from container_services where team_id = ? and id = ?', [teamId, id]);
+    return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+  }
+
+  async byId(id: string): Promise<ServiceRecord | null> {
+    const rows = await this.q('select * from container_services where id = ?', [id]);
+    return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+  }
+
+  async bySlug(teamId: string, slug: string): Promise<ServiceRecord | null> {
+    const rows = await this.q('select * from container_services where team_id = ? and service_slug = ?', [teamId, slug]);
+    return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+  }
+
+  async list(teamId: string, limit: number, offset: number): Promise<{ rows: ServiceRecord[]; total: number }> {
+    const rows = await this.q('select * from container_services where team_id = ? order by created_at, id limit ? offset ?', [teamId, limit, offset]);
+    const c = await this.q<{ n: number }>('select count(*)::int as n from container_services where team_id = ?', [teamId]);
+    return { rows: rows.map((r) => rowToService(r as Record<string, any>)), total: Number(c[0]?.n ?? 0) };
+  }
+
+  async delete(id: string): Promise<void> {
+    await this.q('delete from container_services where id = ?', [id]);
+  }
+
+  /** The actor's write of the service's state. */
+  async setStatus(id: string, status: ServiceStatus, detail: ServiceRecord['detail']): Promise<void> {
+    await this.q('update container_services set service_status = ?, status_detail = ?::jsonb, updated_at = now() where id = ?', [status, json(detail), id]);
+  }
+
+  async instances(serviceId: string): Promise<ServiceInstance[]> {
+    const rows = await this.q('select * from container_instances where service_id = ? order by created_at, id', [serviceId]);
+    return rows.map((r) => rowToInstance(r as Record<string, any>));
+  }
+
+  /** Instances of every service of a team (the gateway's routing table). */
+  async teamInstances(teamId: string): Promise<Array<ServiceInstance & { serviceId: string }>> {
+    const rows = await this.q('select * from container_instances where team_id = ?', [teamId]);
+    return rows.map((r) => ({ ...rowToInstance(r as Record<string, any>), serviceId: (r as Record<string, any>).service_id as string }));
+  }
+
+  async serviceIdsOnAgent(agentId: string): Promise<string[]> {
+    const rows = await this.q<{ service_id: string }>('select distinct service_id from container_instances where agent_id = ?', [agentId]);
+    return rows.map((r) => r.service_id);
+  }
+
+  async serviceOfInstance(instanceId: string): Promise<string | null> {
+    const rows = await this.q<{ service_id: string }>('select service_id from container_instances where id = ?', [instanceId]);
+    return rows[0]?.service_id ?? null;
+  }
+
+  async putInstance(i: { id: string; serviceId: string; teamId: string; agentId: string; status: InstanceState; healthy: boolean; error: string }): Promise<void> {
+    await this.q(
+      `insert into container_instances (id, service_id, team_id, agent_id, instance_status, healthy, instance_error) values (?, ?, ?, ?, ?, ?, ?)
+       on conflict (id) do update set instance_status = excluded.instance_status, healthy = excluded.healthy, instance_error = excluded.instance_error, updated_at = now()`,
+      [i.id, i.serviceId, i.teamId, i.agentId, i.status, i.healthy, i.error],
+    );
+  }
+
+  async deleteInstance(id: string): Promise<void> {
+    await this.q('delete from container_instances where id = ?', [id]);
+  }
+
+  /** The team's agents that are online (or busy) and offer a container runtime. */
+  async placementAgents(teamId: string): Promise<PlacementAgent[]> {
+    const rows = await this.q<Record<string, any>>(
+      `select id, labels, gpu_count, container_runtime, agent_status from agents where team_id = ? and agent_status in ('online', 'busy') and container_runtime <> '' order by id`,
+      [teamId],
+    );
+    return rows.map((r) => ({ id: r.id, labels: r.labels ?? [], gpuCount: r.gpu_count, runtime: r.container_runtime, status: r.agent_status }));
+  }
+
+  async gpuUsage(teamId: string, exceptServiceId: string): Promise<Map<string, number>> {
+    const rows = await this.q<{ agent_id: string; gpu_count: number; agent_gpus: number }>(
+      `select i.agent_id, s.gpu_count, a.gpu_count as agent_gpus from container_instances i join container_services s on s.id = i.service_id join agents a on a.id = i.agent_id
+       where i.team_id = ? and i.service_id <> ? and i.instance_status in ('pending', 'starting', 'running') and s.gpu_count <> 0`,
+      [teamId, exceptServiceId],
+    );
+    const out = new Map<string, number>();
+    for (const r of rows) out.set(r.agent_id, (out.get(r.agent_id) ?? 0) + (r.gpu_count < 0 ? Math.max(1, r.agent_gpus) : r.gpu_count));
+    return out;
+  }
+
+  /** Services that should run or are stopping (reconciled on start and after a cluster view change). */
+  async activeServiceIds(): Promise<string[]> {
+    const rows = await this.q<{ id: string }>(`select id from container_services where service_status in ('deploying', 'running', 'stopping') and service_type = 'deployed'`);
+    return rows.map((r) => r.id);
+  }
+
+  async setAgentRuntime(agentId: string, runtime: string, tunnel: boolean): Promise<void> {
+    await this.q('update agents set container_runtime = ?, tunnel = ? where id = ?', [runtime, tunnel, agentId]);
+  }
+}
