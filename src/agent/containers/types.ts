@@ -58,7 +58,7 @@ export interface ContainerRuntime {
   /** The last lines of the instance's output (stdout and stderr interleaved). */
   logs(instanceId: string, tailLines: number): Promise<string>;
   /** Instances this runtime knows now (docker: containers labelled gantry.instance_id, including ones from before an agent restart). */
-  list(): Promise<Array<InstanceAddress & { serviceId: string; running: boolean }>>;
+  list(): Promise<Array<InstanceAddress & { serviceId: string; running: boolean; /** The health path it was started with, when the runtime knows it (docker: a label). */ healthPath?: string }>>;
   /** Releases runtime resources. exec stops its processes; docker leaves containers running. */
   close(): Promise<void>;
 }
