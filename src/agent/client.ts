@@ -18,8 +18,9 @@ import type { PresignOutputsResponse__Output } from '../gen/gantry/agent/v1/Pres
 import type { PresignInputsRequest } from '../gen/gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse__Output } from '../gen/gantry/agent/v1/PresignInputsResponse.js';
 import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.js';
+import type { TunnelFrame, TunnelFrame__Output } from '../gen/gantry/agent/v1/TunnelFrame.js';
 
-export type OutKind = 'transition' | 'progress' | 'heartbeat' | 'inventory';
+export type OutKind = 'transition' | 'progress' | 'heartbeat' | 'inventory' | 'container';
 
 interface OutItem {
   msg: AgentMessage;
@@ -53,6 +54,10 @@ export interface AgentClientOptions {
   /** assign, cancel, drain (after welcome). */
   onMessage(m: ServerMessage__Output): void;
   onWelcome?(w: Welcome__Output): void;
+  /** A gateway tunnel frame (outside the message window). */
+  onTunnel?(f: TunnelFrame__Output): void;
+  /** The stream ended (tunnel streams on it are gone). */
+  onStreamDown?(): void;
   /** The server refused us for good (revoked credential, agent deleted, replaced): do not reconnect. */
   onFatal(code: string, message: string): void;
   /** Heartbeat payload (called every heartbeat interval while connected). */
@@ -141,10 +146,22 @@ export class AgentClient {
     });
   }
 
+  /**
+   * Writes a gateway tunnel frame now, outside the message window (tunnel streams have their own
+   * byte windows); false when no session is up.
+   */
+  sendTunnel(f: TunnelFrame): boolean {
+    const call = this.call;
+    if (!call || !this.sessionId) return false;
+    call.write({ tunnel: f });
+    return true;
+  }
+
   /** Queues a message (see the class comment for what is coalesced). */
   send(msg: AgentMessage, kind: OutKind, taskRef: TaskRef | null = null): void {
     const terminal = msg.result !== undefined || msg.failure !== undefined;
-    const key = kind === 'progress' ? `p:${taskRef?.task_id ?? ''}` : kind === 'heartbeat' || kind === 'inventory' ? kind : null;
+    // container reports are state: the latest per instance wins (and hello carries them all again)
+    const key = kind === 'progress' ? `p:${taskRef?.task_id ?? ''}` : kind === 'container' ? `c:${msg.container?.instance_id ?? ''}` : kind === 'heartbeat' || kind === 'inventory' ? kind : null;
     if (key !== null) {
       const i = this.queue.findIndex((q) => q.key === key);
       if (i >= 0) {
@@ -258,6 +275,10 @@ export class AgentClient {
         case 'error':
           serverError = { code: m.error?.code ?? '', message: m.error?.message ?? '', fatal: Boolean(m.error?.fatal) };
           return;
+        case 'tunnel':
+          // outside the window: no credit for it
+          if (m.tunnel) this.o.onTunnel?.(m.tunnel);
+          return;
         default:
           try {
             this.o.onMessage(m);
@@ -340,6 +361,7 @@ export class AgentClient {
   }
 
   private teardown(): void {
+    const wasUp = this.sessionId !== null;
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = null;
     this.credit?.close();
@@ -352,5 +374,6 @@ export class AgentClient {
       this.queue = [...this.unconfirmed.map((u) => ({ ...u, seq: 0 })), ...this.queue];
       this.unconfirmed = [];
     }
+    if (wasUp) this.o.onStreamDown?.();
   }
 }

@@ -13,6 +13,13 @@ import { customNodeInventory, ModelSyncer } from './sync.js';
 import { createExecutor, type Executor, type ExecutorConfig } from './executors/index.js';
 import { DEFAULT_WINDOW } from '../protocol/agent-wire.js';
 import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.js';
+import { existsSync } from 'node:fs';
+import { ContainerManager } from './containers/manager.js';
+import { DockerRuntime } from './containers/docker.js';
+import { ExecRuntime } from './containers/exec.js';
+import type { ContainerRuntime, InstanceReport } from './containers/types.js';
+import { AgentTunnel, type TunnelTarget } from './tunnel.js';
+import type { ContainerCommand__Output } from '../gen/gantry/agent/v1/ContainerCommand.js';
 
 export const AGENT_VERSION = '0.1.0';
 
@@ -46,6 +53,12 @@ export interface AgentConfig {
   simulateCrash?: boolean;
   window: number;
   logLevel: string;
+  /** Container services: the runtime this agent offers ('none': it takes no container services). */
+  containerRuntime: 'docker' | 'exec' | 'none';
+  dockerSocket: string;
+  /** The local HTTP endpoint reachable through the gateway's agent tunnel ('' = none). */
+  tunnelUrl: string;
+  containerHealthIntervalMs: number;
 }
 
 /** Flag, env variable, default, help: the single table behind parsing, --help and docs/api.md. */
@@ -73,6 +86,10 @@ export const AGENT_FLAGS = [
   ['simulate-fail', 'GANTRY_AGENT_SIMULATE_FAIL', '', 'simulate executor: every task fails (tool_error) halfway; --simulate-fail=MESSAGE sets the error'],
   ['simulate-hang', 'GANTRY_AGENT_SIMULATE_HANG', 'false', 'simulate executor: every task hangs after its steps until cancelled (or timed out)'],
   ['simulate-crash', 'GANTRY_AGENT_SIMULATE_CRASH', 'false', 'simulate executor: every task kills the agent process (SIGKILL) after its first tick'],
+  ['container-runtime', 'GANTRY_AGENT_CONTAINER_RUNTIME', '(docker when its socket exists, else none)', 'docker | exec | none: how container services run on this host (exec: docker_image is the command, the process listens on $PORT)'],
+  ['docker-socket', 'GANTRY_AGENT_DOCKER_SOCKET', '/var/run/docker.sock', 'Docker Engine API socket (docker runtime)'],
+  ['tunnel-url', 'GANTRY_AGENT_TUNNEL_URL', '(--comfy-url with the comfyui executor)', 'local http://HOST:PORT exposed to team members through GET /agents/{id}/tunnel; "none" to expose nothing'],
+  ['container-health-interval-ms', 'GANTRY_AGENT_CONTAINER_HEALTH_INTERVAL_MS', '5000', 'health check period of container service instances'],
   ['window', 'GANTRY_AGENT_WINDOW', String(DEFAULT_WINDOW), 'flow-control window (messages in flight)'],
   ['log-level', 'LOG_LEVEL', 'info', 'fatal | error | warn | info | debug | trace | silent'],
 ] as const;
@@ -146,6 +163,13 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
   const simulateCrash = boolOf(values['simulate-crash'] as boolean | undefined) || boolOf(env.GANTRY_AGENT_SIMULATE_CRASH);
   if (executor !== 'simulate' && (simulateFail !== undefined || simulateHang || simulateCrash))
     throw new UsageError('--simulate-fail, --simulate-hang and --simulate-crash need --executor simulate');
+  const dockerSocket = get('docker-socket') ?? '/var/run/docker.sock';
+  const runtimeFlag = get('container-runtime') ?? (existsSync(dockerSocket) ? 'docker' : 'none');
+  if (runtimeFlag !== 'docker' && runtimeFlag !== 'exec' && runtimeFlag !== 'none') throw new UsageError('--container-runtime: docker, exec or none');
+  const containerRuntime: 'docker' | 'exec' | 'none' = runtimeFlag;
+  const tunnelFlag = get('tunnel-url') ?? (executor === 'comfyui' ? (get('comfy-url') ?? 'http://127.0.0.1:8188') : 'none');
+  if (tunnelFlag !== 'none' && !/^http:\/\/[^/\s]+:\d{1,5}\/?$/.test(tunnelFlag)) throw new UsageError(`--tunnel-url: expected http://HOST:PORT or none, got ${JSON.stringify(tunnelFlag)}`);
+  const tunnelUrl = tunnelFlag === 'none' ? '' : tunnelFlag;
   return {
     server,
     credential,
@@ -172,11 +196,17 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     simulateCrash,
     window: intIn('window', get('window') ?? String(DEFAULT_WINDOW), 4, 4096),
     logLevel: get('log-level') ?? 'info',
+    containerRuntime,
+    dockerSocket,
+    tunnelUrl,
+    containerHealthIntervalMs: intIn('container-health-interval-ms', get('container-health-interval-ms') ?? '5000', 100, 3_600_000),
   };
 }
 
 export interface RunningAgent {
   client: AgentClient;
+  containers: ContainerManager | null;
+  tunnel: AgentTunnel;
   runner: AgentRunner;
   machineId: string;
   /** Resolves with the process exit code: 0 after a graceful stop, 3 when the server refused us for good. */
@@ -237,6 +267,42 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     logger: log,
     provision: (requiredModels): Promise<unknown> => syncer.provision(requiredModels),
   });
+  // container services: the runtime, its instances (reported on the stream) and the gateway tunnel
+  const runtime: ContainerRuntime | null =
+    c.containerRuntime === 'docker' ? new DockerRuntime({ logger: log.child({ component: 'docker' }), socketPath: c.dockerSocket }) : c.containerRuntime === 'exec' ? new ExecRuntime({ logger: log.child({ component: 'exec' }) }) : null;
+  const reportOf = (r: InstanceReport) => ({ instance_id: r.instanceId, service_id: r.serviceId, state: r.state, healthy: r.healthy, error: r.error });
+  const containers: ContainerManager | null = runtime
+    ? new ContainerManager({ runtime, report: (r) => client.send({ container: reportOf(r) }, 'container'), healthIntervalMs: c.containerHealthIntervalMs, logger: log.child({ component: 'containers' }) })
+    : null;
+  if (containers) await containers.adopt().catch((e: unknown) => log.warn({ err_message: (e as Error).message }, 'could not list existing containers'));
+  const tunnelTarget: TunnelTarget | null = c.tunnelUrl ? { host: new URL(c.tunnelUrl).hostname.replace(/^\[|\]$/g, ''), port: Number(new URL(c.tunnelUrl).port) } : null;
+  const tunnel = new AgentTunnel({
+    send: (f) => client.sendTunnel(f),
+    target: (id) => (id === '' ? tunnelTarget : (containers?.address(id) ?? null)),
+    logger: log.child({ component: 'tunnel' }),
+  });
+  const onContainer = (cmd: ContainerCommand__Output): void => {
+    if (!containers) {
+      const id = cmd.start?.instance_id ?? cmd.stop ?? cmd.remove ?? '';
+      if (id) client.send({ container: { instance_id: id, service_id: cmd.start?.service_id ?? '', state: cmd.start ? 'failed' : 'removed', healthy: false, error: 'this agent runs no container runtime (--container-runtime none)' } }, 'container');
+      return;
+    }
+    if (cmd.start) {
+      const st = cmd.start;
+      containers.start({
+        instanceId: st.instance_id,
+        serviceId: st.service_id,
+        serviceSlug: st.service_slug,
+        image: st.image,
+        exposedPort: st.exposed_port,
+        env: st.env.map((e) => ({ name: e.name, value: e.value })),
+        volumes: st.volumes.map((v) => ({ hostPath: v.host_path, containerPath: v.container_path })),
+        gpuCount: st.gpu_count,
+        healthPath: st.health_path,
+      });
+    } else if (cmd.stop) containers.stop(cmd.stop);
+    else if (cmd.remove) containers.remove(cmd.remove);
+  };
   const cpu = new CpuMeter();
   let resolveDone: (code: number) => void = () => undefined;
   const done = new Promise<number>((r) => (resolveDone = r));
@@ -259,9 +325,16 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
       running: runner.held(),
       executor: c.executor,
       draining: runner.draining,
+      container_runtime: runtime?.name ?? '',
+      containers: (containers?.reports() ?? []).map(reportOf),
+      tunnel: tunnelTarget !== null,
     }),
+    onTunnel: (f) => tunnel.onFrame(f),
+    onStreamDown: () => tunnel.resetAll(),
     onMessage: (m) => {
-      if (m.msg === 'sync') {
+      if (m.msg === 'container') {
+        if (m.container) onContainer(m.container);
+      } else if (m.msg === 'sync') {
         if (syncIntervalS > 0) backgroundSync('server hint');
       } else runner.onMessage(m);
     },
@@ -330,6 +403,8 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
       await runner.shutdown(c.drainTimeoutS * 1000);
       if (client.connected && !(await client.flushed(10_000))) log.warn('some task results were not confirmed by the server before exit');
       syncer.close();
+      tunnel.close();
+      await containers?.close();
       await client.close();
       await executor.close?.();
       log.info('agent stopped');
@@ -338,9 +413,11 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     return stopping;
   };
   void done.then(() => {
+    tunnel.close();
+    void containers?.close();
     if (rescan) clearInterval(rescan);
     if (syncTimer) clearInterval(syncTimer);
     syncer.close();
   });
-  return { client, runner, machineId, done, stop };
+  return { client, runner, containers, tunnel, machineId, done, stop };
 }
