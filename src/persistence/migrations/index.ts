@@ -7,6 +7,7 @@ import { Migration20261124000000_task_not_before } from './Migration202611240000
 import { Migration20261124000100_idempotency } from './Migration20261124000100_idempotency.js';
 import { Migration20261124000500_cluster_members } from './Migration20261124000500_cluster_members.js';
 import { Migration20261124000600_signing_keys } from './Migration20261124000600_signing_keys.js';
+import { Migration20261124000800_vault } from './Migration20261124000800_vault.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -22,4 +23,5 @@ export const migrationsList = [
   { name: 'Migration20261124000100_idempotency', class: Migration20261124000100_idempotency },
   { name: 'Migration20261124000500_cluster_members', class: Migration20261124000500_cluster_members },
   { name: 'Migration20261124000600_signing_keys', class: Migration20261124000600_signing_keys },
+  { name: 'Migration20261124000800_vault', class: Migration20261124000800_vault },
 ];
