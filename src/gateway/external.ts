@@ -204,6 +204,7 @@ function send(guard: OutboundGuard, h: Hop, r: ExternalRequest, deadline: number
     const host = hostOf(h.url);
     const headers: Record<string, string> = { ...h.headers };
     if (Buffer.isBuffer(h.body)) headers['content-length'] = String(h.body.length);
+    else if (h.body === null) delete headers['content-length'];
     try {
       req = https.request({
         protocol: 'https:',

@@ -176,6 +176,15 @@ test('the response body streams (not buffered): the first chunk arrives before t
   let rest = '';
   for (let n = await it.next(); !n.done; n = await it.next()) rest += String(n.value);
   assert.equal(rest, 'last chunk');
+  // the signal also ends a response that is streaming
+  release = null;
+  const ac = new AbortController();
+  const s = await externalRequest(guard, req({ path: '/stream', signal: ac.signal }));
+  const it2 = (s.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  assert.equal(String((await it2.next()).value), 'first chunk;');
+  ac.abort();
+  await assert.rejects(it2.next(), isExternal('aborted'));
+  (release as (() => void) | null)?.();
 });
 
 test('same-origin redirects are followed with the header; 303 and POST 301/302 become GET; 307/308 keep a buffered body', { skip }, async () => {
