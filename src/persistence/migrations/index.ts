@@ -8,6 +8,7 @@ import { Migration20261124000100_idempotency } from './Migration20261124000100_i
 import { Migration20261124000500_cluster_members } from './Migration20261124000500_cluster_members.js';
 import { Migration20261124000600_signing_keys } from './Migration20261124000600_signing_keys.js';
 import { Migration20261124000700_containers } from './Migration20261124000700_containers.js';
+import { Migration20261124000800_vault } from './Migration20261124000800_vault.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -24,4 +25,5 @@ export const migrationsList = [
   { name: 'Migration20261124000500_cluster_members', class: Migration20261124000500_cluster_members },
   { name: 'Migration20261124000600_signing_keys', class: Migration20261124000600_signing_keys },
   { name: 'Migration20261124000700_containers', class: Migration20261124000700_containers },
+  { name: 'Migration20261124000800_vault', class: Migration20261124000800_vault },
 ];

@@ -1,0 +1,116 @@
+/**
+ * The credential vault (docs/api.md "Credential vault"): a team's secrets that the gateway injects
+ * as one header into requests to its external container services. Management auth: user JWT or
+ * dk- of a team member, sk- rejected. Any member lists and reads the records (never the value);
+ * creating, updating and deleting need admin. The value is write-only: no response, log line or
+ * error message carries it.
+ *
+ *   POST   /vault/credentials                   {display_name, header_name, header_value} -> {id}
+ *   GET    /vault/credentials                   {credential_list, page_meta}
+ *   GET    /vault/credentials/{credentialId}    the record (value_hint, key_id; never the value)
+ *   PUT    /vault/credentials/{credentialId}    any of display_name, header_name, header_value -> {id}
+ *   DELETE /vault/credentials/{credentialId}    {is_success}
+ */
+import { z } from 'zod';
+import { notFound } from '../../shared/errors.js';
+import { paged, parsePage } from '../../shared/pagination.js';
+import { vaultCredentialView, type VaultStore } from '../../vault/store.js';
+import type { Ctx, RouteDef } from '../http.js';
+import type { RouteAuth } from '../principal.js';
+import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
+
+const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
+const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
+
+/** RFC 9110 §5.6.2 token. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** Headers the gateway owns (framing, connection management, routing): never injectable. */
+const RESERVED_HEADERS = new Set(['host', 'content-length', 'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authenticate', 'proxy-authorization', 'expect']);
+/** Control characters (other than HTAB) and anything outside Latin-1 cannot travel in a header value. */
+const BAD_VALUE_CHAR = /[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]/;
+
+const name = z.string().trim().min(1).max(255);
+const headerName = z
+  .string()
+  .min(1)
+  .max(128)
+  .refine((v) => TOKEN.test(v), 'must be a valid HTTP header name (letters, digits and !#$%&\'*+-.^_`|~)')
+  .refine((v) => !RESERVED_HEADERS.has(v.toLowerCase()), `must not be a hop-by-hop or framing header (${[...RESERVED_HEADERS].join(', ')})`);
+// messages never quote the value
+const headerValue = z
+  .string({ error: 'must be a string' })
+  .min(1, 'must not be empty')
+  .max(8192, 'must be at most 8192 characters')
+  .refine((v) => !BAD_VALUE_CHAR.test(v), 'must not contain CR, LF, NUL, other control characters or characters outside Latin-1');
+
+const createBody = z.object({ display_name: name, header_name: headerName, header_value: headerValue }).strict();
+const updateBody = z
+  .object({ display_name: name.optional(), header_name: headerName.optional(), header_value: headerValue.optional() })
+  .strict()
+  .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one of display_name, header_name, header_value is required');
+
+export interface VaultRouteDeps {
+  vault: VaultStore;
+}
+
+export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
+  const credentialId = (c: Ctx): string => uuidParam(c, 'credentialId');
+  return [
+    {
+      method: 'POST',
+      path: '/vault/credentials',
+      auth: MANAGE,
+      handler: async (c) => {
+        const b = parseBody(createBody, c.body);
+        const p = teamPrincipalOf(c);
+        const id = await vault.create({ teamId: p.teamId, displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value, createdBy: p.userId ?? null });
+        c.log.info({ vault_credential_id: id, header_name: b.header_name }, 'vault credential created');
+        return { id };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/vault/credentials',
+      auth: READ,
+      handler: async (c) => {
+        const pg = parsePage(c.query);
+        const r = await vault.list(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
+        return paged('credential_list', r.rows.map(vaultCredentialView), pg, r.total);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/vault/credentials/{credentialId}',
+      auth: READ,
+      handler: async (c) => {
+        const r = await vault.get(teamPrincipalOf(c).teamId, credentialId(c));
+        if (!r) throw notFound('vault credential', 'vault_credential_not_found');
+        return vaultCredentialView(r);
+      },
+    },
+    {
+      method: 'PUT',
+      path: '/vault/credentials/{credentialId}',
+      auth: MANAGE,
+      handler: async (c) => {
+        const id = credentialId(c);
+        const b = parseBody(updateBody, c.body);
+        const ok = await vault.update(teamPrincipalOf(c).teamId, id, { displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value });
+        if (!ok) throw notFound('vault credential', 'vault_credential_not_found');
+        c.log.info({ vault_credential_id: id, value_changed: b.header_value !== undefined }, 'vault credential updated');
+        return { id };
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/vault/credentials/{credentialId}',
+      auth: MANAGE,
+      handler: async (c) => {
+        const id = credentialId(c);
+        if (!(await vault.delete(teamPrincipalOf(c).teamId, id))) throw notFound('vault credential', 'vault_credential_not_found');
+        c.log.info({ vault_credential_id: id }, 'vault credential deleted');
+        return { is_success: true };
+      },
+    },
+  ];
+}
