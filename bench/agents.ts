@@ -123,6 +123,10 @@ async function main(): Promise<void> {
           simulateDurationMs: 0,
           simulateSteps: 0,
           window: 256,
+          containerRuntime: 'none',
+          dockerSocket: '/var/run/docker.sock',
+          tunnelUrl: '',
+          containerHealthIntervalMs: 5000,
           logLevel: 'silent',
         };
         agents.push(await startAgent(cfg, { logger, executor: new SimulateExecutor({ durationMs: 0, steps: 0, imageSize: 16 }), noGpuProbe: true, rescanMs: 0 }));
