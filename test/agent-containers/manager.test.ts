@@ -4,9 +4,12 @@
  */
 import assert from 'node:assert/strict';
 import { rm } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import { DockerRuntime, containerName } from '../../src/agent/containers/docker.js';
 import { ExecRuntime } from '../../src/agent/containers/exec.js';
+import { HealthChecker } from '../../src/agent/containers/health.js';
 import { ContainerManager, type ContainerManagerOptions } from '../../src/agent/containers/manager.js';
 import type { ContainerRuntime, ContainerSpec, ExitInfo, InstanceAddress, InstanceReport } from '../../src/agent/containers/types.js';
 import { createLogger } from '../../src/shared/logger.js';
@@ -276,4 +279,40 @@ test('close stops health checks and the exec processes', async () => {
   assert.equal(of(s.instanceId).length, n, 'no reports after close');
   m.start(spec());
   assert.equal(of(s.instanceId).length, n);
+});
+
+test('HealthChecker: 200-399 pass, other statuses and timeouts fail; thresholds; onChange on changes only', async () => {
+  let status = 302;
+  let hang = false;
+  const server = http.createServer((req, res) => {
+    if (hang) return; // never answers: the check times out
+    res.statusCode = req.url === '/ready' ? status : 404;
+    res.end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  const changes: boolean[] = [];
+  const h = new HealthChecker({ host: '127.0.0.1', port, healthPath: '/ready', intervalMs: 20, timeoutMs: 100, healthyThreshold: 2, unhealthyThreshold: 3, onChange: (x) => changes.push(x) });
+  try {
+    await waitFor(() => changes.length === 1, 'healthy after two passes');
+    assert.deepEqual(changes, [true]);
+    assert.equal(h.healthy, true);
+    status = 500;
+    await waitFor(() => changes.length === 2, 'unhealthy after three failures');
+    status = 200;
+    await waitFor(() => changes.length === 3, 'healthy again');
+    hang = true;
+    await waitFor(() => changes.length === 4, 'unhealthy on timeouts');
+    assert.deepEqual(changes, [true, false, true, false]);
+  } finally {
+    h.stop();
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  }
+  // nothing listening: a TCP check never turns healthy, and stop() ends the checks
+  const tcp: boolean[] = [];
+  const h2 = new HealthChecker({ host: '127.0.0.1', port, healthPath: '', intervalMs: 10, onChange: (x) => tcp.push(x) });
+  await waitFor(() => (h2 as unknown as { failures: number }).failures >= 3, 'three failed TCP checks');
+  h2.stop();
+  assert.deepEqual(tcp, []);
 });
