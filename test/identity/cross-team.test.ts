@@ -116,6 +116,18 @@ const RESOURCES: Record<string, () => Promise<void>> = {
     ids.taskId = await submitTask(t.node, a.teamId, { createdByUserId: a.userId, requiredLabels: ['xteam-never'] });
     await waitForStatus(t.node, ids.taskId, 'waiting');
   },
+  serviceId: async () => {
+    const slug = `xteam-svc-${Math.random().toString(36).slice(2, 8)}`;
+    ids.serviceId = (await ok(t.http.post('/containers', { service_slug: slug, display_name: 'xteam', docker_image: 'img', exposed_port: 80 }, asA()), 'POST /containers')).id;
+    ids.serviceSlug = slug;
+  },
+  serviceSlug: async () => {
+    /* created with serviceId */
+  },
+  vaultCredentialId: async () => {
+    ids.vaultCredentialId = (await ok(t.http.post('/vault/credentials', { display_name: 'xteam', header_name: 'X-Key', header_value: 'xteam-secret-value-123' }, asA()), 'POST /vault/credentials')).id;
+    own.vaultCredentialId = (await ok(t.http.post('/vault/credentials', { display_name: 'xteam', header_name: 'X-Key', header_value: 'b-secret-value-12345' }, asB()), 'POST /vault/credentials (B)')).id;
+  },
   /** Registry items last: a team with custom nodes provisions its agents before running tasks. */
   modelId: async () => {
     const bytes = Buffer.from('xteam model bytes');
@@ -134,6 +146,9 @@ const BODIES: Record<string, unknown> = {
   'PUT /models/{modelId}': { display_name: 'stolen' },
   'PUT /teams/current/members/{userId}': { member_role: 'admin' },
   'PUT /webhooks/{webhookId}': { webhook_status: 'disabled' },
+  'PUT /containers/{serviceId}': { display_name: 'stolen' },
+  'POST /r/invoke/{serviceSlug}': { method: 'GET', path: '/' },
+  'PUT /vault/credentials/{vaultCredentialId}': { display_name: 'stolen' },
 };
 
 /** What A reads back (before and after the sweep) to prove nothing changed. */
@@ -147,6 +162,9 @@ const READS = [
   '/agents/{agentId}',
   '/webhooks/{webhookId}',
   '/webhooks/{webhookId}/deliveries',
+  '/containers/{serviceId}',
+  '/r/containers/{serviceSlug}',
+  '/vault/credentials/{vaultCredentialId}',
   '/teams/current/members',
   '/teams/current/invitations',
   '/credentials',

@@ -69,11 +69,10 @@ export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
       handler: async (c) => {
         const row = await load(c);
         // the tunnel is the agent's own stream (on whichever node holds it): active while the stream
-        // is live and the agent exposes a local port (--tunnel-url, or its ComfyUI); the URL is the
-        // gateway path that reaches that port for team members (ANY /agents/{id}/tunnel/*)
+        // is live; the URL is the gateway path that reaches the local port the agent exposes
+        // (--tunnel-url, or its ComfyUI) for team members (ANY /agents/{id}/tunnel/*), '' when none
         const s = d.session(row.id);
-        const active = s !== null && row.tunnel;
-        return { is_active: active, session_id: s?.sessionId ?? '', tunnel_url: row.tunnel ? `${d.publicUrl()}/api/v1/agents/${row.id}/tunnel/` : '' };
+        return { is_active: s !== null, session_id: s?.sessionId ?? '', tunnel_url: row.tunnel ? `${d.publicUrl()}/api/v1/agents/${row.id}/tunnel/` : '' };
       },
     },
   ];

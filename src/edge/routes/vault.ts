@@ -7,9 +7,9 @@
  *
  *   POST   /vault/credentials                   {display_name, header_name, header_value} -> {id}
  *   GET    /vault/credentials                   {credential_list, page_meta}
- *   GET    /vault/credentials/{credentialId}    the record (value_hint, key_id; never the value)
- *   PUT    /vault/credentials/{credentialId}    any of display_name, header_name, header_value -> {id}
- *   DELETE /vault/credentials/{credentialId}    {is_success}
+ *   GET    /vault/credentials/{vaultCredentialId}    the record (value_hint, key_id; never the value)
+ *   PUT    /vault/credentials/{vaultCredentialId}    any of display_name, header_name, header_value -> {id}
+ *   DELETE /vault/credentials/{vaultCredentialId}    {is_success}
  */
 import { z } from 'zod';
 import { notFound } from '../../shared/errors.js';
@@ -54,7 +54,7 @@ export interface VaultRouteDeps {
 }
 
 export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
-  const credentialId = (c: Ctx): string => uuidParam(c, 'credentialId');
+  const credentialId = (c: Ctx): string => uuidParam(c, 'vaultCredentialId');
   return [
     {
       method: 'POST',
@@ -80,7 +80,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/vault/credentials/{credentialId}',
+      path: '/vault/credentials/{vaultCredentialId}',
       auth: READ,
       handler: async (c) => {
         const r = await vault.get(teamPrincipalOf(c).teamId, credentialId(c));
@@ -90,7 +90,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'PUT',
-      path: '/vault/credentials/{credentialId}',
+      path: '/vault/credentials/{vaultCredentialId}',
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);
@@ -103,7 +103,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/vault/credentials/{credentialId}',
+      path: '/vault/credentials/{vaultCredentialId}',
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);
