@@ -160,9 +160,9 @@ test('start fails when the executable does not exist', async () => {
 });
 
 test('start times out when nothing listens on PORT, and the process is killed', async () => {
-  const rt = runtime({ startTimeoutMs: 300 });
+  const rt = runtime({ startTimeoutMs: 1500 });
   const s = spec({ image: JSON.stringify([process.execPath, '-e', 'console.log("not listening"); setInterval(() => {}, 1000)']) });
-  await assert.rejects(rt.start(s, () => undefined), (e: Error) => /did not listen on port \d+ within 300 ms/.test(e.message) && /not listening/.test(e.message));
+  await assert.rejects(rt.start(s, () => undefined), (e: Error) => /did not listen on port \d+ within 1500 ms/.test(e.message) && /not listening/.test(e.message));
   assert.equal(rt.pid(s.instanceId), undefined);
 });
 

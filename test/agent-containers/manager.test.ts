@@ -4,9 +4,12 @@
  */
 import assert from 'node:assert/strict';
 import { rm } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
-import { DockerRuntime } from '../../src/agent/containers/docker.js';
+import { DockerRuntime, containerName } from '../../src/agent/containers/docker.js';
 import { ExecRuntime } from '../../src/agent/containers/exec.js';
+import { HealthChecker } from '../../src/agent/containers/health.js';
 import { ContainerManager, type ContainerManagerOptions } from '../../src/agent/containers/manager.js';
 import type { ContainerRuntime, ContainerSpec, ExitInfo, InstanceAddress, InstanceReport } from '../../src/agent/containers/types.js';
 import { createLogger } from '../../src/shared/logger.js';
@@ -123,7 +126,8 @@ test('healthPath "": a TCP connect decides', async () => {
 });
 
 test('an instance that crashes is reported failed with the exit code and the log tail; a new start restarts it', async () => {
-  const { m, of } = manager();
+  // checks 1 s apart: the exit is reported before two failed checks could mark it unhealthy
+  const { m, of } = manager({ healthIntervalMs: 1000 });
   const s = spec();
   m.start(s);
   await waitFor(() => of(s.instanceId).some((r) => r.healthy), 'healthy');
@@ -219,8 +223,10 @@ test('adopt: containers already running on the docker stand-in become running in
     const before = new DockerRuntime({ logger, host: engine.host, port: engine.port });
     const a = spec({ image: 'gantry/svc:1', healthPath: '/health' });
     const b = spec({ image: 'gantry/svc:1', serviceId: 'svc-2' });
+    const c = spec({ image: 'gantry/svc:1', healthPath: '' });
     const addrA = await before.start(a, () => undefined);
     await before.start(b, () => undefined);
+    await before.start(c, () => undefined);
     await before.stop(b.instanceId);
     await before.close();
 
@@ -233,7 +239,15 @@ test('adopt: containers already running on the docker stand-in become running in
     assert.deepEqual(byId(a.instanceId).map(brief), ['running:unhealthy', 'running:healthy']);
     assert.deepEqual(byId(b.instanceId), [{ instanceId: b.instanceId, serviceId: 'svc-2', state: 'stopped', healthy: false, error: '' }]);
     assert.deepEqual(m.address(a.instanceId), { instanceId: a.instanceId, host: '127.0.0.1', port: addrA.port });
-    assert.equal(m.reports().length, 2);
+    assert.equal(m.reports().length, 3);
+    await waitFor(() => byId(c.instanceId).some((r) => r.healthy), 'the TCP-checked adopted instance to turn healthy');
+
+    // an adopted container that exits on its own is reported failed (the runtime watches it)
+    engine.exitContainer(containerName(c), 4);
+    const failed = await waitFor(() => byId(c.instanceId).find((r) => r.state === 'failed'), 'the adopted container to fail');
+    assert.match(failed.error, /exited with code 4/);
+    assert.match(failed.error, /process exited with code 4/);
+    assert.equal(m.address(c.instanceId), null);
 
     // health is checked on the adopted container for real
     await httpRequest(addrA.host, addrA.port, '/fail-health', 'POST');
@@ -244,7 +258,8 @@ test('adopt: containers already running on the docker stand-in become running in
     assert.equal(reports.filter((r) => r.instanceId === a.instanceId).length, 3);
     m.remove(a.instanceId);
     m.remove(b.instanceId);
-    await waitFor(() => byId(a.instanceId).at(-1)?.state === 'removed' && byId(b.instanceId).at(-1)?.state === 'removed', 'removed');
+    m.remove(c.instanceId);
+    await waitFor(() => [a, b, c].every((x) => byId(x.instanceId).at(-1)?.state === 'removed'), 'removed');
     assert.equal(engine.containerCount(), 0);
     await m.close();
   } finally {
@@ -264,4 +279,40 @@ test('close stops health checks and the exec processes', async () => {
   assert.equal(of(s.instanceId).length, n, 'no reports after close');
   m.start(spec());
   assert.equal(of(s.instanceId).length, n);
+});
+
+test('HealthChecker: 200-399 pass, other statuses and timeouts fail; thresholds; onChange on changes only', async () => {
+  let status = 302;
+  let hang = false;
+  const server = http.createServer((req, res) => {
+    if (hang) return; // never answers: the check times out
+    res.statusCode = req.url === '/ready' ? status : 404;
+    res.end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  const changes: boolean[] = [];
+  const h = new HealthChecker({ host: '127.0.0.1', port, healthPath: '/ready', intervalMs: 20, timeoutMs: 100, healthyThreshold: 2, unhealthyThreshold: 3, onChange: (x) => changes.push(x) });
+  try {
+    await waitFor(() => changes.length === 1, 'healthy after two passes');
+    assert.deepEqual(changes, [true]);
+    assert.equal(h.healthy, true);
+    status = 500;
+    await waitFor(() => changes.length === 2, 'unhealthy after three failures');
+    status = 200;
+    await waitFor(() => changes.length === 3, 'healthy again');
+    hang = true;
+    await waitFor(() => changes.length === 4, 'unhealthy on timeouts');
+    assert.deepEqual(changes, [true, false, true, false]);
+  } finally {
+    h.stop();
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  }
+  // nothing listening: a TCP check never turns healthy, and stop() ends the checks
+  const tcp: boolean[] = [];
+  const h2 = new HealthChecker({ host: '127.0.0.1', port, healthPath: '', intervalMs: 10, onChange: (x) => tcp.push(x) });
+  await waitFor(() => (h2 as unknown as { failures: number }).failures >= 3, 'three failed TCP checks');
+  h2.stop();
+  assert.deepEqual(tcp, []);
 });

@@ -96,7 +96,7 @@ export class DockerRuntime implements ContainerRuntime {
       if (existing.State === 'running') {
         this.logger.info({ ...log, containerId: existing.Id }, 'docker runtime: instance already running, reusing its container');
         const address = await this.addressOf(existing.Id, spec);
-        this.watch(spec.instanceId, existing.Id, onExit);
+        this.watchContainer(spec.instanceId, existing.Id, onExit);
         return address;
       }
       await this.docker.getContainer(existing.Id).remove({ force: true }).catch((e: unknown) => {
@@ -128,7 +128,7 @@ export class DockerRuntime implements ContainerRuntime {
     this.tracked.set(spec.instanceId, t);
     await container.start();
     const address = await this.addressOf(container.id, spec);
-    this.watch(spec.instanceId, container.id, onExit, t);
+    this.watchContainer(spec.instanceId, container.id, onExit, t);
     return address;
   }
 
@@ -195,6 +195,15 @@ export class DockerRuntime implements ContainerRuntime {
     return out;
   }
 
+  /** Watches a container found after an agent restart: onExit once when it stops on its own. */
+  async watch(instanceId: string, onExit: (info: ExitInfo) => void): Promise<void> {
+    const c = await this.find(instanceId);
+    if (!c || c.State !== 'running') return;
+    const t = this.tracked.get(instanceId);
+    if (t && t.containerId === c.Id) return; // already watched
+    this.watchContainer(instanceId, c.Id, onExit);
+  }
+
   /** Containers keep running across agent restarts: only the pending wait requests are dropped. */
   async close(): Promise<void> {
     for (const t of this.tracked.values()) t.abort.abort();
@@ -233,7 +242,7 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   /** Waits for the container to stop (POST /containers/{id}/wait) and reports an exit nobody asked for. */
-  private watch(instanceId: string, containerId: string, onExit: (info: ExitInfo) => void, tracked?: Tracked): void {
+  private watchContainer(instanceId: string, containerId: string, onExit: (info: ExitInfo) => void, tracked?: Tracked): void {
     let t = tracked ?? this.tracked.get(instanceId);
     if (!t || t.containerId !== containerId) {
       t = { containerId, stopping: false, abort: new AbortController() };

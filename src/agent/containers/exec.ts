@@ -184,7 +184,22 @@ export class ExecRuntime implements ContainerRuntime {
         }
       }
     });
-    child.once('close', (code, signal) => {
+    // 'exit' decides (a grandchild holding stdout open must not hide it); the output still in the
+    // pipes is waited for up to 200 ms ('close') so the last lines are in the logs
+    let closed = false;
+    child.once('close', () => (closed = true));
+    child.once('exit', (code, signal) => {
+      if (inst.exited) return;
+      const settled = closed ? Promise.resolve() : new Promise<void>((r) => {
+        const t = setTimeout(r, 200);
+        child.once('close', () => {
+          clearTimeout(t);
+          r();
+        });
+      });
+      void settled.then(() => exited(code, signal));
+    });
+    const exited = (code: number | null, signal: NodeJS.Signals | null) => {
       if (inst.exited) return;
       inst.exited = true;
       inst.exitCode = code;
@@ -201,7 +216,7 @@ export class ExecRuntime implements ContainerRuntime {
           this.logger.error({ err, instanceId: spec.instanceId }, 'exec runtime: onExit threw');
         }
       }
-    });
+    };
 
     const failure = (why: string): Error => {
       const tail = logs.tail(20);

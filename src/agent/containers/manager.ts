@@ -154,7 +154,18 @@ export class ContainerManager {
       this.entries.set(f.instanceId, e);
       this.logger.info({ instanceId: f.instanceId, serviceId: f.serviceId, running: f.running }, 'container manager: adopted instance');
       this.emit(e);
-      if (e.address) this.startHealth(e, e.address);
+      if (e.address) {
+        this.startHealth(e, e.address);
+        const run = e.run;
+        try {
+          await this.runtime.watch?.(f.instanceId, (info) => {
+            if (e.run !== run || e.wanted !== 'running' || this.closed) return;
+            void this.onExited(e, run, info.code, info.error);
+          });
+        } catch (err) {
+          this.logger.warn({ err, instanceId: f.instanceId }, 'container manager: cannot watch an adopted instance for exits (health checks still run)');
+        }
+      }
     }
   }
 

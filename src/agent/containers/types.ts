@@ -59,6 +59,12 @@ export interface ContainerRuntime {
   logs(instanceId: string, tailLines: number): Promise<string>;
   /** Instances this runtime knows now (docker: containers labelled gantry.instance_id, including ones from before an agent restart). */
   list(): Promise<Array<InstanceAddress & { serviceId: string; running: boolean; /** The health path it was started with, when the runtime knows it (docker: a label). */ healthPath?: string }>>;
+  /**
+   * Optional: watches an instance this runtime did not start in this process (docker: a container
+   * found by list() after an agent restart) and calls onExit once if it stops on its own. No-op when
+   * it is unknown or not running.
+   */
+  watch?(instanceId: string, onExit: (info: ExitInfo) => void): Promise<void>;
   /** Releases runtime resources. exec stops its processes; docker leaves containers running. */
   close(): Promise<void>;
 }
