@@ -18,7 +18,7 @@ import { workflowRoutes } from './edge/routes/workflows.js';
 import { WorkflowStore } from './persistence/workflow-store.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { LocalActorSystem } from './actors/runtime/system.js';
-import { registerActors, recoverTasks, recoverOwned, envelopes, AGENT, SCHEDULER } from './actors/index.js';
+import { registerActors, recoverTasks, recoverOwned, recoverContainers, envelopes, AGENT, SCHEDULER, CONTAINER_SERVICE } from './actors/index.js';
 import type { Protocols } from './actors/ports.js';
 import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
@@ -51,6 +51,19 @@ import { LiveEvents } from './events/index.js';
 import { eventRoutes } from './edge/routes/events.js';
 import { webhookRoutes } from './edge/routes/webhooks.js';
 import { notificationRoutes } from './edge/routes/notifications.js';
+import { PgContainerStore } from './persistence/container-store.js';
+import { ServiceDirectory } from './gateway/directory.js';
+import { Balancer } from './gateway/balancer.js';
+import { closeExternalAgents, externalRequest } from './gateway/external.js';
+import type { OpenTunnel } from './gateway/tunnel.js';
+import { Gateway } from './edge/routes/gateway.js';
+import { containerRoutes } from './edge/routes/containers.js';
+import { VaultKeyring } from './vault/keyring.js';
+import { VaultStore } from './vault/store.js';
+import { vaultRoutes } from './edge/routes/vault.js';
+import { outboundCa } from './events/outbound.js';
+import { isUuid } from './shared/ids.js';
+import { badRequest } from './shared/errors.js';
 
 export interface GantryNode {
   config: Config;
@@ -180,6 +193,17 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     },
   });
   agentStore.useSyncCheck((teamId, inv) => files.sync.needsSync(teamId, inv));
+  // container services: the store, every node's gateway routing table, and the change broadcast
+  // (set up here; the cluster-wide half is connected once the invalidation port exists)
+  const containerStore = new PgContainerStore(db);
+  let publishContainerChange: (teamId: string) => void = () => undefined;
+  const serviceDirectory = new ServiceDirectory(containerStore, { ttlMs: 5_000, now: () => clock.now(), healthy: () => redisInvalidation?.state?.().healthy ?? true });
+  const containerChanges = {
+    changed: (teamId: string): void => {
+      serviceDirectory.invalidate(teamId);
+      publishContainerChange(teamId);
+    },
+  };
   registerActors(actors, {
     tasks: taskStore,
     agents: agentStore,
@@ -194,6 +218,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     progressIntervalMs: 500,
     askTimeoutMs: 15_000,
     schedulerResyncMs: resyncMs,
+    containers: containerStore,
+    containerChanges,
   });
   const graceMs = config.GANTRY_AGENT_GRACE_S * 1000;
   let takeOver: () => void = () => undefined;
@@ -236,6 +262,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       void recoverOwned(actors, taskStore, graceMs, (ref) => c.owns(ref))
         .then((n) => n > 0 && logger.info({ tasks: n }, 'took over open tasks'))
         .catch((e: unknown) => logger.warn({ err: e }, 'taking over owned tasks failed'));
+      void recoverContainers(actors, () => containerStore.activeServiceIds(), (ref) => c.owns(ref)).catch((e: unknown) => logger.warn({ err: e }, 'taking over container services failed'));
     };
     c.onView(() => takeOver());
     takeOver();
@@ -244,6 +271,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     await agentStore.markAllOffline(null);
     const recovered = await recoverTasks(actors, taskStore, graceMs);
     if (recovered) logger.info({ open_tasks: recovered }, 'recovering open tasks');
+    await recoverContainers(actors, () => containerStore.activeServiceIds());
   }
 
   // token signing keys: shared by every node through PostgreSQL (encrypted with the deployment secret), unless one PEM is configured
@@ -292,6 +320,29 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     objectStore,
     needsSync: (teamId, inv) => files.sync.needsSync(teamId, inv),
     syncManifest: (teamId) => files.sync.syncManifest(teamId),
+    containers: {
+      hello: async (agentId, _teamId, runtime, tunnel, instances) => {
+        await containerStore.setAgentRuntime(agentId, runtime, tunnel);
+        const told = new Set<string>();
+        for (const r of instances) {
+          if (!isUuid(r.service_id)) continue;
+          told.add(r.service_id);
+          actors.tell({ kind: CONTAINER_SERVICE, id: r.service_id }, { type: 'report', agentId, instanceId: r.instance_id, state: r.state, healthy: r.healthy, error: r.error });
+        }
+        for (const id of await containerStore.serviceIdsOnAgent(agentId)) if (!told.has(id)) actors.tell({ kind: CONTAINER_SERVICE, id }, { type: 'agent_up', agentId });
+      },
+      report: (agentId, r) => {
+        if (isUuid(r.service_id)) actors.tell({ kind: CONTAINER_SERVICE, id: r.service_id }, { type: 'report', agentId, instanceId: r.instance_id, state: r.state, healthy: r.healthy, error: r.error });
+      },
+      closed: (agentId) => {
+        void containerStore
+          .serviceIdsOnAgent(agentId)
+          .then((ids) => {
+            for (const id of ids) actors.tell({ kind: CONTAINER_SERVICE, id }, { type: 'agent_down', agentId });
+          })
+          .catch((e: unknown) => logger.warn({ err: e, agent_id: agentId }, 'container services: agent disconnect not delivered'));
+      },
+    },
   });
   const grpcPort = await agentGrpc.start().catch((e: unknown) =>
     failStart(e, `cannot listen on gRPC ${config.GANTRY_GRPC_HOST}:${config.GANTRY_GRPC_PORT}`, [() => agentGrpc.stop(), () => sessions.stop(), () => actors.shutdown(), () => cluster?.stop(), () => identity.stop(), () => db.close(), () => redis?.close()]),
@@ -305,6 +356,25 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       if (ev.type === 'workflow') workflowStore.cache.applyInvalidation(ev.workflowId, ev.dropVersions);
     });
   }
+  // container changes reach every node's gateway routing table
+  if (redisInvalidation) {
+    const inv = redisInvalidation;
+    publishContainerChange = (teamId) => void Promise.resolve(inv.publish({ type: 'container', teamId })).catch(() => undefined);
+    let generation = inv.state?.().generation ?? 0;
+    inv.subscribe((ev) => {
+      if (ev.type === 'container') serviceDirectory.invalidate(ev.teamId);
+      const g = inv.state?.().generation ?? 0;
+      if (g !== generation) {
+        generation = g;
+        serviceDirectory.invalidateAll();
+      }
+    });
+  }
+  // gateway tunnels: on this node's agent streams, else forwarded to the node holding the stream
+  const openTunnel: OpenTunnel = (agentId, teamId, open, h) => agentGrpc.openTunnel(agentId, teamId, open, h) ?? cluster?.openRemoteTunnel(agentId, teamId, open, h) ?? null;
+  cluster?.setTunnelOpener((agentId, teamId, open, h) => agentGrpc.openTunnel(agentId, teamId, open, h));
+  const vault = new VaultStore(db, VaultKeyring.fromConfig({ keys: config.GANTRY_VAULT_KEYS, fallbackSecret: deploymentSecret(config.GANTRY_SECRET_KEY, dataDir, logger) }), () => clock.now());
+
   // declared dead while paused and re-joined: the agent streams held here stay; their rows (moved to
   // the new member id) were marked offline by the fence, so each agent actor writes its status again
   // and tells its team's scheduler (which may now live elsewhere)
@@ -391,8 +461,42 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         if (sessions.session(id)) agentGrpc.kickAgent(id);
         else if (cluster) actors.tell({ kind: AGENT, id }, { type: 'kick' });
       },
+      publicUrl: () => publicUrlOf(),
     }),
   );
+  let publicUrlOf = (): string => config.publicUrl;
+  const outboundCaList = outboundCa(config.GANTRY_OUTBOUND_CA_FILE);
+  const gateway = new Gateway({
+    basePath: '/api/v1',
+    directory: serviceDirectory,
+    balancer: new Balancer({ maxInflight: config.GANTRY_PROXY_MAX_INFLIGHT, ejectMs: 5_000, now: () => clock.now() }),
+    openTunnel,
+    agentOnline: (id) => sessions.session(id) !== null || (cluster?.agentElsewhere(id) ?? false),
+    external: async (svc, r) => {
+      const inject = svc.externalAuthCredentialId ? await vault.resolveHeader(svc.teamId, svc.externalAuthCredentialId) : null;
+      if (svc.externalAuthCredentialId && !inject) throw badRequest('credential_not_found', 'the service\'s external_auth_credential_id no longer exists in the vault');
+      return externalRequest(liveEvents.guard, { baseUrl: svc.externalUrl, path: r.path, method: r.method, headers: r.headers, body: r.body, inject, timeoutMs: config.GANTRY_PROXY_TIMEOUT_MS, signal: r.signal, ...(outboundCaList ? { ca: outboundCaList } : {}) });
+    },
+    agentTunnel: async (teamId, agentId) => {
+      if (!isUuid(agentId)) return null;
+      const a = await agentStore.get(teamId, agentId);
+      return a ? { tunnel: a.tunnel } : null;
+    },
+    authenticator: identity.authenticator,
+    timeoutMs: config.GANTRY_PROXY_TIMEOUT_MS,
+    maxBodyBytes: config.GANTRY_PROXY_MAX_BODY_BYTES,
+    invokeMaxResponseBytes: config.GANTRY_INVOKE_MAX_RESPONSE_BYTES,
+    logger: logger.child({ component: 'gateway' }),
+  });
+  edge.addAll(
+    withIdempotency(
+      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway }),
+      taskQueries.idempotency,
+    ),
+  );
+  edge.addAll(gateway.routes());
+  edge.setWebSocketHandler(gateway.webSocketHandler());
+  edge.addAll(withIdempotency(vaultRoutes({ vault }), taskQueries.idempotency));
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute());
   edge.addAll(pageRoutes('/api/v1'));
@@ -413,6 +517,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     );
   const baseUrl = `http://127.0.0.1:${http.port}/api/v1`;
   const publicUrl = config.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${http.port}`;
+  publicUrlOf = () => publicUrl.replace(/\/+$/, '');
   if (objectStore instanceof LocalObjectStore) objectStore.setPublicBaseUrl(publicUrl);
   logger.info({ http_port: http.port, base_url: baseUrl }, 'listening');
   // the schedulers' safety net: every 10 s each team with pending/waiting tasks gets a resync on the
@@ -469,6 +574,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         // graceful leave: the other members take over this node's actors now, not after a lease
         await cluster?.leave();
         await liveEvents.stop();
+        closeExternalAgents(liveEvents.guard);
         sessions.stop();
         await agentGrpc.stop();
         clearInterval(schedulerWatch);

@@ -22,6 +22,7 @@ import { Placement } from './placement.js';
 import { PeerPool, RemotingServer, type ErrorCodec } from './remoting.js';
 import { ClusterRouter } from './router.js';
 import type { AgentDirectoryPort } from './directory.js';
+import type { OpenTunnel, TunnelChannel, TunnelHandlers, TunnelOpenInfo } from '../gateway/tunnel.js';
 
 export type { Member, MembershipPort, MembershipView } from './ports.js';
 
@@ -107,6 +108,20 @@ export class Cluster<P extends ProtocolMap<P>> {
   /** True when this node owns the ref by its current view. */
   owns(ref: ActorRef<KindOf<P>>): boolean {
     return this.ownerOf(ref) === null;
+  }
+
+  /** Gateway tunnels: the local opener (this node's agent streams) serves other nodes' forwarded streams. */
+  setTunnelOpener(open: OpenTunnel): void {
+    this.server.tunnelOpener = open;
+  }
+
+  /** Opens a gateway tunnel on the node holding the agent's stream (null when none does). */
+  openRemoteTunnel(agentId: string, teamId: string, open: TunnelOpenInfo, h: TunnelHandlers): TunnelChannel | null {
+    const e = this.directory.lookup(agentId);
+    if (!e || e.memberId === this.selfMember.memberId) return null;
+    const m = this.placement.member(e.memberId);
+    if (!m) return null;
+    return this.peers.get(m.memberId, m.address).openTunnel(agentId, teamId, open, h);
   }
 
   /** Another member holds this agent's stream (by the directory and the live view). */

@@ -17,6 +17,9 @@ import type { Frame, Frame__Output } from '../gen/gantry/cluster/v1/Frame.js';
 import type { RemotingClient } from '../gen/gantry/cluster/v1/Remoting.js';
 import { AppError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
+import type { TunnelChunk, TunnelChunk__Output } from '../gen/gantry/cluster/v1/TunnelChunk.js';
+import type { OpenTunnel, TunnelChannel, TunnelHandlers, TunnelOpenInfo } from '../gateway/tunnel.js';
+import { openRemoteTunnel, serveTunnel } from './tunnel.js';
 
 const PROTO_PATH = fileURLToPath(new URL('../../proto/cluster/v1/remoting.proto', import.meta.url));
 /** The flags of `npm run gen:proto`. */
@@ -58,6 +61,8 @@ export class RemotingServer {
   private readonly calls = new Set<grpc.ServerDuplexStream<Frame__Output, Frame>>();
   /** Envelopes received (metrics/tests). */
   received = 0;
+  /** Opens gateway tunnels on this node's agent streams (set by the composition root). */
+  tunnelOpener: OpenTunnel | null = null;
 
   constructor(
     private readonly o: { host: string; port: number; handler: InboundHandler; errors: ErrorCodec; logger: Logger },
@@ -65,7 +70,10 @@ export class RemotingServer {
 
   async start(): Promise<number> {
     const server = new grpc.Server({ 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000, 'grpc.max_receive_message_length': 16 * 1024 * 1024 });
-    server.addService(loadProto().gantry.cluster.v1.Remoting.service, { Deliver: (call: grpc.ServerDuplexStream<Frame__Output, Frame>) => this.onCall(call) });
+    server.addService(loadProto().gantry.cluster.v1.Remoting.service, {
+      Deliver: (call: grpc.ServerDuplexStream<Frame__Output, Frame>) => this.onCall(call),
+      Tunnel: (call: grpc.ServerDuplexStream<TunnelChunk__Output, TunnelChunk>) => serveTunnel(call, this.tunnelOpener, this.o.logger),
+    });
     const port = await new Promise<number>((resolve, reject) =>
       server.bindAsync(`${this.o.host}:${this.o.port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
     );
@@ -169,9 +177,13 @@ export class RemotePeer {
     private readonly o: { selfMember: () => string; viewVersion: () => number; errors: ErrorCodec; logger: Logger },
   ) {}
 
-  private stream(): grpc.ClientDuplexStream<Frame, Frame__Output> {
-    if (this.call) return this.call;
-    if (this.closed) throw unreachable(this.memberId, 'closed');
+  /** A gateway tunnel stream to the agent whose stream this peer holds. */
+  openTunnel(agentId: string, teamId: string, open: TunnelOpenInfo, h: TunnelHandlers): TunnelChannel | null {
+    if (this.closed) return null;
+    return openRemoteTunnel(this.clientOf(), agentId, teamId, open, h);
+  }
+
+  private clientOf(): RemotingClient {
     this.client ??= new (loadProto().gantry.cluster.v1.Remoting)(this.address, grpc.credentials.createInsecure(), {
       'grpc.keepalive_time_ms': 10_000,
       'grpc.keepalive_timeout_ms': 5_000,
@@ -179,7 +191,13 @@ export class RemotePeer {
       'grpc.initial_reconnect_backoff_ms': 200,
       'grpc.max_reconnect_backoff_ms': 2000,
     });
-    const call = this.client.Deliver();
+    return this.client;
+  }
+
+  private stream(): grpc.ClientDuplexStream<Frame, Frame__Output> {
+    if (this.call) return this.call;
+    if (this.closed) throw unreachable(this.memberId, 'closed');
+    const call = this.clientOf().Deliver();
     this.call = call;
     const broken = (why: string): void => {
       if (this.call !== call) return;

@@ -23,6 +23,8 @@ const LIBUS_LISTEN_EXCLUSIVE_PORT = 1;
 export interface Ctx {
   method: string;
   path: string;
+  /** The raw query string (without '?'), as the client sent it. */
+  rawQuery: string;
   params: Record<string, string>;
   query: URLSearchParams;
   /** Lower-cased header names. */
@@ -120,6 +122,17 @@ export class StreamResponse {
       this.raw.writeStatus(statusLine(status));
       this.raw.writeHeader('X-Request-ID', this.requestId);
       for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
+    });
+  }
+
+  /** Like writeHead, with a header list (a name may repeat, e.g. Set-Cookie). */
+  writeHeadList(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
+    if (this.aborted || this.headersSent) return;
+    this.headersSent = true;
+    this.raw.cork(() => {
+      this.raw.writeStatus(statusLine(status));
+      this.raw.writeHeader('X-Request-ID', this.requestId);
+      for (const [k, v] of headers) this.raw.writeHeader(k, v);
     });
   }
 
@@ -297,6 +310,28 @@ export class StreamResponse {
   }
 }
 
+/** A WebSocket upgrade request, read synchronously from uWS (the request object dies after the callback). */
+export interface UpgradeRequest {
+  method: string;
+  path: string;
+  rawQuery: string;
+  /** Lower-cased header names. */
+  headers: Record<string, string>;
+  ip: string;
+  requestId: string;
+  res: HttpResponse;
+  context: uWS.us_socket_context_t;
+}
+
+/** WebSocket handling (the gateway): upgrade decides (answers or upgrades with userData), the rest relays. */
+export interface WebSocketHandler<U = unknown> {
+  upgrade(r: UpgradeRequest): void;
+  open(ws: uWS.WebSocket<U>): void;
+  message(ws: uWS.WebSocket<U>, data: ArrayBuffer, isBinary: boolean): void;
+  drain(ws: uWS.WebSocket<U>): void;
+  close(ws: uWS.WebSocket<U>, code: number, message: ArrayBuffer): void;
+}
+
 export interface HttpServerHandle {
   port: number;
   /** Stop accepting, wait for in-flight requests (bounded), close remaining connections. */
@@ -318,8 +353,14 @@ export class HttpEdge {
   private draining = false;
   private readonly streams = new Set<StreamResponse>();
   private readonly shutdownHooks: Array<() => void> = [];
+  private ws: WebSocketHandler<never> | null = null;
 
   constructor(private readonly o: EdgeOptions) {}
+
+  /** WebSocket upgrades on any path go to this handler (set before listen). */
+  setWebSocketHandler<U>(h: WebSocketHandler<U>): void {
+    this.ws = h as unknown as WebSocketHandler<never>;
+  }
 
   add(def: RouteDef): void {
     const full = def.absolute ? def.path : `${this.o.basePath}${def.path}`;
@@ -344,6 +385,36 @@ export class HttpEdge {
     const app = uWS.App();
     this.app = app;
     app.any('/*', (res, req) => this.onRequest(res, req));
+    const wsh = this.ws;
+    if (wsh)
+      app.ws<never>('/*', {
+        compression: uWS.DISABLED,
+        maxPayloadLength: 16 * 1024 * 1024,
+        maxBackpressure: 4 * 1024 * 1024,
+        idleTimeout: 120,
+        sendPingsAutomatically: true,
+        upgrade: (res, req, context) => {
+          const headers: Record<string, string> = {};
+          req.forEach((k, v) => {
+            headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
+          });
+          const rid = headers['x-request-id'];
+          wsh.upgrade({
+            method: req.getCaseSensitiveMethod().toUpperCase(),
+            path: req.getUrl(),
+            rawQuery: req.getQuery() ?? '',
+            headers,
+            ip: Buffer.from(res.getRemoteAddressAsText()).toString(),
+            requestId: rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7(),
+            res,
+            context,
+          });
+        },
+        open: (ws) => wsh.open(ws),
+        message: (ws, data, isBinary) => wsh.message(ws, data, isBinary),
+        drain: (ws) => wsh.drain(ws),
+        close: (ws, code, message) => wsh.close(ws, code, message),
+      });
     await new Promise<void>((resolve, reject) => {
       // the typings lack the (host, port, options, cb) overload the addon implements
       const listen = app.listen.bind(app) as unknown as (host: string, port: number, options: number, cb: (s: us_listen_socket | false) => void) => void;
@@ -442,6 +513,7 @@ export class HttpEdge {
     const ctx: Ctx = {
       method,
       path,
+      rawQuery: qs,
       params: {},
       get query(): URLSearchParams {
         return (query ??= parseQuery(qs));

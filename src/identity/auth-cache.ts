@@ -229,7 +229,8 @@ export class CachedAuthLookup implements AuthLookup {
         return;
       }
       case 'workflow':
-        return; // not identity data (the workflow cache listens to it)
+      case 'container':
+        return; // not identity data (the workflow cache and the gateway listen to them)
     }
   }
 

@@ -27,6 +27,8 @@ export const InvalidationSchema = z.discriminatedUnion('type', [
   // not identity data, the same port: a workflow changed (update, delete; null = a slug was created),
   // so other nodes' workflow caches drop its head (and its versions when deleted)
   z.strictObject({ type: z.literal('workflow'), workflowId: uuidish.nullable(), dropVersions: z.boolean() }),
+  // a team's container services or instances changed: gateway routing tables reload it
+  z.strictObject({ type: z.literal('container'), teamId: uuidish }),
 ]);
 
 export type Invalidation = z.infer<typeof InvalidationSchema>;

@@ -26,6 +26,9 @@ export interface AgentRow {
   agentVersion: string | null;
   credentialId: string | null;
   nodeId: string | null;
+  /** Container runtime it offers ('' none) and whether it exposes a tunnel target. */
+  containerRuntime: string;
+  tunnel: boolean;
   createdAt: number;
 }
 
@@ -49,6 +52,8 @@ export const rowToAgent = (r: Record<string, any>): AgentRow => ({
   agentVersion: r.agent_version ?? null,
   credentialId: r.credential_id ?? null,
   nodeId: r.node_id ?? null,
+  containerRuntime: r.container_runtime ?? '',
+  tunnel: Boolean(r.tunnel),
   createdAt: ts(r.created_at) ?? 0,
 });
 
@@ -222,6 +227,7 @@ export const agentJson = (a: AgentRow, reduced: boolean): Record<string, unknown
     last_seen_at: iso(a.lastSeenAt),
     agent_version: a.agentVersion,
     machine_id: reduced ? undefined : a.machineId,
+    container_runtime: a.containerRuntime,
     created_at: iso(a.createdAt),
   };
 };

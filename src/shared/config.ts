@@ -39,6 +39,16 @@ export const configSchema = z.object({
   GANTRY_MAX_BODY_BYTES: int(1024 * 1024, 1024, 64 * 1024 * 1024),
   GANTRY_MAX_UPLOAD_BYTES: int(500 * 1024 * 1024, 1, 5 * 1024 * 1024 * 1024),
   GANTRY_SHUTDOWN_TIMEOUT_MS: int(10_000, 0, 120_000),
+  /** Container gateway: until a container's response head (502 upstream_timeout after). */
+  GANTRY_PROXY_TIMEOUT_MS: int(60_000, 100, 3_600_000),
+  /** Container gateway: concurrent requests per instance on one node (503 instances_busy beyond). */
+  GANTRY_PROXY_MAX_INFLIGHT: int(256, 1, 100_000),
+  /** Container gateway: request body cap of the proxy (invoke: its base64 JSON, 1.4x). */
+  GANTRY_PROXY_MAX_BODY_BYTES: int(1024 * 1024 * 1024, 1024, 5 * 1024 * 1024 * 1024),
+  /** Container gateway: the largest container response invoke returns (base64 in JSON). */
+  GANTRY_INVOKE_MAX_RESPONSE_BYTES: int(32 * 1024 * 1024, 1024, 256 * 1024 * 1024),
+  /** Credential vault keys: "kid:base64-32-bytes,..." (first encrypts; all decrypt). Unset: derived from the deployment secret. */
+  GANTRY_VAULT_KEYS: optStr,
   GANTRY_TASK_TIMEOUT_MAX_S: int(86_400, 1, 30 * 86_400),
   GANTRY_AGENT_GRACE_S: int(30, 1, 3600),
   /** A queued task not acknowledged by its agent within this goes back to waiting (dispatch is at-least-once). */

@@ -182,7 +182,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         }
       }
       const live = [...this.instances.values()].filter(isLive).length;
-      if (live < svc.replicaCount && !this.placing) this.startPlacement(svc, svc.replicaCount - live);
+      if (live < svc.replicaCount && !this.placing) this.startPlacement(svc);
       const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
       this.setStatus(next === 'failed' && live > 0 ? svc.status : next);
       if (next === 'failed') this.target = 'idle';
@@ -206,7 +206,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     }
   }
 
-  private startPlacement(svc: ServiceRecord, need: number): void {
+  private startPlacement(svc: ServiceRecord): void {
     this.placing = true;
     const read = Promise.all([this.d.store.placementAgents(svc.teamId), this.d.store.gpuUsage(svc.teamId, svc.id)]);
     this.ctx.reenterAfter(read, (r) => {

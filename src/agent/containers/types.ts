@@ -20,7 +20,7 @@ export interface ContainerSpec {
   exposedPort: number;
   /**
    * Environment of the process/container. exec also gets PORT=<a free local port the runtime
-   * chose> (the process must listen on it) unless exposedPort is pinned with --exec-fixed-ports.
+   * chose> (the process must listen on it; exposedPort is not used by exec).
    */
   env: Array<{ name: string; value: string }>;
   /** docker: bind mounts. exec: ignored. */

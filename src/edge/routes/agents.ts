@@ -29,6 +29,8 @@ export interface AgentRouteDeps {
   session(agentId: string): { sessionId: string } | null;
   /** Ends the agent's stream (fatal for the agent program) and releases its tasks without grace. */
   kick(agentId: string): void;
+  /** The server's public base URL (GANTRY_PUBLIC_URL): tunnel URLs are built on it. */
+  publicUrl: () => string;
 }
 
 
@@ -66,10 +68,12 @@ export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
       auth: READ,
       handler: async (c) => {
         const row = await load(c);
-        // The container tunnel rides on the agent's stream (a later issue): until it lands, the tunnel
-        // is active exactly when the agent's stream is live on this node, and there is no tunnel URL.
+        // the tunnel is the agent's own stream (on whichever node holds it): active while the stream
+        // is live and the agent exposes a local port (--tunnel-url, or its ComfyUI); the URL is the
+        // gateway path that reaches that port for team members (ANY /agents/{id}/tunnel/*)
         const s = d.session(row.id);
-        return { is_active: s !== null, session_id: s?.sessionId ?? '', tunnel_url: '' };
+        const active = s !== null && row.tunnel;
+        return { is_active: active, session_id: s?.sessionId ?? '', tunnel_url: row.tunnel ? `${d.publicUrl()}/api/v1/agents/${row.id}/tunnel/` : '' };
       },
     },
   ];

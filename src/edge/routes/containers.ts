@@ -1,0 +1,160 @@
+/**
+ * Container services (docs/api.md "Container services"). Management: user JWT or dk- of a team
+ * member (sk- refused); reads for members, writes and lifecycle operations for admins. Runtime
+ * (J, S, D): the list and one service by slug; sk- callers see env values blanked.
+ *
+ *   POST   /containers                          create -> {id}
+ *   GET    /containers                          {container_list, page_meta}
+ *   GET    /containers/{serviceId}              the service with instance_list
+ *   PUT    /containers/{serviceId}              any field but service_type -> {id}
+ *   DELETE /containers/{serviceId}              {is_success} (created, stopped or failed)
+ *   POST   /containers/{serviceId}/deploy|start|stop|undeploy  {is_success, service_status}
+ *   GET    /r/containers                        {container_list, page_meta}
+ *   GET    /r/containers/{serviceSlug}          the service (a trailing slash proxies the container's /)
+ *
+ * Lifecycle operations are asked of the service's actor (the only writer of its state), on
+ * whichever node it lives; 409 invalid_state when the state does not allow the operation.
+ */
+import { CreateServiceBody, UpdateServiceBody, checkTypeRules, serviceJson, type ServiceRecord } from '../../domain/containers/schema.js';
+import { CONTAINER_SERVICE } from '../../actors/index.js';
+import type { ActorSystemPort } from '../../actors/ports.js';
+import type { PgContainerStore } from '../../persistence/container-store.js';
+import { badRequest, fromZodIssues, notFound } from '../../shared/errors.js';
+import { paged, parsePage } from '../../shared/pagination.js';
+import type { Ctx, RouteDef } from '../http.js';
+import type { RouteAuth } from '../principal.js';
+import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
+import type { Gateway } from './gateway.js';
+
+const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
+const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
+const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
+
+export interface ContainerRouteDeps {
+  store: PgContainerStore;
+  actors: ActorSystemPort;
+  /** Whether a vault credential exists in the team (external_auth_credential_id). */
+  credentialExists(teamId: string, id: string): Promise<boolean>;
+  /** The team's services changed (gateway routing tables on every node reload). */
+  changed(teamId: string): void;
+  gateway: Gateway;
+}
+
+export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
+  const load = async (c: Ctx): Promise<ServiceRecord> => {
+    const s = await d.store.get(teamPrincipalOf(c).teamId, uuidParam(c, 'serviceId'));
+    if (!s) throw notFound('container service', 'service_not_found');
+    return s;
+  };
+  const checkCredential = async (teamId: string, id: string | null | undefined): Promise<void> => {
+    if (id && !(await d.credentialExists(teamId, id))) throw badRequest('credential_not_found', 'external_auth_credential_id: no such credential in this team\'s vault');
+  };
+  const op = (name: 'deploy' | 'start' | 'stop' | 'undeploy'): RouteDef => ({
+    method: 'POST',
+    path: `/containers/{serviceId}/${name}`,
+    auth: MANAGE,
+    handler: async (c) => {
+      const s = await load(c);
+      const r = await d.actors.ask({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'op', op: name });
+      return { is_success: true, service_status: r.status };
+    },
+  });
+  const reduced = (c: Ctx): boolean => teamPrincipalOf(c).kind === 'integration';
+  return [
+    {
+      method: 'POST',
+      path: '/containers',
+      auth: MANAGE,
+      handler: async (c) => {
+        const b = parseBody(CreateServiceBody, c.body);
+        const p = teamPrincipalOf(c);
+        await checkCredential(p.teamId, b.external_auth_credential_id);
+        const id = await d.store.create(p.teamId, b, p.userId ?? null);
+        d.changed(p.teamId);
+        return { id };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/containers',
+      auth: READ,
+      handler: async (c) => {
+        const pg = parsePage(c.query);
+        const r = await d.store.list(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
+        return paged('container_list', r.rows.map((s) => serviceJson(s, false)), pg, r.total);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/containers/{serviceId}',
+      auth: READ,
+      handler: async (c) => {
+        const s = await load(c);
+        return serviceJson(s, false, await d.store.instances(s.id));
+      },
+    },
+    {
+      method: 'PUT',
+      path: '/containers/{serviceId}',
+      auth: MANAGE,
+      handler: async (c) => {
+        const b = parseBody(UpdateServiceBody, c.body);
+        const s = await load(c);
+        // the type rules hold for the record as it will be
+        const merged = {
+          service_type: s.type,
+          docker_image: b.docker_image ?? (s.image || undefined),
+          exposed_port: b.exposed_port ?? (s.exposedPort || undefined),
+          external_url: b.external_url ?? (s.externalUrl || undefined),
+          external_auth_credential_id: b.external_auth_credential_id !== undefined ? b.external_auth_credential_id : s.externalAuthCredentialId,
+        };
+        const issues: Array<{ path: string[]; message: string }> = [];
+        checkTypeRules(merged, { addIssue: (i) => issues.push(i) });
+        if (issues.length) throw fromZodIssues(issues);
+        await checkCredential(s.teamId, b.external_auth_credential_id);
+        const updated = await d.store.update(s.teamId, s.id, b);
+        if (!updated) throw notFound('container service', 'service_not_found');
+        d.actors.tell({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'changed' });
+        d.changed(s.teamId);
+        return { id: s.id };
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/containers/{serviceId}',
+      auth: MANAGE,
+      handler: async (c) => {
+        const s = await load(c);
+        await d.actors.ask({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'op', op: 'delete' });
+        d.changed(s.teamId);
+        return { is_success: true };
+      },
+    },
+    op('deploy'),
+    op('start'),
+    op('stop'),
+    op('undeploy'),
+    {
+      method: 'GET',
+      path: '/r/containers',
+      auth: RUNTIME,
+      handler: async (c) => {
+        const pg = parsePage(c.query);
+        const r = await d.store.list(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
+        return paged('container_list', r.rows.map((s) => serviceJson(s, reduced(c))), pg, r.total);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/r/containers/{serviceSlug}',
+      auth: RUNTIME,
+      stream: async (c, res) => {
+        // /r/containers/{slug}/ (trailing slash): the container's own root, through the proxy
+        if (c.path.endsWith('/')) return d.gateway.proxyRoot(c, res);
+        const s = await d.store.bySlug(teamPrincipalOf(c).teamId, c.params.serviceSlug ?? '');
+        if (!s) throw notFound(`container service ${c.params.serviceSlug ?? ''}`, 'service_not_found');
+        res.json(200, serviceJson(s, reduced(c)));
+      },
+    },
+  ];
+}
