@@ -229,12 +229,22 @@ async function probe(name: string, url: string, expect: string, headers?: Record
   if (text !== expect) throw new BenchError(`${name}: GET ${url}: the body differs from the container's (${text.length} vs ${expect.length} bytes): ${text.slice(0, 200)}`);
 }
 
+/** All cores' busy and total jiffies since boot (/proc/stat, first line). */
+function machineJiffies(): { busy: number; total: number } {
+  const f = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - (f[3] ?? 0) - (f[4] ?? 0), total };
+}
+
 async function measure(t: Target, conns: number, seconds: number): Promise<Measured> {
   const c0 = t.pids.map(([, pid]) => procCpuS(pid));
+  const m0 = machineJiffies();
   const t0 = performance.now();
   const r = await wrk(t.url, { conns, seconds, ...(t.headers ? { headers: t.headers } : {}) });
   const wall = (performance.now() - t0) / 1000;
-  const cpu = t.pids.map(([label, pid], i) => `${label} ${fmt(((procCpuS(pid) - (c0[i] as number)) / wall) * 100)}%`).join(', ');
+  const m1 = machineJiffies();
+  const machine = `whole machine ${fmt(((m1.busy - m0.busy) / Math.max(1, m1.total - m0.total)) * 100)}% busy of ${os.availableParallelism()} cores`;
+  const cpu = [...t.pids.map(([label, pid], i) => `${label} ${fmt(((procCpuS(pid) - (c0[i] as number)) / wall) * 100)}%`), machine].join(', ');
   if (r.non2xx > 0) throw new BenchError(`${t.name} (wrk -c${conns}): ${r.non2xx} of ${r.requests} responses were not 2xx`);
   if (r.requests === 0) throw new BenchError(`${t.name} (wrk -c${conns}): no request completed`);
   return { r, cpu };
@@ -242,7 +252,7 @@ async function measure(t: Target, conns: number, seconds: number): Promise<Measu
 
 function line(name: string, m: Measured): string {
   const r = m.r;
-  return `${name.padEnd(8)} ${fmt(r.okRps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  (${r.requests} requests in ${fmt(r.seconds, 1)} s, non-2xx ${r.non2xx}, socket errors ${r.socketErrors}; CPU of one core: ${m.cpu})`;
+  return `${name.padEnd(8)} ${fmt(r.okRps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  (${r.requests} requests in ${fmt(r.seconds, 1)} s, non-2xx ${r.non2xx}, socket errors ${r.socketErrors}; CPU, % of one core: ${m.cpu})`;
 }
 
 /** Warm-up then one measured run per target, in order. */
