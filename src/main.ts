@@ -323,13 +323,11 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     containers: {
       hello: async (agentId, _teamId, runtime, tunnel, instances) => {
         await containerStore.setAgentRuntime(agentId, runtime, tunnel);
-        const told = new Set<string>();
+        const held = instances.map((r) => r.instance_id);
         for (const r of instances) {
-          if (!isUuid(r.service_id)) continue;
-          told.add(r.service_id);
-          actors.tell({ kind: CONTAINER_SERVICE, id: r.service_id }, { type: 'report', agentId, instanceId: r.instance_id, state: r.state, healthy: r.healthy, error: r.error });
+          if (isUuid(r.service_id)) actors.tell({ kind: CONTAINER_SERVICE, id: r.service_id }, { type: 'report', agentId, instanceId: r.instance_id, state: r.state, healthy: r.healthy, error: r.error });
         }
-        for (const id of await containerStore.serviceIdsOnAgent(agentId)) if (!told.has(id)) actors.tell({ kind: CONTAINER_SERVICE, id }, { type: 'agent_up', agentId });
+        for (const id of await containerStore.serviceIdsOnAgent(agentId)) actors.tell({ kind: CONTAINER_SERVICE, id }, { type: 'agent_up', agentId, held });
       },
       report: (agentId, r) => {
         if (isUuid(r.service_id)) actors.tell({ kind: CONTAINER_SERVICE, id: r.service_id }, { type: 'report', agentId, instanceId: r.instance_id, state: r.state, healthy: r.healthy, error: r.error });

@@ -269,7 +269,9 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   });
   // container services: the runtime, its instances (reported on the stream) and the gateway tunnel
   const runtime: ContainerRuntime | null =
-    c.containerRuntime === 'docker' ? new DockerRuntime({ logger: log.child({ component: 'docker' }), socketPath: c.dockerSocket }) : c.containerRuntime === 'exec' ? new ExecRuntime({ logger: log.child({ component: 'exec' }) }) : null;
+    c.containerRuntime === 'docker' ? new DockerRuntime({ logger: log.child({ component: 'docker' }), socketPath: c.dockerSocket }) : c.containerRuntime === 'exec' ? new ExecRuntime({ logger: log.child({ component: 'exec' }), stateDir: c.stateDir }) : null;
+  // processes a killed previous run left behind are stopped (the server re-places their replicas)
+  if (runtime instanceof ExecRuntime) runtime.reapLeftovers();
   const reportOf = (r: InstanceReport) => ({ instance_id: r.instanceId, service_id: r.serviceId, state: r.state, healthy: r.healthy, error: r.error });
   const containers: ContainerManager | null = runtime
     ? new ContainerManager({ runtime, report: (r) => client.send({ container: reportOf(r) }, 'container'), healthIntervalMs: c.containerHealthIntervalMs, logger: log.child({ component: 'containers' }) })

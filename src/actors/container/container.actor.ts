@@ -42,6 +42,9 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   /** agent id -> when its stream was seen down (instances there are re-placed after the grace). */
   private downSince = new Map<string, number>();
   private writes: Promise<void> = Promise.resolve();
+  /** Replicas that failed in a row (reset when one becomes healthy): re-placement backs off. */
+  private failuresInRow = 0;
+  private notBefore = 0;
 
   constructor(
     private readonly serviceId: string,
@@ -74,12 +77,30 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         if (!this.downSince.has(m.agentId)) this.downSince.set(m.agentId, this.ctx.clock.now());
         this.reconcile();
         return { ok: true };
-      case 'agent_up':
+      case 'agent_up': {
         this.downSince.delete(m.agentId);
+        // an agent that restarted without one of our replicas (it died with the agent) lost it
+        const held = new Set(m.held);
+        for (const i of this.instances.values()) {
+          if (i.agentId !== m.agentId || held.has(i.id) || !isLive(i)) continue;
+          // a start that never reached it is sent again; a replica it had is lost
+          if (i.status === 'pending') this.startInstance(i);
+          else {
+            Object.assign(i, { status: 'failed', healthy: false, error: 'the agent restarted without this instance', updatedAt: this.ctx.clock.now() });
+            this.putInstance(i);
+          }
+        }
         this.reconcile();
         return { ok: true };
+      }
       case 'tick':
-        this.reconcile();
+        // an agent reported down may have reconnected elsewhere (its up and down crossed): check PostgreSQL
+        if (this.downSince.size > 0 && this.svc) {
+          this.ctx.reenterAfter(this.d.store.placementAgents(this.svc.teamId), (r) => {
+            if ('value' in r) for (const a of r.value) this.downSince.delete(a.id);
+            this.reconcile();
+          });
+        } else this.reconcile();
         if (this.target !== 'idle') this.ctx.setTimer('tick', this.d.tickMs, { type: 'tick' });
         return { ok: true };
       case 'get':
@@ -100,6 +121,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         if (op === 'deploy') for (const i of this.instances.values()) this.command(i, 'remove');
         this.target = 'run';
         this.placementFailed = false;
+        this.failuresInRow = 0;
+        this.notBefore = 0;
         this.message = external ? '' : 'placing replicas';
         if (external) this.setStatus('running');
         else {
@@ -153,7 +176,10 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       if (i.status === state && i.healthy === healthy && i.error === error) return this.reconcile();
       Object.assign(i, { status: state, healthy, error, updatedAt: this.ctx.clock.now() });
       this.putInstance(i);
-      if (state === 'failed') this.message = `instance ${instanceId.slice(0, 8)} on agent ${agentId.slice(0, 8)} failed: ${firstLine(error)}`;
+      if (state === 'failed') {
+        this.message = `instance ${instanceId.slice(0, 8)} on agent ${agentId.slice(0, 8)} failed: ${firstLine(error)}`;
+        this.backOff();
+      } else if (state === 'running' && healthy) this.failuresInRow = 0;
     }
     this.reconcile();
   }
@@ -170,6 +196,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         if (since !== undefined && now - since >= this.d.agentGraceMs && isLive(i)) {
           Object.assign(i, { status: 'failed', healthy: false, error: 'agent offline', updatedAt: now });
           this.putInstance(i);
+          this.downSince.delete(i.agentId);
           this.message = `agent ${i.agentId.slice(0, 8)} went offline; re-placing its replica`;
         }
       }
@@ -182,7 +209,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         }
       }
       const live = [...this.instances.values()].filter(isLive).length;
-      if (live < svc.replicaCount && !this.placing) this.startPlacement(svc);
+      if (live < svc.replicaCount && !this.placing && now >= this.notBefore) this.startPlacement(svc);
       const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
       this.setStatus(next === 'failed' && live > 0 ? svc.status : next);
       if (next === 'failed') this.target = 'idle';
@@ -230,6 +257,12 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       this.message = reason || (chosen.length ? `placed ${chosen.length} replica(s)` : this.message);
       this.reconcile();
     });
+  }
+
+  /** A replica failed: the next placement waits 1 s, doubling per failure in a row, up to 30 s (no hot crash loop). */
+  private backOff(): void {
+    this.failuresInRow++;
+    this.notBefore = this.ctx.clock.now() + Math.min(30_000, 1_000 * 2 ** Math.min(this.failuresInRow - 1, 5));
   }
 
   private startInstance(i: ServiceInstance): void {

@@ -15,7 +15,8 @@ export const ContainerServiceMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('report'), agentId: id, instanceId: id, state: z.enum(INSTANCE_STATES), healthy: z.boolean(), error: z.string().max(20_000) }),
   // an agent's stream closed or opened on some node
   z.object({ type: z.literal('agent_down'), agentId: id }),
-  z.object({ type: z.literal('agent_up'), agentId: id }),
+  // held: every instance the agent reported in its hello (of any service): the others it lost
+  z.object({ type: z.literal('agent_up'), agentId: id, held: z.array(id).max(100_000) }),
   // timers and recovery: compare desired with actual and act
   z.object({ type: z.literal('tick') }),
   z.object({ type: z.literal('get') }),

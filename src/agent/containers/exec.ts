@@ -7,6 +7,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
+import { mkdirSync, readFileSync, readdirSync, unlinkSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import type { Logger } from '../../shared/logger.js';
 import type { ContainerRuntime, ContainerSpec, ExitInfo, InstanceAddress, RuntimeOptions } from './types.js';
 
@@ -15,6 +17,11 @@ export interface ExecRuntimeOptions extends RuntimeOptions {
   startTimeoutMs?: number;
   /** Working directory of the spawned processes (default: the agent's). */
   cwd?: string;
+  /**
+   * Where each running process is recorded (pid and argv), so that an agent restarted after a
+   * crash stops what its previous run left behind (reapLeftovers). Absent: not recorded.
+   */
+  stateDir?: string;
 }
 
 const LOG_LINES = 200;
@@ -134,6 +141,63 @@ export class ExecRuntime implements ContainerRuntime {
     this.logger = o.logger;
     this.startTimeoutMs = o.startTimeoutMs ?? 30_000;
     this.cwd = o.cwd;
+    this.recordDir = o.stateDir ? path.join(o.stateDir, 'exec-instances') : null;
+  }
+
+  private readonly recordDir: string | null;
+
+  /**
+   * Stops the processes a previous run of this agent left behind (it was killed and could not stop
+   * them): each recorded pid whose command line still matches is killed. Returns how many.
+   */
+  reapLeftovers(): number {
+    if (!this.recordDir) return 0;
+    let n = 0;
+    let files: string[] = [];
+    try {
+      files = readdirSync(this.recordDir).filter((f) => f.endsWith('.json'));
+    } catch {
+      return 0;
+    }
+    for (const f of files) {
+      const file = path.join(this.recordDir, f);
+      try {
+        const r = JSON.parse(readFileSync(file, 'utf8')) as { pid: number; argv: string[] };
+        const cmdline = readFileSync(`/proc/${r.pid}/cmdline`, 'utf8');
+        if (cmdline === `${r.argv.join('\0')}\0`) {
+          process.kill(r.pid, 'SIGKILL');
+          n++;
+        }
+      } catch {
+        /* gone already, or not ours */
+      }
+      try {
+        unlinkSync(file);
+      } catch {
+        /* already removed */
+      }
+    }
+    if (n) this.logger.warn({ processes: n }, 'exec runtime: stopped instances left behind by a previous run of this agent');
+    return n;
+  }
+
+  private record(instanceId: string, pid: number, argv: string[]): void {
+    if (!this.recordDir) return;
+    try {
+      mkdirSync(this.recordDir, { recursive: true });
+      writeFileSync(path.join(this.recordDir, `${instanceId.replace(/[^A-Za-z0-9_-]/g, '_')}.json`), JSON.stringify({ pid, argv }));
+    } catch (e) {
+      this.logger.warn({ err_message: (e as Error).message }, 'exec runtime: could not record the instance');
+    }
+  }
+
+  private unrecord(instanceId: string): void {
+    if (!this.recordDir) return;
+    try {
+      unlinkSync(path.join(this.recordDir, `${instanceId.replace(/[^A-Za-z0-9_-]/g, '_')}.json`));
+    } catch {
+      /* not recorded */
+    }
   }
 
   async start(spec: ContainerSpec, onExit: (info: ExitInfo) => void): Promise<InstanceAddress> {
@@ -168,6 +232,7 @@ export class ExecRuntime implements ContainerRuntime {
       exit: new Promise<void>((r) => (resolveExit = r)),
     };
     this.instances.set(spec.instanceId, inst);
+    if (child.pid !== undefined) this.record(spec.instanceId, child.pid, argv);
     child.stdout?.setEncoding('utf8').on('data', (c: string) => logs.write('stdout', c));
     child.stderr?.setEncoding('utf8').on('data', (c: string) => logs.write('stderr', c));
 
@@ -204,6 +269,7 @@ export class ExecRuntime implements ContainerRuntime {
       inst.exited = true;
       inst.exitCode = code;
       inst.exitSignal = signal;
+      this.unrecord(spec.instanceId);
       logs.flush();
       resolveExit();
       if (started && !inst.stopping) {

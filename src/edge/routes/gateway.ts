@@ -363,20 +363,20 @@ export class Gateway {
   // ---------------------------------------------------------------------------------------------
   // WebSocket
 
-  webSocketHandler(): WebSocketHandler<WsData> {
+  webSocketHandler(): WebSocketHandler<WsUser> {
     return {
       upgrade: (r) => void this.upgrade(r),
       open: (ws) => {
-        const u = ws.getUserData();
+        const u = ws.getUserData().s;
         u.ws = ws;
         for (const m of u.pending.splice(0)) deliverWs(u, m);
       },
       message: (ws, data, isBinary) => {
-        ws.getUserData().channel.ws({ data: Buffer.from(data.slice(0)), binary: isBinary, close: false, closeCode: 0, closeReason: '' });
+        ws.getUserData().s.channel.ws({ data: Buffer.from(data.slice(0)), binary: isBinary, close: false, closeCode: 0, closeReason: '' });
       },
       drain: () => undefined,
       close: (ws, code, message) => {
-        const u = ws.getUserData();
+        const u = ws.getUserData().s;
         u.closed = true;
         u.ws = null;
         u.channel.ws({ data: Buffer.alloc(0), binary: false, close: true, closeCode: code, closeReason: Buffer.from(message).toString('utf8') });
@@ -432,7 +432,8 @@ export class Gateway {
       }
       const protocol = head.headers.find(([k]) => k.toLowerCase() === 'sec-websocket-protocol')?.[1] ?? '';
       r.res.cork(() => {
-        r.res.upgrade(data, r.headers['sec-websocket-key'] ?? '', protocol, '', r.context);
+        // uWS copies the userData object's own properties: the state lives behind one reference
+        r.res.upgrade<WsUser>({ s: data }, r.headers['sec-websocket-key'] ?? '', protocol, '', r.context);
       });
     } catch (e) {
       const { status, body, headers } = toHttpError(e);
@@ -510,9 +511,13 @@ export class Gateway {
   }
 }
 
+interface WsUser {
+  s: WsData;
+}
+
 interface WsData {
   channel: TunnelChannel;
-  ws: uWS.WebSocket<WsData> | null;
+  ws: uWS.WebSocket<WsUser> | null;
   /** Messages from the container that arrived before uWS opened the socket. */
   pending: WsFrame[];
   closed: boolean;
