@@ -276,6 +276,7 @@ runBench('PROXY', async () => {
   requireTool('nginx', 'apt-get install -y nginx-light');
   console.log(`PROXY: GET /r/containers/{slug}/hello (sk-, via the agent's stream) vs the same container direct and through nginx; wrk ${CONNS} conns (throughput) and ${LAT_CONNS} (latency), ${SECONDS} s each after ${WARMUP_S} s warm-ups`);
   console.log(await machineLine());
+  console.log(`load average before the run: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (other work on the machine shares the cores: compare the ratios)`);
 
   const g = await startGantry('proxy');
   // the container is the agent's child; if the agent does not stop it, this does (registered first, so it runs after the agent stopped)
