@@ -5,7 +5,8 @@
  * nginx (a stock reverse proxy, keep-alive upstream), all three measured in the same run.
  *
  *   npm run bench:proxy         (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/postgres)
- *   env: BENCH_CONNS (32), BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_LAT_CONNS (1)
+ *   env: BENCH_CONNS (32), BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_LAT_CONNS (1);
+ *        BENCH_NODE_ARGS / BENCH_AGENT_NODE_ARGS: extra node flags for the node / the agent (profiling)
  *
  * Processes: the Gantry node (`node bin/gantry.mjs serve`, fresh database), one agent program
  * (`node bin/gantry.mjs agent --executor simulate --container-runtime exec`), the container (its
@@ -87,6 +88,8 @@ async function startAgent(g: GantryProcess): Promise<number> {
   const agent = spawnChild(
     process.execPath,
     [
+      // BENCH_AGENT_NODE_ARGS: extra node flags for the agent program (e.g. --cpu-prof --cpu-prof-dir=/tmp/prof)
+      ...(process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter(Boolean),
       join(root, 'bin/gantry.mjs'),
       'agent',
       '--server', `127.0.0.1:${g.grpcPort}`,
