@@ -63,8 +63,14 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
 
   receive(m: Msg): Reply | undefined {
     switch (m.type) {
-      case 'op':
-        return this.op(m.op);
+      case 'op': {
+        // answered once the state write has landed: a caller that proxies right after sees it
+        const status = this.op(m.op);
+        const handle = this.ctx.deferReply();
+        const done = this.writes;
+        this.ctx.reenterAfter(done, () => handle.resolve(status));
+        return undefined;
+      }
       case 'changed':
         this.ctx.reenterAfter(this.d.store.byId(this.serviceId), (r) => {
           if ('value' in r && r.value) this.svc = { ...r.value, status: this.svc?.status ?? r.value.status };

@@ -1,0 +1,103 @@
+/**
+ * External container services through a node: a local HTTPS server (test CA) stands in for the
+ * external API; the node allowlists 127.0.0.1 and trusts the CA. The vault's header is injected on
+ * the way out and never shown; proxy and invoke both reach it.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import https from 'node:https';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startTestNode, type TestNode } from '../helpers/node.js';
+import { setupTeam, type TeamSetup } from '../agents/helpers.js';
+import { makePki, type Pki } from '../events/helpers.js';
+
+const hasOpenssl = spawnSync('openssl', ['version'], { stdio: 'ignore' }).status === 0;
+const skip = hasOpenssl ? false : 'openssl is not installed: the test cannot make its TLS certificates';
+const SECRET = 'Bearer ext-secret-9876543210';
+
+let t: TestNode;
+let s: TeamSetup;
+let pki: Pki;
+let api: https.Server;
+let port = 0;
+const seen: Array<{ url: string; headers: IncomingHttpHeaders; body: string }> = [];
+const mgmt = () => ({ token: s.user.accessToken, team: s.user.teamId });
+
+before(async () => {
+  if (skip) return;
+  pki = makePki();
+  api = https.createServer({ key: pki.key, cert: pki.cert }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      seen.push({ url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString() });
+      res.writeHead(req.url?.includes('missing') ? 404 : 200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ url: req.url, method: req.method }));
+    });
+  });
+  await new Promise<void>((r) => api.listen(0, '127.0.0.1', r));
+  port = (api.address() as AddressInfo).port;
+  t = await startTestNode({ GANTRY_OUTBOUND_ALLOWLIST: '127.0.0.1', GANTRY_OUTBOUND_CA_FILE: pki.caFile }, 'gw_external');
+  s = await setupTeam(t);
+});
+
+after(async () => {
+  if (skip) return;
+  await t.stop();
+  api.closeAllConnections();
+  await new Promise((r) => api.close(r));
+  pki.cleanup();
+});
+
+test('an external service: deploy makes it running at once; proxy and invoke go out with the vault header', { skip }, async () => {
+  const cred = await t.http.post('/vault/credentials', { display_name: 'ext api key', header_name: 'Authorization', header_value: SECRET }, mgmt());
+  assert.equal(cred.status, 200, 'vault: ' + cred.text);
+  const plain = await t.http.post('/containers', { service_slug: 'plain', display_name: 'x', service_type: 'external', external_url: `http://127.0.0.1:${port}/v1` }, mgmt());
+  assert.equal(plain.status, 400, 'http:// external URLs are refused');
+  const other = await setupTeam(t);
+  const otherCred = await t.http.post('/vault/credentials', { display_name: 'theirs', header_name: 'X-Key', header_value: 'their-secret-value' }, { token: other.user.accessToken, team: other.user.teamId });
+  const foreign = await t.http.post('/containers', { service_slug: 'foreign', display_name: 'x', service_type: 'external', external_url: `https://127.0.0.1:${port}/v1`, external_auth_credential_id: otherCred.body.id }, mgmt());
+  assert.equal(foreign.status, 400, 'another team\'s vault credential cannot be referenced');
+
+  const r = await t.http.post('/containers', { service_slug: 'ext', display_name: 'external api', service_type: 'external', external_url: `https://127.0.0.1:${port}/v1`, external_auth_credential_id: cred.body.id }, mgmt());
+  assert.equal(r.status, 200, r.text);
+  const id = r.body.id as string;
+  const before = await t.http.post('/r/invoke/ext', { method: 'GET', path: '/x' }, { token: s.sk.value });
+  assert.equal(before.status, 400, 'created, not running');
+  const dep = await t.http.post(`/containers/${id}/deploy`, {}, mgmt());
+  assert.equal(dep.status, 200, dep.text);
+  assert.equal(dep.body.service_status, 'running');
+
+  const p = await fetch(`${t.baseUrl}/r/containers/ext/models?limit=2`, { method: 'POST', headers: { authorization: `Bearer ${s.sk.value}`, 'content-type': 'application/json' }, body: '{"q":1}' });
+  assert.equal(p.status, 200);
+  assert.deepEqual(await p.json(), { url: '/v1/models?limit=2', method: 'POST' });
+  const last = seen.at(-1)!;
+  assert.equal(last.headers.authorization, SECRET, 'the vault header replaced the caller\'s credential');
+  assert.equal(last.body, '{"q":1}');
+  const miss = await fetch(`${t.baseUrl}/r/containers/ext/missing`, { headers: { authorization: `Bearer ${s.sk.value}` } });
+  assert.equal(miss.status, 404, 'the external service\'s own status');
+  const inv = await t.http.post('/r/invoke/ext', { method: 'GET', path: '/models' }, { token: s.sk.value });
+  assert.equal(inv.status, 200, inv.text);
+  assert.equal(inv.body.status_code, 200);
+  assert.equal(seen.at(-1)!.headers.authorization, SECRET);
+  // the secret is never shown: not on the service, not on the credential
+  for (const path of [`/containers/${id}`, '/vault/credentials', `/vault/credentials/${cred.body.id}`]) {
+    const g = await t.http.get(path, mgmt());
+    assert.equal(g.status, 200, g.text);
+    assert.ok(!g.text.includes('ext-secret'), path);
+  }
+  // stop: 400 on the proxy
+  assert.equal((await t.http.post(`/containers/${id}/stop`, {}, mgmt())).body.service_status, 'stopped');
+  assert.equal((await fetch(`${t.baseUrl}/r/containers/ext/models`, { headers: { authorization: `Bearer ${s.sk.value}` } })).status, 400);
+});
+
+test('an external URL the outbound guard refuses: 502 egress_refused', { skip }, async () => {
+  const r = await t.http.post('/containers', { service_slug: 'meta', display_name: 'x', service_type: 'external', external_url: 'https://169.254.169.254/latest' }, mgmt());
+  assert.equal(r.status, 200, r.text);
+  await t.http.post(`/containers/${r.body.id}/deploy`, {}, mgmt());
+  const p = await fetch(`${t.baseUrl}/r/containers/meta/meta-data`, { headers: { authorization: `Bearer ${s.sk.value}` } });
+  assert.equal(p.status, 502);
+  assert.equal(((await p.json()) as Record<string, string>).error_code, 'egress_refused');
+});
