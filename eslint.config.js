@@ -27,6 +27,8 @@ const zones = [
   { target: './src/identity', from: './src/edge', message: 'identity must not import the edge (the edge depends on identity, not the reverse)' },
   { target: './src/events', from: './src/edge', message: 'events must not import the edge (take a small interface, e.g. SseSink)' },
   { target: './src/files', from: './src/edge', message: 'files must not import the edge (take a port or a callback)' },
+  { target: './src/gateway', from: './src/edge', message: 'the gateway core (tunnel, balancer, directory, egress) must not import the edge' },
+  { target: './src/vault', from: './src/edge', message: 'the vault must not import the edge' },
   // the server never imports the agent program; what both ends share lives in src/protocol
   { target: './src/edge', from: './src/agent', message: 'the edge must not import the agent program (shared wire code lives in src/protocol)' },
   // the wire protocol shared by the agent program and the server depends only on generated types and shared utilities

@@ -15,6 +15,7 @@ const usage = `gantry <command> [options]
   serve      start a node (HTTP on GANTRY_HTTP_PORT, gRPC on GANTRY_GRPC_PORT)
   migrate    apply database migrations and exit
   agent      run a GPU agent (gantry agent --help)
+  vault rotate  re-encrypt every credential vault secret with the active key (GANTRY_VAULT_KEYS) and exit
   version    print the version (also -V, --version)
   help       print this help (also -h, --help; gantry <command> --help for one command)
 
@@ -99,6 +100,26 @@ async function migrate(config: Config): Promise<number> {
   return 0;
 }
 
+/** `gantry vault rotate`: every vault secret not under the active key is re-encrypted with it. */
+async function vaultRotate(config: Config): Promise<number> {
+  const logger = createLogger(config.LOG_LEVEL);
+  const { Database } = await import('./persistence/db.js');
+  const { VaultKeyring } = await import('./vault/keyring.js');
+  const { VaultStore } = await import('./vault/store.js');
+  const { deploymentSecret } = await import('./identity/signing-keys.js');
+  const dataDir = resolve(config.GANTRY_DATA_DIR);
+  const db = await Database.open({ databaseUrl: config.DATABASE_URL, dataDir, poolMax: 2, logger, createDatabase: false });
+  try {
+    await db.migrate();
+    const keyring = VaultKeyring.fromConfig({ keys: config.GANTRY_VAULT_KEYS, fallbackSecret: deploymentSecret(config.GANTRY_SECRET_KEY, dataDir, logger) });
+    const n = await new VaultStore(db, keyring).rotate();
+    process.stdout.write(`re-encrypted ${n} vault credential(s) with key ${keyring.kids()[0] ?? ''}\n`);
+  } finally {
+    await db.close();
+  }
+  return 0;
+}
+
 async function serve(config: Config): Promise<number> {
   const logger = createLogger(config.LOG_LEVEL);
   const { startNode } = await import('./main.js');
@@ -149,6 +170,10 @@ async function main(argv: string[]): Promise<number> {
       }
       const { runAgentCli } = await import('./agent/cli.js');
       return await runAgentCli(rest);
+    }
+    if (cmd === 'vault') {
+      if (rest[0] !== 'rotate' || rest.length !== 1) throw new UsageError('usage: gantry vault rotate\n');
+      return await vaultRotate(configFrom(false));
     }
     if (cmd === 'serve' || cmd === 'migrate') {
       const opts = parseServeArgs(cmd, rest);
