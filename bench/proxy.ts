@@ -1,0 +1,347 @@
+/**
+ * Proxy: the container gateway's transparent proxy (`GET /api/v1/r/containers/{slug}/hello` with
+ * an sk- credential: client -> Gantry node (uWS) -> the agent's gRPC stream -> agent program ->
+ * local HTTP to the container -> back) against the same container reached directly and through
+ * nginx (a stock reverse proxy, keep-alive upstream), all three measured in the same run.
+ *
+ *   npm run bench:proxy         (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/postgres)
+ *   env: BENCH_CONNS (32), BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_LAT_CONNS (1);
+ *        BENCH_NODE_ARGS / BENCH_AGENT_NODE_ARGS: extra node flags for the node / the agent (profiling)
+ *
+ * Processes: the Gantry node (`node bin/gantry.mjs serve`, fresh database), one agent program
+ * (`node bin/gantry.mjs agent --executor simulate --container-runtime exec`), the container (its
+ * exec runtime runs bench/proc/echo-server.mjs: plain node:http, a fixed 1 KB body), nginx
+ * (`worker_processes 1`, upstream keepalive 64, config generated in a temp dir) and wrk. The
+ * service is created and deployed through the API with 1 replica; the echo server writes its port
+ * to PORT_FILE (passed through env_config), which gives the direct URL of the very process the
+ * gateway reaches.
+ *
+ * Two passes, each target with a warm-up then one measured run, same settings for all three:
+ *   - throughput: wrk BENCH_CONNS connections (rps, p50, p99): ratio = gantry / direct rps;
+ *   - latency: wrk BENCH_LAT_CONNS connections (default 1): added p50/p99 over direct without the
+ *     queueing that dominates latency at saturation on a small machine.
+ * Targets: ratio >= 0.4; gantry added p50 <= 1 ms. Non-2xx responses fail the bench.
+ * Last line: `PROXY gantry_rps=... direct_rps=... nginx_rps=... ratio=... nginx_ratio=... added_p50_ms=... added_p99_ms=...`.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import {
+  BenchError,
+  envNum,
+  fmt,
+  freePort,
+  machineLine,
+  onCleanup,
+  procCpuS,
+  requireTool,
+  root,
+  runBench,
+  sleep,
+  spawnChild,
+  startGantry,
+  waitUntil,
+  wrk,
+  type GantryProcess,
+  type WrkResult,
+} from './lib/harness.js';
+
+const SECONDS = envNum('BENCH_DURATION_S', 10);
+const CONNS = envNum('BENCH_CONNS', 32);
+const LAT_CONNS = envNum('BENCH_LAT_CONNS', 1);
+const WARMUP_S = envNum('BENCH_WARMUP_S', 2);
+const SLUG = 'bench-echo';
+
+interface Target {
+  name: string;
+  url: string;
+  headers?: Record<string, string>;
+  /** processes whose CPU share is reported for this target */
+  pids: Array<[string, number]>;
+}
+
+interface Measured {
+  r: WrkResult;
+  cpu: string;
+}
+
+/** A temp dir removed at the bench's exit. */
+function tempDir(prefix: string): string {
+  const d = mkdtempSync(join(os.tmpdir(), prefix));
+  onCleanup(async () => rmSync(d, { recursive: true, force: true }));
+  return d;
+}
+
+/** Whether pid is alive and its command line contains `needle` (guards against pid reuse). */
+function isProcess(pid: number, needle: string): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(needle);
+  } catch {
+    return false;
+  }
+}
+
+/** Starts the agent program with the exec container runtime and waits until the node lists it online. */
+async function startAgent(g: GantryProcess): Promise<number> {
+  const ak = await g.agentCredential();
+  const dir = tempDir('gantry-proxy-agent-');
+  const agent = spawnChild(
+    process.execPath,
+    [
+      // BENCH_AGENT_NODE_ARGS: extra node flags for the agent program (e.g. --cpu-prof --cpu-prof-dir=/tmp/prof)
+      ...(process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter(Boolean),
+      join(root, 'bin/gantry.mjs'),
+      'agent',
+      '--server', `127.0.0.1:${g.grpcPort}`,
+      '--credential', ak,
+      '--executor', 'simulate',
+      '--container-runtime', 'exec',
+      '--container-health-interval-ms', '500',
+      '--machine-id', 'bench-proxy-agent',
+      '--name', 'bench-proxy-agent',
+      '--state-dir', dir,
+      '--work-dir', join(dir, 'work'),
+      '--gpu', 'NVIDIA RTX 4090:24',
+      '--sync-interval-s', '0',
+      '--drain-timeout-s', '5',
+      '--tunnel-url', 'none',
+      '--log-level', 'warn',
+    ],
+    { stdout: 'inherit', stderr: 'inherit' },
+  );
+  let exited = false;
+  agent.once('exit', () => (exited = true));
+  await waitUntil('the agent to be online', async () => {
+    if (exited) throw new BenchError(`the agent program exited (code ${agent.exitCode ?? agent.signalCode}) before it was online`);
+    const r = await g.http.get('/agents?per_page=10', { token: g.user.accessToken, team: g.user.teamId });
+    const list = (r.body?.agent_list ?? []) as Array<Record<string, unknown>>;
+    return r.status === 200 && list.some((a) => a.agent_status === 'online' || a.agent_status === 'busy');
+  }, 60_000, 100).catch((e: unknown) => {
+    if (exited) throw new BenchError(`the agent program exited (code ${agent.exitCode ?? agent.signalCode}) before it was online`);
+    throw e;
+  });
+  return agent.pid as number;
+}
+
+/**
+ * Creates and deploys the echo service (1 replica, exec command = the echo server with PORT_FILE)
+ * and waits until it is running and the port file is written. Returns the container's port and pid.
+ */
+async function deployEcho(g: GantryProcess, portFile: string): Promise<{ port: number; pid: number }> {
+  const auth = { token: g.user.accessToken, team: g.user.teamId };
+  const create = await g.http.post(
+    '/containers',
+    {
+      service_slug: SLUG,
+      display_name: 'proxy bench echo',
+      service_type: 'deployed',
+      docker_image: JSON.stringify([process.execPath, join(root, 'bench/proc/echo-server.mjs')]),
+      exposed_port: 8080,
+      replica_count: 1,
+      gpu_count: 0,
+      health_path: '/health',
+      env_config: [{ env_name: 'PORT_FILE', env_value: portFile }],
+    },
+    auth,
+  );
+  if (create.status !== 200 || !create.body?.id) throw new BenchError(`POST /containers: ${create.status} ${create.text}`);
+  const id = String(create.body.id);
+  const deploy = await g.http.post(`/containers/${id}/deploy`, {}, auth);
+  if (deploy.status !== 200) throw new BenchError(`POST /containers/${id}/deploy: ${deploy.status} ${deploy.text}`);
+  let last = '';
+  await waitUntil('the echo service to be running', async () => {
+    const r = await g.http.get(`/containers/${id}`, auth);
+    if (r.status !== 200) throw new BenchError(`GET /containers/${id}: ${r.status} ${r.text}`);
+    last = r.text;
+    if (r.body.service_status === 'failed') throw new BenchError(`the echo service failed to deploy: ${r.text}`);
+    return r.body.service_status === 'running';
+  }, 60_000, 100).catch((e: unknown) => {
+    if (e instanceof BenchError && e.message.startsWith('timed out')) throw new BenchError(`${e.message}; last GET /containers/${id}: ${last}`);
+    throw e;
+  });
+  await waitUntil('the echo server port file', () => existsSync(portFile), 10_000, 50);
+  const { port, pid } = JSON.parse(readFileSync(portFile, 'utf8')) as { port: number; pid: number };
+  return { port, pid };
+}
+
+/** Starts nginx (worker_processes 1, keep-alive upstream) in front of 127.0.0.1:upstreamPort. */
+async function startNginx(upstreamPort: number): Promise<{ url: string; pids: Array<[string, number]> }> {
+  const dir = tempDir('gantry-proxy-nginx-');
+  const port = await freePort();
+  // run as root (containers, CI): the worker would drop to nobody and could not use the 0700 temp dir
+  const user = process.getuid?.() === 0 ? 'user root;\n' : '';
+  const conf = `${user}worker_processes 1;
+daemon off;
+master_process on;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 75s;
+  upstream echo {
+    server 127.0.0.1:${upstreamPort};
+    keepalive 64;
+    keepalive_requests 1000000;
+  }
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      proxy_pass http://echo;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`;
+  writeFileSync(join(dir, 'nginx.conf'), conf);
+  const nginx = spawnChild('nginx', ['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')], { stdout: 'inherit', stderr: 'inherit' });
+  let exited = false;
+  nginx.once('exit', () => (exited = true));
+  const url = `http://127.0.0.1:${port}/hello`;
+  const errLog = (): string => (existsSync(join(dir, 'error.log')) ? readFileSync(join(dir, 'error.log'), 'utf8').trim() : '');
+  await waitUntil('nginx to answer', async () => {
+    if (exited) throw new BenchError(`nginx exited (code ${nginx.exitCode ?? nginx.signalCode}): ${errLog()}`);
+    return (await fetch(url)).ok;
+  }, 15_000, 50).catch((e: unknown) => {
+    if (exited) throw new BenchError(`nginx exited (code ${nginx.exitCode ?? nginx.signalCode}): ${errLog()}`);
+    throw e;
+  });
+  const pids: Array<[string, number]> = [['nginx master', nginx.pid as number]];
+  // the worker: the master's only child
+  try {
+    const kids = readFileSync(`/proc/${nginx.pid}/task/${nginx.pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+    for (const k of kids) pids.push(['nginx worker', k]);
+  } catch {
+    // no children file: the master's share alone
+  }
+  return { url, pids };
+}
+
+/** GET url once: status 200 and the same body as the direct request (relayed unchanged). */
+async function probe(name: string, url: string, expect: string, headers?: Record<string, string>): Promise<void> {
+  const r = await fetch(url, headers ? { headers } : {});
+  const text = await r.text();
+  if (r.status !== 200) throw new BenchError(`${name}: GET ${url} answered ${r.status}: ${text.slice(0, 500)}`);
+  if (text !== expect) throw new BenchError(`${name}: GET ${url}: the body differs from the container's (${text.length} vs ${expect.length} bytes): ${text.slice(0, 200)}`);
+}
+
+/** All cores' busy and total jiffies since boot (/proc/stat, first line). */
+function machineJiffies(): { busy: number; total: number } {
+  const f = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - (f[3] ?? 0) - (f[4] ?? 0), total };
+}
+
+async function measure(t: Target, conns: number, seconds: number): Promise<Measured> {
+  const c0 = t.pids.map(([, pid]) => procCpuS(pid));
+  const m0 = machineJiffies();
+  const t0 = performance.now();
+  const r = await wrk(t.url, { conns, seconds, ...(t.headers ? { headers: t.headers } : {}) });
+  const wall = (performance.now() - t0) / 1000;
+  const m1 = machineJiffies();
+  const machine = `whole machine ${fmt(((m1.busy - m0.busy) / Math.max(1, m1.total - m0.total)) * 100)}% busy of ${os.availableParallelism()} cores`;
+  const cpu = [...t.pids.map(([label, pid], i) => `${label} ${fmt(((procCpuS(pid) - (c0[i] as number)) / wall) * 100)}%`), machine].join(', ');
+  if (r.non2xx > 0) throw new BenchError(`${t.name} (wrk -c${conns}): ${r.non2xx} of ${r.requests} responses were not 2xx`);
+  if (r.requests === 0) throw new BenchError(`${t.name} (wrk -c${conns}): no request completed`);
+  return { r, cpu };
+}
+
+function line(name: string, m: Measured): string {
+  const r = m.r;
+  return `${name.padEnd(8)} ${fmt(r.okRps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  (${r.requests} requests in ${fmt(r.seconds, 1)} s, non-2xx ${r.non2xx}, socket errors ${r.socketErrors}; CPU, % of one core: ${m.cpu})`;
+}
+
+/** Warm-up then one measured run per target, in order. */
+async function pass(targets: Target[], conns: number): Promise<Map<string, Measured>> {
+  const out = new Map<string, Measured>();
+  for (const t of targets) {
+    const w = await wrk(t.url, { conns, seconds: WARMUP_S, ...(t.headers ? { headers: t.headers } : {}) });
+    if (w.non2xx > 0) throw new BenchError(`${t.name} warm-up (wrk -c${conns}): ${w.non2xx} of ${w.requests} responses were not 2xx`);
+    const m = await measure(t, conns, SECONDS);
+    console.log(line(t.name, m));
+    out.set(t.name, m);
+  }
+  return out;
+}
+
+const get = (m: Map<string, Measured>, name: string): WrkResult => (m.get(name) as Measured).r;
+const signed = (n: number, digits = 3): string => `${n >= 0 ? '+' : ''}${fmt(n, digits)}`;
+
+runBench('PROXY', async () => {
+  requireTool('wrk', 'apt-get install -y wrk');
+  requireTool('nginx', 'apt-get install -y nginx-light');
+  console.log(`PROXY: GET /r/containers/{slug}/hello (sk-, via the agent's stream) vs the same container direct and through nginx; wrk ${CONNS} conns (throughput) and ${LAT_CONNS} (latency), ${SECONDS} s each after ${WARMUP_S} s warm-ups`);
+  console.log(await machineLine());
+  console.log(`load average before the run: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (other work on the machine shares the cores: compare the ratios)`);
+
+  const g = await startGantry('proxy');
+  // the container is the agent's child; if the agent does not stop it, this does (registered first, so it runs after the agent stopped)
+  let echoPid = 0;
+  onCleanup(async () => {
+    if (echoPid && isProcess(echoPid, 'echo-server.mjs')) {
+      process.kill(echoPid, 'SIGTERM');
+      await waitUntil('the echo server to exit', () => !isProcess(echoPid, 'echo-server.mjs'), 5_000, 50).catch(() => process.kill(echoPid, 'SIGKILL'));
+    }
+  });
+  const agentPid = await startAgent(g);
+  const portFile = join(tempDir('gantry-proxy-echo-'), 'port.json');
+  const echo = await deployEcho(g, portFile);
+  echoPid = echo.pid;
+  const directUrl = `http://127.0.0.1:${echo.port}/hello`;
+  const expected = await (await fetch(directUrl)).text();
+  if (expected.length < 1000) throw new BenchError(`direct: GET ${directUrl}: unexpected body (${expected.length} bytes)`);
+
+  const ng = await startNginx(echo.port);
+  const gantryUrl = `${g.apiBase}/r/containers/${SLUG}/hello`;
+  const auth = { authorization: `Bearer ${g.sk}` };
+  await probe('direct', directUrl, expected);
+  await probe('nginx', ng.url, expected);
+  // the service may be "running" a moment before the node routes to the instance: retry 503s briefly
+  await waitUntil('the gateway to route to the instance', async () => (await fetch(gantryUrl, { headers: auth }).then((r) => r.text().then(() => r.status))) !== 503, 10_000, 100);
+  await probe('gantry', gantryUrl, expected, auth);
+
+  const echoPids: Array<[string, number]> = [['echo', echo.pid]];
+  const targets: Target[] = [
+    { name: 'direct', url: directUrl, pids: echoPids },
+    { name: 'nginx', url: ng.url, pids: [...ng.pids, ...echoPids] },
+    { name: 'gantry', url: gantryUrl, headers: auth, pids: [['node', g.pid], ['agent', agentPid], ...echoPids] },
+  ];
+
+  console.log(`-- throughput: wrk -c${CONNS}`);
+  const tp = await pass(targets, CONNS);
+  await sleep(500);
+  console.log(`-- latency: wrk -c${LAT_CONNS}`);
+  const lat = await pass(targets, LAT_CONNS);
+
+  const [d, n, gw] = [get(tp, 'direct'), get(tp, 'nginx'), get(tp, 'gantry')];
+  const [ld, ln, lg] = [get(lat, 'direct'), get(lat, 'nginx'), get(lat, 'gantry')];
+  const ratio = gw.okRps / d.okRps;
+  const nginxRatio = n.okRps / d.okRps;
+  const gantryNginx = gw.okRps / n.okRps;
+  const added = { p50: gw.p50Ms - d.p50Ms, p99: gw.p99Ms - d.p99Ms };
+  const nginxAdded = { p50: n.p50Ms - d.p50Ms, p99: n.p99Ms - d.p99Ms };
+  const latAdded = { p50: lg.p50Ms - ld.p50Ms, p99: lg.p99Ms - ld.p99Ms };
+  const latNginxAdded = { p50: ln.p50Ms - ld.p50Ms, p99: ln.p99Ms - ld.p99Ms };
+
+  console.log('-- figures');
+  console.log(`proxied/direct rps   ${fmt(ratio, 3)}   (gantry ${fmt(gw.okRps)} / direct ${fmt(d.okRps)})`);
+  console.log(`nginx/direct rps     ${fmt(nginxRatio, 3)}   (nginx ${fmt(n.okRps)} / direct ${fmt(d.okRps)})`);
+  console.log(`gantry/nginx rps     ${fmt(gantryNginx, 3)}`);
+  console.log(`added latency at -c${String(CONNS).padEnd(3)} gantry p50 ${signed(added.p50)} ms, p99 ${signed(added.p99)} ms;  nginx p50 ${signed(nginxAdded.p50)} ms, p99 ${signed(nginxAdded.p99)} ms  (mostly queueing at saturation)`);
+  console.log(`added latency at -c${String(LAT_CONNS).padEnd(3)} gantry p50 ${signed(latAdded.p50)} ms, p99 ${signed(latAdded.p99)} ms;  nginx p50 ${signed(latNginxAdded.p50)} ms, p99 ${signed(latNginxAdded.p99)} ms`);
+  console.log(`target: proxied/direct >= 0.4: ${ratio >= 0.4 ? 'met' : 'NOT met'}`);
+  console.log(`target: gantry added p50 <= 1 ms: at -c${LAT_CONNS} ${latAdded.p50 <= 1 ? 'met' : 'NOT met'} (${fmt(latAdded.p50, 3)} ms); at -c${CONNS} ${added.p50 <= 1 ? 'met' : 'NOT met'} (${fmt(added.p50, 3)} ms)`);
+  console.log(
+    `PROXY gantry_rps=${fmt(gw.okRps)} direct_rps=${fmt(d.okRps)} nginx_rps=${fmt(n.okRps)} ratio=${fmt(ratio, 3)} nginx_ratio=${fmt(nginxRatio, 3)} gantry_nginx_ratio=${fmt(gantryNginx, 3)} ` +
+      `added_p50_ms=${fmt(added.p50, 3)} added_p99_ms=${fmt(added.p99, 3)} nginx_added_p50_ms=${fmt(nginxAdded.p50, 3)} nginx_added_p99_ms=${fmt(nginxAdded.p99, 3)} ` +
+      `lat_added_p50_ms=${fmt(latAdded.p50, 3)} lat_added_p99_ms=${fmt(latAdded.p99, 3)} lat_nginx_added_p50_ms=${fmt(latNginxAdded.p50, 3)} lat_nginx_added_p99_ms=${fmt(latNginxAdded.p99, 3)} ` +
+      `conns=${CONNS} lat_conns=${LAT_CONNS} duration_s=${SECONDS}`,
+  );
+}, 300);
