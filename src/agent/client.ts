@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../shared/logger.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, clampWindow, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../protocol/agent-wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, TunnelBatcher, clampWindow, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../protocol/agent-wire.js';
 import type { Hello } from '../gen/gantry/agent/v1/Hello.js';
 import type { Welcome__Output } from '../gen/gantry/agent/v1/Welcome.js';
 import type { PresignOutputsRequest } from '../gen/gantry/agent/v1/PresignOutputsRequest.js';
@@ -151,11 +151,17 @@ export class AgentClient {
    * byte windows); false when no session is up.
    */
   sendTunnel(f: TunnelFrame): boolean {
-    const call = this.call;
-    if (!call || !this.sessionId) return false;
-    call.write({ tunnel: f });
+    if (!this.call || !this.sessionId) return false;
+    this.tunnelBatch.push(f);
     return true;
   }
+
+  /** Frames ready in one event-loop turn go out as one message (see TunnelBatcher). */
+  private readonly tunnelBatch = new TunnelBatcher<TunnelFrame>((frames) => {
+    const call = this.call;
+    if (!call || !this.sessionId) return;
+    call.write(frames.length === 1 ? { tunnel: frames[0] as TunnelFrame } : { tunnels: { frames } });
+  });
 
   /** Queues a message (see the class comment for what is coalesced). */
   send(msg: AgentMessage, kind: OutKind, taskRef: TaskRef | null = null): void {
@@ -279,6 +285,9 @@ export class AgentClient {
           // outside the window: no credit for it
           if (m.tunnel) this.o.onTunnel?.(m.tunnel);
           return;
+        case 'tunnels':
+          for (const f of m.tunnels?.frames ?? []) this.o.onTunnel?.(f);
+          return;
         default:
           try {
             this.o.onMessage(m);
@@ -362,6 +371,7 @@ export class AgentClient {
 
   private teardown(): void {
     const wasUp = this.sessionId !== null;
+    this.tunnelBatch.clear();
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = null;
     this.credit?.close();

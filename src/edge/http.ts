@@ -136,6 +136,20 @@ export class StreamResponse {
     });
   }
 
+  /** A whole response (status, a header list, the body) in one corked write. */
+  sendWhole(status: number, headers: ReadonlyArray<readonly [string, string]>, body: Uint8Array | string): void {
+    if (this.aborted || this.ended || this.headersSent) return;
+    this.headersSent = true;
+    this.ended = true;
+    this.raw.cork(() => {
+      this.raw.writeStatus(statusLine(status));
+      this.raw.writeHeader('X-Request-ID', this.requestId);
+      for (const [k, v] of headers) this.raw.writeHeader(k, v);
+      this.raw.end(body);
+    });
+    this.finish();
+  }
+
   /** Writes a chunk; false means the socket buffer is full: wait for drained() before the next. */
   write(chunk: string | Uint8Array): boolean {
     if (this.aborted || this.ended) return false;

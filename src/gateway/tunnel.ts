@@ -90,31 +90,58 @@ export const openFrame = (id: number, o: TunnelOpenInfo): TunnelFrame => ({
 
 export const wsFrame = (id: number, m: WsFrame): TunnelFrame => ({ stream_id: id, ws: { data: m.data, binary: m.binary, close: m.close, close_code: m.closeCode, close_reason: m.closeReason } });
 
-/** Dispatches a decoded agent frame to a stream's handlers; true when the stream is finished. */
+/**
+ * Dispatches an agent frame to a stream's handlers; true when the stream is finished. The frequent
+ * frames (head, data, window) are checked by hand on this hot path, with the same bounds as the
+ * schema; the others go through TunnelFrameFromAgent.
+ */
 export function dispatchToHandlers(h: TunnelHandlers, raw: TunnelFrame__Output): boolean {
-  const r = TunnelFrameFromAgent.safeParse(raw);
-  if (!r.success) {
-    h.reset('protocol_error', `the agent sent an invalid tunnel frame: ${r.error.issues[0]?.message ?? 'invalid'}`);
-    return true;
-  }
-  const f = r.data;
-  switch (f.frame) {
-    case 'head':
-      h.head({ status: f.head.status, headers: f.head.headers, body: f.head.body, end: f.head.end, window: f.head.window });
-      return f.head.end;
-    case 'data':
-      h.data(f.data.data, f.data.end);
-      return f.data.end;
-    case 'window':
-      h.window(f.window.bytes);
+  switch (raw.frame) {
+    case 'data': {
+      const d = raw.data;
+      if (!d || !Buffer.isBuffer(d.data) || d.data.length > MAX_CHUNK * 4) break;
+      h.data(d.data, d.end === true);
+      return d.end === true;
+    }
+    case 'window': {
+      const n = raw.window?.bytes;
+      if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > 0xffff_ffff) break;
+      h.window(n);
       return false;
-    case 'reset':
-      h.reset(f.reset.code || 'reset', f.reset.message);
-      return true;
-    case 'ws':
-      h.ws({ data: f.ws.data, binary: f.ws.binary, close: f.ws.close, closeCode: f.ws.close_code, closeReason: f.ws.close_reason });
-      return false;
+    }
+    case 'head': {
+      const x = raw.head;
+      if (!x || !Number.isInteger(x.status) || x.status < 100 || x.status > 599 || !Buffer.isBuffer(x.body) || x.body.length > INLINE_BODY_MAX * 2 || !Array.isArray(x.headers) || x.headers.length > 500) break;
+      const headers: HeaderList = [];
+      let bad = false;
+      for (const e of x.headers) {
+        if (typeof e.name !== 'string' || typeof e.value !== 'string' || e.name.length === 0 || e.name.length > 256 || e.value.length > 16 * 1024) {
+          bad = true;
+          break;
+        }
+        headers.push([e.name, e.value]);
+      }
+      if (bad) break;
+      h.head({ status: x.status, headers, body: x.body, end: x.end === true, window: x.window >>> 0 });
+      return x.end === true;
+    }
+    default: {
+      const r = TunnelFrameFromAgent.safeParse(raw);
+      if (!r.success) break;
+      const f = r.data;
+      if (f.frame === 'reset') {
+        h.reset(f.reset.code || 'reset', f.reset.message);
+        return true;
+      }
+      if (f.frame === 'ws') {
+        h.ws({ data: f.ws.data, binary: f.ws.binary, close: f.ws.close, closeCode: f.ws.close_code, closeReason: f.ws.close_reason });
+        return false;
+      }
+      break;
+    }
   }
+  h.reset('protocol_error', 'the agent sent an invalid tunnel frame');
+  return true;
 }
 
 /**

@@ -41,6 +41,7 @@ import type { TaskProgress as _gantry_agent_v1_TaskProgress, TaskProgress__Outpu
 import type { TaskProvisioned as _gantry_agent_v1_TaskProvisioned, TaskProvisioned__Output as _gantry_agent_v1_TaskProvisioned__Output } from './gantry/agent/v1/TaskProvisioned.js';
 import type { TaskRef as _gantry_agent_v1_TaskRef, TaskRef__Output as _gantry_agent_v1_TaskRef__Output } from './gantry/agent/v1/TaskRef.js';
 import type { TaskResult as _gantry_agent_v1_TaskResult, TaskResult__Output as _gantry_agent_v1_TaskResult__Output } from './gantry/agent/v1/TaskResult.js';
+import type { TunnelBatch as _gantry_agent_v1_TunnelBatch, TunnelBatch__Output as _gantry_agent_v1_TunnelBatch__Output } from './gantry/agent/v1/TunnelBatch.js';
 import type { TunnelData as _gantry_agent_v1_TunnelData, TunnelData__Output as _gantry_agent_v1_TunnelData__Output } from './gantry/agent/v1/TunnelData.js';
 import type { TunnelFrame as _gantry_agent_v1_TunnelFrame, TunnelFrame__Output as _gantry_agent_v1_TunnelFrame__Output } from './gantry/agent/v1/TunnelFrame.js';
 import type { TunnelHead as _gantry_agent_v1_TunnelHead, TunnelHead__Output as _gantry_agent_v1_TunnelHead__Output } from './gantry/agent/v1/TunnelHead.js';
@@ -99,6 +100,7 @@ export interface ProtoGrpcType {
         TaskProvisioned: MessageTypeDefinition<_gantry_agent_v1_TaskProvisioned, _gantry_agent_v1_TaskProvisioned__Output>
         TaskRef: MessageTypeDefinition<_gantry_agent_v1_TaskRef, _gantry_agent_v1_TaskRef__Output>
         TaskResult: MessageTypeDefinition<_gantry_agent_v1_TaskResult, _gantry_agent_v1_TaskResult__Output>
+        TunnelBatch: MessageTypeDefinition<_gantry_agent_v1_TunnelBatch, _gantry_agent_v1_TunnelBatch__Output>
         TunnelData: MessageTypeDefinition<_gantry_agent_v1_TunnelData, _gantry_agent_v1_TunnelData__Output>
         TunnelFrame: MessageTypeDefinition<_gantry_agent_v1_TunnelFrame, _gantry_agent_v1_TunnelFrame__Output>
         TunnelHead: MessageTypeDefinition<_gantry_agent_v1_TunnelHead, _gantry_agent_v1_TunnelHead__Output>

@@ -99,3 +99,45 @@ export class CreditGate {
 
 /** Clamps a peer-announced window to something sane. */
 export const clampWindow = (w: number | undefined, def = DEFAULT_WINDOW): number => (w && Number.isFinite(w) && w > 0 ? Math.min(Math.max(Math.floor(w), 4), 4096) : def);
+
+/**
+ * Tunnel frames go out in batches: every frame a side has ready in one event-loop turn travels in
+ * one stream message (a `tunnels` batch; a lone frame as `tunnel`), so the per-message cost of the
+ * gRPC stream is paid once per turn under load, not once per frame. A batch is flushed early once
+ * it holds BATCH_MAX_BYTES of payload (messages stay well under the 4 MiB receive default).
+ */
+type Sized = { length: number } | null | undefined;
+export class TunnelBatcher<F extends { data?: { data?: Sized } | null; open?: { body?: Sized } | null; head?: { body?: Sized } | null; ws?: { data?: Sized } | null }> {
+  static readonly BATCH_MAX_BYTES = 1024 * 1024;
+  private pending: F[] = [];
+  private bytes = 0;
+  private scheduled = false;
+
+  constructor(private readonly write: (frames: F[]) => void) {}
+
+  push(f: F): void {
+    this.pending.push(f);
+    this.bytes += 64 + (f.data?.data?.length ?? 0) + (f.open?.body?.length ?? 0) + (f.head?.body?.length ?? 0) + (f.ws?.data?.length ?? 0);
+    if (this.bytes >= TunnelBatcher.BATCH_MAX_BYTES) this.flush();
+    else if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => {
+        this.scheduled = false;
+        this.flush();
+      });
+    }
+  }
+
+  flush(): void {
+    if (this.pending.length === 0) return;
+    const frames = this.pending;
+    this.pending = [];
+    this.bytes = 0;
+    this.write(frames);
+  }
+
+  clear(): void {
+    this.pending = [];
+    this.bytes = 0;
+  }
+}

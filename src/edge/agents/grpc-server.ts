@@ -18,7 +18,8 @@ import { AppError, conflict, deadlineExceeded, forbidden, invalidParameter, isAp
 import type { Logger } from '../../shared/logger.js';
 import { toGrpcError } from '../error-map.js';
 import type { AgentSessions } from './sessions.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, TunnelBatcher, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
+import type { TunnelFrame } from '../../gen/gantry/agent/v1/TunnelFrame.js';
 import { PresignInputsRequest, PresignOutputsRequest, decodeAgentMessage, decodeRequest, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
 import type { PresignOutputsRequest__Output } from '../../gen/gantry/agent/v1/PresignOutputsRequest.js';
 import type { PresignOutputsResponse } from '../../gen/gantry/agent/v1/PresignOutputsResponse.js';
@@ -331,6 +332,10 @@ export class AgentGrpcServer {
       if (raw.tunnel) c.tunnels?.onFrame(raw.tunnel);
       return;
     }
+    if (raw.msg === 'tunnels') {
+      for (const f of raw.tunnels?.frames ?? []) c.tunnels?.onFrame(f);
+      return;
+    }
     // every message is decoded by the one schema (wire-schema.ts) before anything looks at it
     const d = decodeAgentMessage(raw);
     if (d.ok && d.msg.msg === 'credit') {
@@ -465,7 +470,12 @@ export class AgentGrpcServer {
     );
     c.sessionId = sessionId;
     this.bySession.set(sessionId, c);
-    c.tunnels = new TunnelMux((f) => this.write(c, { tunnel: f }));
+    const batch = new TunnelBatcher<TunnelFrame>((frames) => this.write(c, frames.length === 1 ? { tunnel: frames[0] as TunnelFrame } : { tunnels: { frames } }));
+    c.tunnels = new TunnelMux((f) => {
+      if (c.closed) return false;
+      batch.push(f);
+      return true;
+    });
     if (this.o.containers) await this.o.containers.hello(row.id, c.teamId, h.container_runtime, h.tunnel, h.containers);
     // welcome is outside the window
     this.write(c, {

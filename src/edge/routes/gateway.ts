@@ -582,6 +582,12 @@ async function writeUpstream(res: StreamResponse, method: string, up: Upstream):
   const len = lenHeader !== undefined && /^\d+$/.test(lenHeader) ? Number(lenHeader) : undefined;
   const first = up.head.body;
   const rest = up.body;
+  const noBody = method === 'HEAD' || up.head.status === 204 || up.head.status === 304 || up.head.status < 200;
+  if (!rest && !noBody) {
+    // the whole response came in the head frame: one corked write
+    res.sendWhole(up.head.status, headers, first);
+    return;
+  }
   const body = first.length || rest ? Readable.from((async function* () {
     if (first.length) yield first;
     if (rest) yield* rest;

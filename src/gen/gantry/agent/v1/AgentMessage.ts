@@ -12,6 +12,7 @@ import type { Inventory as _gantry_agent_v1_Inventory, Inventory__Output as _gan
 import type { AgentStatus as _gantry_agent_v1_AgentStatus, AgentStatus__Output as _gantry_agent_v1_AgentStatus__Output } from '../../../gantry/agent/v1/AgentStatus.js';
 import type { ContainerReport as _gantry_agent_v1_ContainerReport, ContainerReport__Output as _gantry_agent_v1_ContainerReport__Output } from '../../../gantry/agent/v1/ContainerReport.js';
 import type { TunnelFrame as _gantry_agent_v1_TunnelFrame, TunnelFrame__Output as _gantry_agent_v1_TunnelFrame__Output } from '../../../gantry/agent/v1/TunnelFrame.js';
+import type { TunnelBatch as _gantry_agent_v1_TunnelBatch, TunnelBatch__Output as _gantry_agent_v1_TunnelBatch__Output } from '../../../gantry/agent/v1/TunnelBatch.js';
 
 export interface AgentMessage {
   'hello'?: (_gantry_agent_v1_Hello | null);
@@ -32,7 +33,11 @@ export interface AgentMessage {
    * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
    */
   'tunnel'?: (_gantry_agent_v1_TunnelFrame | null);
-  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status"|"container"|"tunnel";
+  /**
+   * Several tunnel frames in one message (what a sender has ready in one event-loop turn).
+   */
+  'tunnels'?: (_gantry_agent_v1_TunnelBatch | null);
+  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status"|"container"|"tunnel"|"tunnels";
 }
 
 export interface AgentMessage__Output {
@@ -54,5 +59,9 @@ export interface AgentMessage__Output {
    * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
    */
   'tunnel'?: (_gantry_agent_v1_TunnelFrame__Output | null);
-  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status"|"container"|"tunnel";
+  /**
+   * Several tunnel frames in one message (what a sender has ready in one event-loop turn).
+   */
+  'tunnels'?: (_gantry_agent_v1_TunnelBatch__Output | null);
+  'msg'?: "hello"|"heartbeat"|"ack"|"provisioned"|"progress"|"result"|"failure"|"credit"|"inventory"|"status"|"container"|"tunnel"|"tunnels";
 }

@@ -9,6 +9,7 @@ import type { ServerError as _gantry_agent_v1_ServerError, ServerError__Output a
 import type { SyncHint as _gantry_agent_v1_SyncHint, SyncHint__Output as _gantry_agent_v1_SyncHint__Output } from '../../../gantry/agent/v1/SyncHint.js';
 import type { ContainerCommand as _gantry_agent_v1_ContainerCommand, ContainerCommand__Output as _gantry_agent_v1_ContainerCommand__Output } from '../../../gantry/agent/v1/ContainerCommand.js';
 import type { TunnelFrame as _gantry_agent_v1_TunnelFrame, TunnelFrame__Output as _gantry_agent_v1_TunnelFrame__Output } from '../../../gantry/agent/v1/TunnelFrame.js';
+import type { TunnelBatch as _gantry_agent_v1_TunnelBatch, TunnelBatch__Output as _gantry_agent_v1_TunnelBatch__Output } from '../../../gantry/agent/v1/TunnelBatch.js';
 
 export interface ServerMessage {
   'welcome'?: (_gantry_agent_v1_Welcome | null);
@@ -29,7 +30,11 @@ export interface ServerMessage {
    * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
    */
   'tunnel'?: (_gantry_agent_v1_TunnelFrame | null);
-  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync"|"container"|"tunnel";
+  /**
+   * Several tunnel frames in one message (what a sender has ready in one event-loop turn).
+   */
+  'tunnels'?: (_gantry_agent_v1_TunnelBatch | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync"|"container"|"tunnel"|"tunnels";
 }
 
 export interface ServerMessage__Output {
@@ -51,5 +56,9 @@ export interface ServerMessage__Output {
    * Gateway tunnel (outside the message window: each tunnel stream has its own byte window).
    */
   'tunnel'?: (_gantry_agent_v1_TunnelFrame__Output | null);
-  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync"|"container"|"tunnel";
+  /**
+   * Several tunnel frames in one message (what a sender has ready in one event-loop turn).
+   */
+  'tunnels'?: (_gantry_agent_v1_TunnelBatch__Output | null);
+  'msg'?: "welcome"|"assign"|"cancel"|"drain"|"credit"|"error"|"sync"|"container"|"tunnel"|"tunnels";
 }
