@@ -269,7 +269,8 @@ export class Gateway {
         return { ...up, body: up.body ? released(up.body, () => pick.release(false)) : (pick.release(false), null), cancel: () => (up.cancel(), pick.release(false)) };
       } catch (e) {
         if (e instanceof TunnelFailure) {
-          pick.release(true);
+          // a slow answer or a client that left says nothing about the instance's health
+          pick.release(e.code !== 'timeout' && e.code !== 'cancelled');
           this.d.logger.warn({ service: route.svc.slug, instance_id: pick.instance.id, agent_id: pick.instance.agentId, code: e.code, err_message: e.message }, 'gateway: instance failed; ejected');
           if (e.retryable && inline !== null) continue;
           throw badGateway(e.code === 'timeout' ? 'upstream_timeout' : 'tunnel_failed', e.message);
@@ -289,10 +290,15 @@ export class Gateway {
       const creditWaiters: Array<() => void> = [];
       const q = new ChunkQueue();
       let channel: TunnelChannel | null = null;
-      const timer = setTimeout(() => {
-        channel?.reset('timeout', 'no response head in time');
-        fail(new TunnelFailure('timeout', `the container did not answer within ${this.d.timeoutMs} ms`, false));
-      }, this.d.timeoutMs);
+      // the timeout runs from the moment the whole request was sent (a long upload is not a slow container)
+      let timer: NodeJS.Timeout | undefined;
+      const armTimeout = (): void => {
+        if (settled && headSeen) return;
+        timer = setTimeout(() => {
+          channel?.reset('timeout', 'no response head in time');
+          fail(new TunnelFailure('timeout', `the container did not answer within ${this.d.timeoutMs} ms of the request`, false));
+        }, this.d.timeoutMs);
+      };
       const fail = (e: Error): void => {
         clearTimeout(timer);
         for (const w of creditWaiters.splice(0)) w();
@@ -331,6 +337,7 @@ export class Gateway {
         return;
       }
       const ch = channel;
+      if (req.body === null || inlineBody !== null) armTimeout();
       res?.onAbort(() => {
         ch.reset('cancelled', 'the client went away');
         fail(new TunnelFailure('cancelled', 'the client went away', false));
@@ -351,6 +358,7 @@ export class Gateway {
               }
             }
             ch.data(Buffer.alloc(0), true);
+            armTimeout();
           } catch (e) {
             ch.reset('cancelled', 'the request body could not be read');
             fail(e instanceof Error ? e : new Error(String(e)));
