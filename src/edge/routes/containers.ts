@@ -60,6 +60,11 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     },
   });
   const reduced = (c: Ctx): boolean => teamPrincipalOf(c).kind === 'integration';
+  const list = async (c: Ctx): Promise<unknown> => {
+    const pg = parsePage(c.query);
+    const r = await d.store.list(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
+    return paged('container_list', r.rows.map((s) => serviceJson(s, reduced(c))), pg, r.total);
+  };
   return [
     {
       method: 'POST',
@@ -74,16 +79,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
         return { id };
       },
     },
-    {
-      method: 'GET',
-      path: '/containers',
-      auth: READ,
-      handler: async (c) => {
-        const pg = parsePage(c.query);
-        const r = await d.store.list(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
-        return paged('container_list', r.rows.map((s) => serviceJson(s, false)), pg, r.total);
-      },
-    },
+    { method: 'GET', path: '/containers', auth: READ, handler: list },
     {
       method: 'GET',
       path: '/containers/{serviceId}',
@@ -134,16 +130,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     op('start'),
     op('stop'),
     op('undeploy'),
-    {
-      method: 'GET',
-      path: '/r/containers',
-      auth: RUNTIME,
-      handler: async (c) => {
-        const pg = parsePage(c.query);
-        const r = await d.store.list(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
-        return paged('container_list', r.rows.map((s) => serviceJson(s, reduced(c))), pg, r.total);
-      },
-    },
+    { method: 'GET', path: '/r/containers', auth: RUNTIME, handler: list },
     {
       method: 'GET',
       path: '/r/containers/{serviceSlug}',
