@@ -47,7 +47,13 @@ interface Stream {
 
 export class AgentTunnel {
   private readonly streams = new Map<number, Stream>();
-  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64 });
+  /**
+   * Keep-alive to the instances. An idle socket is closed after 4 s, before the common server idle
+   * timeouts (Node's 5 s): a request written on a socket the server is closing at that instant fails
+   * with ECONNRESET. If it still happens on a reused socket, a request whose whole body is at hand is
+   * sent again once on a fresh connection (as Node's documentation recommends).
+   */
+  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, timeout: 4_000 });
 
   constructor(private readonly o: AgentTunnelOptions) {}
 
@@ -123,12 +129,20 @@ export class AgentTunnel {
       headers[k] = prev === undefined ? h.value : Array.isArray(prev) ? [...prev, h.value] : [prev, h.value];
     }
     headers.host = `${target.host}:${target.port}`;
-    const req = http.request({ host: target.host, port: target.port, method: o.method, path: o.path, headers, agent: this.agent });
-    s.req = req;
-    req.on('error', (e) => this.finish(s, { code: 'connect_failed', message: `the instance could not be reached: ${e.message}` }));
-    req.on('response', (res) => this.onResponse(s, o.method, res));
-    if (o.body.length > 0) req.write(o.body);
-    if (o.end) req.end();
+    const send = (retry: boolean): void => {
+      const req = http.request({ host: target.host, port: target.port, method: o.method, path: o.path, headers, agent: this.agent });
+      s.req = req;
+      req.on('error', (e: NodeJS.ErrnoException) => {
+        if (s.req !== req) return;
+        if (retry && req.reusedSocket && !s.res && !s.done && (e.code === 'ECONNRESET' || e.code === 'EPIPE')) return send(false);
+        this.finish(s, { code: 'connect_failed', message: `the instance could not be reached: ${e.message}` });
+      });
+      req.on('response', (res) => this.onResponse(s, o.method, res));
+      if (o.body.length > 0) req.write(o.body);
+      if (o.end) req.end();
+    };
+    // only a request complete in the open frame can be sent again
+    send(o.end);
   }
 
   private onResponse(s: Stream, method: string, res: http.IncomingMessage): void {

@@ -78,7 +78,7 @@ const proxyUrl = (slug: string, rest: string) => `${t.baseUrl}/r/containers/${sl
 const auth = (token: string, team?: string): Record<string, string> => ({ authorization: `Bearer ${token}`, ...(team ? { 'x-team-id': team } : {}) });
 
 before(async () => {
-  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1, GANTRY_PROXY_TIMEOUT_MS: 3_000 }, 'gateway');
+  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1, GANTRY_PROXY_TIMEOUT_MS: 5_000 }, 'gateway');
   s = await setupTeam(t);
   agent(machines[0] as string);
   agent(machines[1] as string);
@@ -315,11 +315,11 @@ test('load balancing: requests spread over both replicas', async () => {
 
 test('a container that does not answer within GANTRY_PROXY_TIMEOUT_MS of the request: 502 upstream_timeout', async () => {
   const started = Date.now();
-  const r = await fetch(proxyUrl('echo', '/slow?ms=6000'), { headers: auth(s.sk.value) });
+  const r = await fetch(proxyUrl('echo', '/slow?ms=9000'), { headers: auth(s.sk.value) });
   assert.equal(r.status, 502);
   assert.equal(((await r.json()) as Record<string, string>).error_code, 'upstream_timeout');
-  assert.ok(Date.now() - started >= 2_900 && Date.now() - started < 5_500, `after the 3 s timeout (${Date.now() - started} ms)`);
-  const inv = await t.http.post('/r/invoke/echo', { method: 'GET', path: '/slow?ms=6000' }, { token: s.sk.value });
+  assert.ok(Date.now() - started >= 4_900 && Date.now() - started < 8_500, `after the 5 s timeout (${Date.now() - started} ms)`);
+  const inv = await t.http.post('/r/invoke/echo', { method: 'GET', path: '/slow?ms=9000' }, { token: s.sk.value });
   assert.equal(inv.status, 502);
   assert.equal(inv.body.error_code, 'upstream_timeout');
 });
