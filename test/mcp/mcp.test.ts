@@ -275,6 +275,9 @@ test('JWT, dk-, ak-, no credential, a revoked or expired sk- are refused with 40
   const ak = await createCredential(t.http, owner, 'agent');
   const revoked = await createCredential(t.http, owner, 'integration');
   assert.equal((await t.http.del(`/credentials/${revoked.id}`, { token: owner.accessToken, team: owner.teamId })).status, 200);
+  const expired = await createCredential(t.http, owner, 'integration', { expiresInDays: 1 });
+  await t.node.db.execute(`update credentials set expires_at = now() - interval '1 minute' where id = ?`, [expired.id]);
+  const codes: Record<string, string> = { JWT: 'integration_credential_required', 'JWT without team': 'integration_credential_required', 'dk-': 'integration_credential_required', 'ak-': 'agent_credential_not_allowed', none: 'credential_missing', 'revoked sk-': 'credential_revoked', 'expired sk-': 'credential_expired' };
   const cases: Array<[string, Record<string, string>]> = [
     ['JWT', { authorization: `Bearer ${owner.accessToken}`, 'x-team-id': owner.teamId }],
     ['JWT without team', { authorization: `Bearer ${owner.accessToken}` }],
@@ -283,6 +286,7 @@ test('JWT, dk-, ak-, no credential, a revoked or expired sk- are refused with 40
     ['none', {}],
     ['garbage', { authorization: 'Bearer sk-nope' }],
     ['revoked sk-', { authorization: `Bearer ${revoked.value}` }],
+    ['expired sk-', { authorization: `Bearer ${expired.value}` }],
   ];
   for (const [name, h] of cases) {
     for (const method of ['POST', 'GET', 'DELETE']) {
@@ -293,11 +297,19 @@ test('JWT, dk-, ak-, no credential, a revoked or expired sk- are refused with 40
       const body = (await r.json()) as Record<string, unknown>;
       assert.equal(typeof body.error_message, 'string', `${name}: ${JSON.stringify(body)}`);
       assert.equal(typeof body.error_code, 'string');
+      if (codes[name]) assert.equal(body.error_code, codes[name], `${name} ${method}`);
       assert.equal(body.jsonrpc, undefined, 'refused before any MCP processing');
     }
   }
   // and the SDK client itself fails to connect with one
   await assert.rejects(connect(owner.accessToken));
+
+  // revoking the sk- ends its session on the next request
+  const live = await createCredential(t.http, owner, 'integration');
+  const session = await connect(live.value, { sessions: true });
+  assert.equal(data(await call(session.client, 'list_workflows')).workflow_list.length, 0);
+  assert.equal((await t.http.del(`/credentials/${live.id}`, { token: owner.accessToken, team: owner.teamId })).status, 200);
+  await assert.rejects(call(session.client, 'list_workflows'), /401|credential_revoked|Unauthorized/);
 });
 
 test('a session client (two of them) and a stateless client side by side; a session id is bound to its credential', async () => {
