@@ -336,6 +336,12 @@ test('a session client (two of them) and a stateless client side by side; a sess
   assert.equal(good.status, 200);
   await good.text();
 
+  // no standalone SSE stream: GET is the spec's 405 (the SDK client accepts it)
+  const get = await fetch(`${t.baseUrl}/mcp`, { headers: { authorization: `Bearer ${s.sk.value}`, accept: 'text/event-stream', 'mcp-session-id': b.transport.sessionId } });
+  assert.equal(get.status, 405);
+  assert.equal(get.headers.get('allow'), 'POST, DELETE');
+  assert.equal(((await get.json()) as { error_code: string }).error_code, 'method_not_allowed');
+
   // DELETE ends the session as the transport defines it
   await a.transport.terminateSession();
   assert.equal(a.transport.sessionId, undefined);

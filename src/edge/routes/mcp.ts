@@ -1,5 +1,6 @@
 /**
- * POST|GET|DELETE /api/v1/mcp: the MCP endpoint (Streamable HTTP), docs/api.md "MCP".
+ * POST|GET|DELETE /api/v1/mcp: the MCP endpoint (Streamable HTTP), docs/api.md "MCP". GET (after
+ * authentication) is the spec's 405: no standalone SSE stream is offered.
  *
  * A thin uWebSockets.js adapter around the SDK's web-standard transport (src/mcp/server.ts): the
  * edge authenticates (sk- only; JWT, dk-, ak-, missing, revoked or expired credentials get 401 with
@@ -24,6 +25,13 @@ const OWN = new Set(['content-length', 'transfer-encoding', 'connection', 'date'
 export function mcpRoutes(d: { endpoint: McpEndpoint; maxBodyBytes: number; publicUrl: () => string }): RouteDef[] {
   const serve = async (c: Ctx, res: StreamResponse): Promise<void> => {
     const p = teamPrincipalOf(c);
+    if (c.method === 'GET') {
+      // the standalone SSE stream is for server-initiated messages, and Gantry sends none (every
+      // answer and progress notification travels on the POST's own response): the transport spec's
+      // 405 "no SSE stream at this endpoint", so no client holds an idle stream and server open
+      res.json(405, { error_message: 'this MCP endpoint offers no standalone SSE stream; POST requests get their answers on their own response', error_code: 'method_not_allowed' }, { Allow: 'POST, DELETE' });
+      return;
+    }
     const headers = new Headers();
     for (const [k, v] of Object.entries(c.headers)) if (!DROP.has(k)) headers.set(k, v);
     let body: Buffer | undefined;
