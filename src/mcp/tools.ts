@@ -221,11 +221,12 @@ export function registerTools(server: McpServer, p: TeamPrincipal, d: McpToolDep
     }
   };
 
-  const waitOutput = async (taskId: string, timeoutS: number | undefined, extra: Extra): Promise<CallToolResult> => {
+  /** The wait tools' answer: the task after the wait, and its result (images too) when completed. */
+  const waitOutput = async (taskId: string, timeoutS: number | undefined, extra: Extra, head: Json = {}): Promise<CallToolResult> => {
     const w = await follow(taskId, timeoutS, extra);
-    if (w.task.task_status !== 'completed') return structured({ ...w, result: null });
+    if (w.task.task_status !== 'completed') return structured({ ...head, ...w, result: null });
     const r = await result(taskId);
-    return structured({ ...w, result: r.data }, r.images);
+    return structured({ ...head, ...w, result: r.data }, r.images);
   };
 
   const readOnly = { readOnlyHint: true, openWorldHint: false } as const;
@@ -292,10 +293,7 @@ export function registerTools(server: McpServer, p: TeamPrincipal, d: McpToolDep
     },
     guarded('run_workflow_and_wait', async (a, extra) => {
       const taskId = await run(a);
-      const r = await waitOutput(taskId, a.timeout_s, extra);
-      r.structuredContent = { task_id: taskId, ...r.structuredContent };
-      (r.content[0] as { text: string }).text = JSON.stringify(r.structuredContent);
-      return r;
+      return waitOutput(taskId, a.timeout_s, extra, { task_id: taskId });
     }),
   );
 
@@ -331,7 +329,7 @@ export function registerTools(server: McpServer, p: TeamPrincipal, d: McpToolDep
     'wait_for_task',
     {
       title: 'Wait for a task',
-      description: `Waits until a task is completed, failed or cancelled, at most timeout_s seconds (default ${WAIT_DEFAULT_S}, max ${WAIT_MAX_S}), following its events (progress notifications when the request has a progressToken). Returns the task, timed_out, and when completed its result (download URLs; small images inline). A timeout is not an error: call again to keep waiting.`,
+      description: `Waits until a task is completed, failed or cancelled, at most timeout_s seconds (default ${WAIT_DEFAULT_S}, max ${WAIT_MAX_S}), following its events (progress notifications when the request has a progressToken). Returns the task, timed_out, and when completed its result (download URLs; small images inline). A timeout is not an error: call again to keep waiting. A failed task that is retried names its next attempt in retry_task_id: wait for that one.`,
       inputSchema: { task_id: uuid('task id'), timeout_s: timeoutArg },
       outputSchema: waitSchema.shape,
       annotations: readOnly,
