@@ -507,17 +507,20 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(gateway.routes());
   edge.setWebSocketHandler(gateway.webSocketHandler());
   edge.addAll(withIdempotency(vaultRoutes({ vault }), taskQueries.idempotency));
-  // MCP (sk- only): its tools call the runtime routes above through the edge's router
-  const mcp = new McpEndpoint({
-    runtime: new RuntimeCaller((m, p) => edge.lookup(m, p), '/api/v1', logger.child({ component: 'mcp' })),
-    bus: events,
-    containerBySlug: (teamId, slug) => runtimeServiceBySlug(containerStore, teamId, slug, true),
-    readObject: (key) => objectStore.get(key),
-    logger: logger.child({ component: 'mcp' }),
-    sessions: new SessionTokens(await db.secret('mcp-session'), () => clock.now()),
-    version: packageVersion(),
-  });
-  edge.addAll(mcpRoutes({ endpoint: mcp, maxBodyBytes: config.GANTRY_MAX_BODY_BYTES, publicUrl: () => publicUrlOf() }));
+  // MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the runtime routes above
+  // through the edge's router
+  if (config.GANTRY_MCP_ENABLED) {
+    const mcp = new McpEndpoint({
+      runtime: new RuntimeCaller((m, p) => edge.lookup(m, p), '/api/v1', logger.child({ component: 'mcp' })),
+      bus: events,
+      containerBySlug: (teamId, slug) => runtimeServiceBySlug(containerStore, teamId, slug, true),
+      readObject: (key) => objectStore.get(key),
+      logger: logger.child({ component: 'mcp' }),
+      sessions: new SessionTokens(await db.secret('mcp-session'), () => clock.now()),
+      version: packageVersion(),
+    });
+    edge.addAll(mcpRoutes({ endpoint: mcp, maxBodyBytes: config.GANTRY_MAX_BODY_BYTES, publicUrl: () => publicUrlOf() }));
+  }
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute());
   edge.addAll(pageRoutes('/api/v1'));

@@ -406,3 +406,19 @@ test('the MCP Inspector CLI lists the tools and calls list_workflows', async (ct
   assert.equal(called.code, 0, called.out);
   assert.ok(called.out.includes(workflowId), called.out.slice(0, 400));
 });
+
+test('GANTRY_MCP_ENABLED=false: the endpoint is not served and the feature flag says so', async () => {
+  const off = await startTestNode({ GANTRY_MCP_ENABLED: false }, 'mcp_off');
+  try {
+    const owner = await registerUser(off.http);
+    const sk = await createCredential(off.http, owner, 'integration');
+    const r = await fetch(`${off.baseUrl}/mcp`, { method: 'POST', headers: { authorization: `Bearer ${sk.value}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: initBody });
+    assert.equal(r.status, 404);
+    assert.equal(((await r.json()) as { error_code: string }).error_code, 'route_not_found');
+    const me = await off.http.get('/users/me', { token: owner.accessToken });
+    assert.equal(me.status, 200, me.text);
+    assert.match(me.text, /"mcp_server":false/);
+  } finally {
+    await off.stop();
+  }
+});
