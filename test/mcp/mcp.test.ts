@@ -70,7 +70,7 @@ before(async () => {
         '--state-dir',
         tmpDir('gantry-mcp-agent-'),
         '--simulate-duration-ms',
-        '2500',
+        '4000',
         '--simulate-steps',
         '5',
         '--container-runtime',
@@ -189,6 +189,15 @@ test('run_workflow: a validation error is a tool error with the REST message; wa
   assert.equal(short.timed_out, true);
   assert.equal(short.task.task_status, 'running');
   assert.equal(short.result, null);
+  // a client that goes away mid-wait: the server's wait ends and leaves no subscription behind
+  const byTask = (t.node.events as unknown as { byTask: Map<string, Set<unknown>> }).byTask;
+  const leaving = await connect(s.sk.value);
+  const pending = call(leaving.client, 'wait_for_task', { task_id: taskId, timeout_s: 120 }).catch(() => null);
+  await waitFor('the wait subscribed', () => (byTask.get(taskId)?.size ?? 0) > 0, 5_000, 20);
+  await leaving.client.close();
+  await pending;
+  await waitFor('the wait unsubscribed', () => !byTask.has(taskId), 5_000, 20);
+
   const c = data(await call(client, 'cancel_task', { task_id: taskId }));
   assert.equal(c.is_success, true);
   const after = data(await call(client, 'wait_for_task', { task_id: taskId, timeout_s: 15 }));
