@@ -9,7 +9,7 @@
  */
 import type { Logger } from '../shared/logger.js';
 import { AppError } from '../shared/errors.js';
-import { parseQuery } from '../shared/input-hygiene.js';
+import { checkJsonValue, checkPairs, parseQuery } from '../shared/input-hygiene.js';
 import { Reply, type Ctx, type RouteDef } from '../edge/http.js';
 import type { TeamPrincipal } from '../edge/principal.js';
 
@@ -42,6 +42,9 @@ export class RuntimeCaller {
     if (!m || !m.def.handler) throw new Error(`mcp: no JSON runtime route for ${method} ${path}`);
     const auth = m.def.auth;
     if (auth.kinds === 'public' || !auth.kinds.includes('integration') || auth.team !== true) throw new Error(`mcp: ${method} ${path} is not a runtime route`);
+    // the edge's input hygiene, once for every route (the transport parsed the JSON, not the edge)
+    const bad = checkPairs(Object.entries(m.params), 'path parameter') ?? (o.body === undefined ? null : checkJsonValue(o.body));
+    if (bad) throw bad;
     const qs = new URLSearchParams();
     for (const [k, v] of Object.entries(o.query ?? {})) if (v !== undefined) qs.set(k, String(v));
     const rawQuery = qs.toString();

@@ -177,6 +177,11 @@ test('run_workflow: a validation error is a tool error with the REST message; wa
   const rest = await t.http.post(`/r/workflows/${workflowId}/run`, { parameters: { prompt: 'x', steps: 500 } }, { token: s.sk.value });
   assert.equal(rest.status, 400);
   assert.equal(bad.error_message, rest.body.error_message, 'the same message as REST');
+  // the edge's input hygiene applies too (NUL in a string), with REST's message
+  const nul = errorOf(await call(client, 'run_workflow', { workflow_id: workflowId, parameters: { prompt: 'a\u0000b' } }));
+  const restNul = await t.http.post(`/r/workflows/${workflowId}/run`, { parameters: { prompt: 'a\u0000b' } }, { token: s.sk.value });
+  assert.equal(restNul.status, 400);
+  assert.equal(nul.error_message, restNul.body.error_message);
   const missing = errorOf(await call(client, 'run_workflow', { workflow_id: workflowId, parameters: {} }));
   assert.match(missing.error_message, /prompt/);
   const unknownWf = errorOf(await call(client, 'run_workflow', { workflow_id: otherWorkflowId, parameters: {} }));
