@@ -1,9 +1,10 @@
 /**
  * MCP session ids that any node of a cluster can serve: the id is a signed token, not a key into
- * memory. It names the integration credential and team it was issued to and when it was issued, and carries an HMAC-SHA256 over all of that with a
- * secret every node shares (the database's `mcp-session` secret). A follow-up request is served by
- * checking the signature and that the caller's credential is the one the session was issued to;
- * nothing about the session lives in any node's memory, so no affinity is needed.
+ * memory. It names the integration credential and team it was issued to and when it was issued,
+ * and carries an HMAC-SHA256 over all of that with a secret every node shares (the database's
+ * `mcp-session` secret). A follow-up request is served by checking the signature and that the
+ * caller's credential is the one the session was issued to; nothing about the session lives in
+ * any node's memory, so no affinity is needed.
  *
  * Consequences (docs/api.md "MCP"): a DELETE of the session answers 200 but cannot revoke the
  * token (it is the client's to forget); revoking the sk- ends every session of it at once (the
