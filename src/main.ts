@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ConfigError, type Config } from './shared/config.js';
 import { createLogger, type Logger } from './shared/logger.js';
@@ -57,7 +57,11 @@ import { Balancer } from './gateway/balancer.js';
 import { closeExternalAgents, externalRequest } from './gateway/external.js';
 import type { OpenTunnel } from './gateway/tunnel.js';
 import { Gateway } from './edge/routes/gateway.js';
-import { containerRoutes } from './edge/routes/containers.js';
+import { containerRoutes, runtimeServiceBySlug } from './edge/routes/containers.js';
+import { mcpRoutes } from './edge/routes/mcp.js';
+import { McpEndpoint } from './mcp/server.js';
+import { RuntimeCaller } from './mcp/runtime.js';
+import { SessionTokens } from './mcp/session.js';
 import { VaultKeyring } from './vault/keyring.js';
 import { VaultStore } from './vault/store.js';
 import { vaultRoutes } from './edge/routes/vault.js';
@@ -117,6 +121,14 @@ async function failStart(e: unknown, what: string, stops: Array<() => unknown>):
   if (e instanceof ConfigError) throw e;
   const msg = (e as Error)?.message ?? String(e);
   throw new ConfigError(/EADDRINUSE/.test(msg) ? `${what}: address already in use (another node or process listens there)` : `${what}: ${msg}`);
+}
+
+function packageVersion(): string {
+  try {
+    return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string }).version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
 }
 
 /** The composition root: the only place that knows every layer. */
@@ -495,6 +507,20 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(gateway.routes());
   edge.setWebSocketHandler(gateway.webSocketHandler());
   edge.addAll(withIdempotency(vaultRoutes({ vault }), taskQueries.idempotency));
+  // MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the runtime routes above
+  // through the edge's router
+  if (config.GANTRY_MCP_ENABLED) {
+    const mcp = new McpEndpoint({
+      runtime: new RuntimeCaller((m, p) => edge.lookup(m, p), '/api/v1', logger.child({ component: 'mcp' })),
+      bus: events,
+      containerBySlug: (teamId, slug) => runtimeServiceBySlug(containerStore, teamId, slug, true),
+      readObject: (key) => objectStore.get(key),
+      logger: logger.child({ component: 'mcp' }),
+      sessions: new SessionTokens(await db.secret('mcp-session'), () => clock.now()),
+      version: packageVersion(),
+    });
+    edge.addAll(mcpRoutes({ endpoint: mcp, maxBodyBytes: config.GANTRY_MAX_BODY_BYTES, publicUrl: () => publicUrlOf() }));
+  }
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute());
   edge.addAll(pageRoutes('/api/v1'));

@@ -382,6 +382,15 @@ export class HttpEdge {
     this.defs.push({ ...def, path: full });
   }
 
+  /**
+   * The route a method and path (the full path, base path included) resolve to, with its path
+   * parameters: the MCP tools call the runtime routes' own handlers through this (src/mcp/runtime.ts).
+   */
+  lookup(method: string, path: string): { def: RouteDef; params: Record<string, string> } | null {
+    const m = this.router.find(method, path);
+    return m === null || m === 'method_not_allowed' ? null : { def: m.route, params: m.params };
+  }
+
   addAll(defs: RouteDef[]): void {
     for (const d of defs) this.add(d);
   }
@@ -545,6 +554,8 @@ export class HttpEdge {
 
     const fail = (e: unknown): void => {
       const { status, body, headers: h, unexpected } = toHttpError(e);
+      // RFC 9110 §11.6.1: a 401 carries the challenge (the only scheme is Bearer)
+      if (status === 401) h['WWW-Authenticate'] = 'Bearer';
       if (unexpected) ctx.log.error({ err: e, method, path }, 'unexpected error');
       statusSent = status;
       if (!sr.aborted && !sr.ended) sr.json(status, body, h);

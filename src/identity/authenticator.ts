@@ -103,7 +103,8 @@ export class LastUsedTracker {
  *   revocation is effective on the next request because every revoking write invalidates the cache,
  *   and expiry because expires_at is compared with the clock on every request, cached or not
  *   (401 credential_revoked / credential_expired);
- * - a route that does not list the caller's kind: 403 (`jwtOnly401` routes: 401 for sk- and dk-);
+ * - a route that does not list the caller's kind: 403 (`jwtOnly401` routes: 401 for sk- and dk-;
+ *   `integrationOnly401` routes, i.e. /mcp: 401 for JWT and dk-);
  * - team routes: a JWT caller must send X-Team-ID (400 team_header_missing / team_header_invalid)
  *   and be a member (403 not_a_member); sk- and dk- ignore X-Team-ID; `role` is owner > admin >
  *   member (403 insufficient_role), for dk- it is the device user's current role in the team.
@@ -132,6 +133,7 @@ export class GantryAuthenticator implements Authenticator {
 
   private async user(claims: AccessClaims, req: AuthRequest, auth: RouteAuth, kinds: readonly PrincipalKind[]): Promise<Principal> {
     if (!kinds.includes('user')) {
+      if (auth.integrationOnly401) throw unauthorized('integration_credential_required', 'this endpoint accepts integration credentials (sk-) only');
       if (kinds.includes('integration') && !kinds.includes('device')) throw forbidden('integration_credential_required', 'this endpoint accepts integration credentials (sk-) only');
       if (kinds.includes('device') && !kinds.includes('integration')) throw forbidden('device_credential_required', 'this endpoint accepts device credentials (dk-) only');
       throw forbidden('user_credential_not_allowed', 'this endpoint does not accept user sessions');
@@ -168,6 +170,7 @@ export class GantryAuthenticator implements Authenticator {
     const row = this.check(cached ?? (await this.lookup.credentialByHash(hash)), ck);
     if (!kinds.includes(kind)) {
       if (auth.jwtOnly401) throw unauthorized('user_session_required', 'this endpoint accepts user sessions (JWT) only');
+      if (auth.integrationOnly401) throw unauthorized('integration_credential_required', 'this endpoint accepts integration credentials (sk-) only');
       if (kind === 'integration') throw forbidden('integration_credential_not_allowed', 'integration credentials (sk-) are accepted on /r/ and /mcp only');
       throw forbidden('device_credential_not_allowed', 'device credentials (dk-) are not accepted on this endpoint');
     }

@@ -30,6 +30,8 @@ export interface RouteAuth {
   role?: TeamRole;
   /** Multipart upload endpoints: sk- and dk- get 401 instead of 403. */
   jwtOnly401?: boolean;
+  /** The MCP endpoint: sk- only, and every other caller (JWT, dk-) gets 401 instead of 403. */
+  integrationOnly401?: boolean;
 }
 
 export interface AuthRequest {

@@ -106,27 +106,27 @@ const cases: Case[] = [
   {
     name: 'JWT (owner) with X-Team-ID',
     headers: async (fresh, pool) => ({ ...bearer(owner.accessToken), 'x-team-id': fresh ? await poolTeam(pool) : owner.teamId }),
-    expect: (a) => (has(a, 'user') ? 'allowed' : { status: 403 }),
+    expect: (a) => (has(a, 'user') ? 'allowed' : a.integrationOnly401 ? { status: 401 } : { status: 403 }),
   },
   {
     name: 'JWT without X-Team-ID',
     headers: async () => bearer(owner.accessToken),
-    expect: (a) => (!has(a, 'user') ? { status: 403 } : a.team ? { status: 400, code: 'team_header_missing' } : 'allowed'),
+    expect: (a) => (!has(a, 'user') ? { status: a.integrationOnly401 ? 401 : 403 } : a.team ? { status: 400, code: 'team_header_missing' } : 'allowed'),
   },
   {
     name: 'JWT with a malformed X-Team-ID',
     headers: async () => ({ ...bearer(owner.accessToken), 'x-team-id': 'team-1' }),
-    expect: (a) => (!has(a, 'user') ? { status: 403 } : a.team ? { status: 400, code: 'team_header_invalid' } : 'allowed'),
+    expect: (a) => (!has(a, 'user') ? { status: a.integrationOnly401 ? 401 : 403 } : a.team ? { status: 400, code: 'team_header_invalid' } : 'allowed'),
   },
   {
     name: 'JWT of a non-member',
     headers: async () => ({ ...bearer(outsider.accessToken), 'x-team-id': owner.teamId }),
-    expect: (a) => (!has(a, 'user') ? { status: 403 } : a.team ? { status: 403, code: 'not_a_member' } : 'allowed'),
+    expect: (a) => (!has(a, 'user') ? { status: a.integrationOnly401 ? 401 : 403 } : a.team ? { status: 403, code: 'not_a_member' } : 'allowed'),
   },
   {
     name: 'JWT of a plain member',
     headers: async () => ({ ...bearer(member.accessToken), 'x-team-id': owner.teamId }),
-    expect: (a) => (!has(a, 'user') ? { status: 403 } : a.team && elevated(a) ? { status: 403, code: 'insufficient_role' } : 'allowed'),
+    expect: (a) => (!has(a, 'user') ? { status: a.integrationOnly401 ? 401 : 403 } : a.team && elevated(a) ? { status: 403, code: 'insufficient_role' } : 'allowed'),
   },
   {
     name: 'sk-',
@@ -143,7 +143,7 @@ const cases: Case[] = [
   {
     name: 'dk-',
     headers: async (fresh, pool) => ({ ...bearer(fresh ? await poolDk(pool) : dk), 'x-team-id': outsider.teamId /* ignored */ }),
-    expect: (a) => (!has(a, 'device') ? (a.jwtOnly401 ? { status: 401 } : { status: 403 }) : 'allowed'),
+    expect: (a) => (!has(a, 'device') ? (a.jwtOnly401 || a.integrationOnly401 ? { status: 401 } : { status: 403 }) : 'allowed'),
   },
 ];
 
@@ -237,6 +237,10 @@ test("the spec's surface rules hold for every route: sk- only on /r/* (and /mcp)
       assert.deepEqual([...r.auth.kinds], ['user'], `${where} is JWT only`);
     }
     if (r.path.startsWith('/api/v1/r/')) assert.equal(r.auth.team, true, `${where} is team-scoped`);
+    if (r.path === '/api/v1/mcp') {
+      assert.deepEqual([...r.auth.kinds], ['integration'], `${where} is sk- only`);
+      assert.equal(r.auth.integrationOnly401, true, `${where} must answer 401 to JWT and dk-`);
+    }
   }
 });
 

@@ -40,6 +40,16 @@ export interface ContainerRouteDeps {
   gateway: Gateway;
 }
 
+/**
+ * GET /r/containers/{serviceSlug}: one service of the team by slug, env values blanked for sk-
+ * (`reduced`); 404 service_not_found. The MCP tool get_container_service calls this too.
+ */
+export async function runtimeServiceBySlug(store: Pick<PgContainerStore, 'bySlug'>, teamId: string, slug: string, reduced: boolean): Promise<Record<string, unknown>> {
+  const s = await store.bySlug(teamId, slug);
+  if (!s) throw notFound(`container service ${slug}`, 'service_not_found');
+  return serviceJson(s, reduced);
+}
+
 export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
   const load = async (c: Ctx): Promise<ServiceRecord> => {
     const s = await d.store.get(teamPrincipalOf(c).teamId, uuidParam(c, 'serviceId'));
@@ -138,9 +148,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
       stream: async (c, res) => {
         // /r/containers/{slug}/ (trailing slash): the container's own root, through the proxy
         if (c.path.endsWith('/')) return d.gateway.proxyRoot(c, res);
-        const s = await d.store.bySlug(teamPrincipalOf(c).teamId, c.params.serviceSlug ?? '');
-        if (!s) throw notFound(`container service ${c.params.serviceSlug ?? ''}`, 'service_not_found');
-        res.json(200, serviceJson(s, reduced(c)));
+        res.json(200, await runtimeServiceBySlug(d.store, teamPrincipalOf(c).teamId, c.params.serviceSlug ?? '', reduced(c)));
       },
     },
   ];
