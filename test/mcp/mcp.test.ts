@@ -5,6 +5,7 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { dirname } from 'node:path';
 import { existsSync, rmSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -410,7 +411,8 @@ test('the MCP Inspector CLI lists the tools and calls list_workflows', async (ct
   }
   const run = (args: string[]): Promise<{ code: number | null; out: string }> =>
     new Promise((resolve) => {
-      const p = spawn(process.execPath, [bin as string, `${t.baseUrl}/mcp`, '--transport', 'http', '--header', `Authorization: Bearer ${s.sk.value}`, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+      // its build/index.js finds its own package.json by a path relative to the working directory
+      const p = spawn(process.execPath, [bin as string, `${t.baseUrl}/mcp`, '--transport', 'http', '--header', `Authorization: Bearer ${s.sk.value}`, ...args], { stdio: ['ignore', 'pipe', 'pipe'], cwd: dirname(bin as string) });
       let out = '';
       p.stdout.on('data', (c: Buffer) => (out += c.toString()));
       p.stderr.on('data', (c: Buffer) => (out += c.toString()));
