@@ -16,10 +16,12 @@ import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/proto
 import type { CallToolResult, ServerNotification, ServerRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { TaskEvent } from '../actors/ports.js';
 import type { TeamPrincipal } from '../edge/principal.js';
+import { INVOKE_METHODS } from '../edge/routes/gateway.js';
 import { AppError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { outputEntries } from '../files/outputs.js';
-import type { NormalizedParameterDef } from '../domain/workflows/schema.js';
+import { TOOL_TYPES, WORKFLOW_STATUSES, type NormalizedParameterDef } from '../domain/workflows/schema.js';
+import { TASK_STATUSES } from '../domain/tasks/record.js';
 import { parametersJsonSchema } from './json-schema.js';
 import type { RuntimeCaller } from './runtime.js';
 
@@ -239,8 +241,8 @@ export function registerTools(server: McpServer, p: TeamPrincipal, d: McpToolDep
         "Lists the team's workflows (the runnable pipelines: ComfyUI graphs or nerfstudio jobs), newest first, with their parameters. Start here to find a workflow to run; call get_workflow for its parameters as a JSON Schema.",
       inputSchema: {
         ...page,
-        workflow_status: z.enum(['active', 'archived']).optional().describe('Only workflows with this status.'),
-        tool_type: z.enum(['comfyui', 'nerfstudio']).optional().describe('Only workflows of this tool.'),
+        workflow_status: z.enum(WORKFLOW_STATUSES).optional().describe('Only workflows with this status.'),
+        tool_type: z.enum(TOOL_TYPES).optional().describe('Only workflows of this tool.'),
       },
       outputSchema: { workflow_list: z.array(workflowSchema), page_meta: pageMeta },
       annotations: readOnly,
@@ -316,7 +318,7 @@ export function registerTools(server: McpServer, p: TeamPrincipal, d: McpToolDep
       description: "The team's tasks (workflow runs), newest first, optionally filtered by status or workflow.",
       inputSchema: {
         ...page,
-        task_status: z.enum(['pending', 'waiting', 'provisioning', 'queued', 'running', 'completed', 'failed', 'cancelled']).optional().describe('Only tasks in this status.'),
+        task_status: z.enum(TASK_STATUSES).optional().describe('Only tasks in this status.'),
         workflow_id: uuid('workflow id').optional(),
       },
       outputSchema: { task_list: z.array(taskSchema), page_meta: pageMeta },
@@ -472,7 +474,7 @@ export function registerTools(server: McpServer, p: TeamPrincipal, d: McpToolDep
         "Sends one HTTP request to a running container service through the gateway (like POST /r/invoke/{slug}) and returns its status, headers and body. Give the body as body_json (sent as application/json), body_text, or body_base64 (binary), at most one. The response body is returned as body_text when it is text or JSON, else only as body_base64. Use get_container_openapi to learn the service's paths.",
       inputSchema: {
         service_slug: slugArg,
-        method: z.enum(['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS']).describe('The HTTP method.'),
+        method: z.enum(INVOKE_METHODS).describe('The HTTP method.'),
         path: z.string().min(1).max(8192).describe('The path (and query) inside the service, starting with /, e.g. /v1/generate?fast=1.'),
         headers: z.record(z.string(), z.string()).optional().describe('Request headers for the service (Gantry\'s own credential is never forwarded).'),
         body_json: z.unknown().optional().describe('A JSON body (sets content-type: application/json unless headers say otherwise).'),

@@ -40,7 +40,7 @@ const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-e
 const GANTRY_OWN = new Set(['authorization', 'x-team-id', 'x-request-id']);
 /** Not relayed back: framing (uWS writes its own) and the date (uWS writes its own). */
 const RESPONSE_OWN = new Set([...HOP, 'content-length', 'date']);
-const INVOKE_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
+export const INVOKE_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
