@@ -8,13 +8,12 @@ import { after, before, test } from 'node:test';
 import { ExecRuntime, LineRing, parseCommand } from '../../src/agent/containers/exec.js';
 import type { ContainerSpec, ExitInfo } from '../../src/agent/containers/types.js';
 import { createLogger } from '../../src/shared/logger.js';
-import { alive, httpRequest, waitFor, writeServiceScript } from './helpers.js';
+import { alive, httpRequest, waitFor, writeServiceScript, serviceSpec } from './helpers.js';
 
 const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
 let dir = '';
 let script = '';
 const runtimes: ExecRuntime[] = [];
-let seq = 0;
 
 before(async () => {
   ({ dir, script } = await writeServiceScript());
@@ -30,21 +29,7 @@ function runtime(o: { startTimeoutMs?: number } = {}): ExecRuntime {
   return r;
 }
 
-function spec(over: Partial<ContainerSpec> = {}): ContainerSpec {
-  seq++;
-  return {
-    instanceId: `inst-${seq}-${Date.now()}`,
-    serviceId: 'svc-1',
-    serviceSlug: 'echo',
-    image: JSON.stringify([process.execPath, script]),
-    exposedPort: 8000,
-    env: [],
-    volumes: [],
-    gpuCount: 0,
-    healthPath: '/health',
-    ...over,
-  };
-}
+const spec = (over: Partial<ContainerSpec> = {}): ContainerSpec => serviceSpec(script, over);
 
 test('parseCommand: JSON argv or a whitespace-split command line; bad input rejected', () => {
   assert.deepEqual(parseCommand('["node", "server.js", "a b"]'), ['node', 'server.js', 'a b']);

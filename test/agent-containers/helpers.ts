@@ -6,6 +6,7 @@ import http from 'node:http';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import type { ContainerSpec } from '../../src/agent/containers/types.js';
 
 /**
  * The service script: listens on process.env.PORT (or argv[2]); GET /health 200 (503 after
@@ -90,4 +91,22 @@ export function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+let specSeq = 0;
+/** A ContainerSpec running the service script with the exec runtime (a fresh instance id each call). */
+export function serviceSpec(script: string, over: Partial<ContainerSpec> = {}): ContainerSpec {
+  specSeq++;
+  return {
+    instanceId: `inst-${specSeq}-${Date.now()}`,
+    serviceId: 'svc-1',
+    serviceSlug: 'echo',
+    image: JSON.stringify([process.execPath, script]),
+    exposedPort: 8000,
+    env: [],
+    volumes: [],
+    gpuCount: 0,
+    healthPath: '/health',
+    ...over,
+  };
 }

@@ -14,12 +14,11 @@ import { ContainerManager, type ContainerManagerOptions } from '../../src/agent/
 import type { ContainerRuntime, ContainerSpec, ExitInfo, InstanceAddress, InstanceReport } from '../../src/agent/containers/types.js';
 import { createLogger } from '../../src/shared/logger.js';
 import { httpServiceFactory, startDockerEngineStandin } from '../helpers/docker-engine-standin.js';
-import { httpRequest, waitFor, writeServiceScript } from './helpers.js';
+import { httpRequest, waitFor, writeServiceScript, serviceSpec } from './helpers.js';
 
 const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
 let dir = '';
 let script = '';
-let seq = 0;
 const managers: ContainerManager[] = [];
 
 before(async () => {
@@ -30,21 +29,7 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function spec(over: Partial<ContainerSpec> = {}): ContainerSpec {
-  seq++;
-  return {
-    instanceId: `inst-${seq}-${Date.now()}`,
-    serviceId: 'svc-1',
-    serviceSlug: 'echo',
-    image: JSON.stringify([process.execPath, script]),
-    exposedPort: 8000,
-    env: [],
-    volumes: [],
-    gpuCount: 0,
-    healthPath: '/health',
-    ...over,
-  };
-}
+const spec = (over: Partial<ContainerSpec> = {}): ContainerSpec => serviceSpec(script, over);
 
 function manager(o: Partial<ContainerManagerOptions> = {}): { m: ContainerManager; reports: InstanceReport[]; of: (id: string) => InstanceReport[] } {
   const reports: InstanceReport[] = [];

@@ -44,6 +44,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private writes: Promise<void> = Promise.resolve();
   /** Replicas that failed in a row (reset when one becomes healthy): re-placement backs off. */
   private failuresInRow = 0;
+  private notifySeq = 0;
   private notBefore = 0;
 
   constructor(
@@ -154,7 +155,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         this.write(() => this.d.store.delete(svc.id));
         this.svc = null;
         this.instances.clear();
-        this.write(async () => this.d.changes.changed(svc.teamId));
+        this.notifyChanged(svc.teamId);
         this.ctx.stop();
         return { status: 'deleted' };
     }
@@ -308,14 +309,25 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     svc.status = status;
     svc.detail = detail;
     this.write(() => this.d.store.setStatus(svc.id, status, detail));
-    this.write(async () => this.d.changes.changed(svc.teamId));
+    this.notifyChanged(svc.teamId);
   }
 
   private putInstance(i: ServiceInstance): void {
     const svc = this.svc as ServiceRecord;
     const row = { id: i.id, serviceId: svc.id, teamId: svc.teamId, agentId: i.agentId, status: i.status, healthy: i.healthy, error: i.error };
     this.write(() => this.d.store.putInstance(row));
-    this.write(async () => this.d.changes.changed(svc.teamId));
+    this.notifyChanged(svc.teamId);
+  }
+
+  /**
+   * Every node's routing table is told once the writes queued so far have landed; a burst of writes
+   * in one turn (a reconcile touching several instances) is one broadcast, sent after the last.
+   */
+  private notifyChanged(teamId: string): void {
+    const mine = ++this.notifySeq;
+    this.write(async () => {
+      if (mine === this.notifySeq) this.d.changes.changed(teamId);
+    });
   }
 
   /** Writes run in order, one after the other; a failed write is logged (the next tick reconciles). */
