@@ -65,6 +65,8 @@ import { SessionTokens } from './mcp/session.js';
 import { VaultKeyring } from './vault/keyring.js';
 import { VaultStore } from './vault/store.js';
 import { vaultRoutes } from './edge/routes/vault.js';
+import { auditRoutes } from './edge/routes/audit.js';
+import { AuditRetention, AuditStore } from './persistence/audit.js';
 import { outboundCa } from './events/outbound.js';
 import { isUuid } from './shared/ids.js';
 import { badRequest } from './shared/errors.js';
@@ -98,6 +100,9 @@ export interface GantryNode {
   publicUrl: string;
   /** Cluster mode (REDIS_URL set): membership, placement, remoting; null on a single node. */
   cluster: Cluster<Protocols> | null;
+  /** The audit log (reads, retention; tests run a retention pass through auditRetention). */
+  auditStore: AuditStore;
+  auditRetention: AuditRetention;
   /** Every registered HTTP route (the auth-matrix test walks them all). */
   routes(): ReadonlyArray<RouteDef>;
   /** Graceful stop: stop accepting, finish in-flight work (bounded), close the database. */
@@ -507,6 +512,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(gateway.routes());
   edge.setWebSocketHandler(gateway.webSocketHandler());
   edge.addAll(withIdempotency(vaultRoutes({ vault }), taskQueries.idempotency));
+  const auditStore = new AuditStore(db);
+  edge.addAll(auditRoutes({ audit: auditStore }));
   // MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the runtime routes above
   // through the edge's router
   if (config.GANTRY_MCP_ENABLED) {
@@ -564,6 +571,14 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   // cluster-wide singleton jobs run on the lease holder only
   const leases: LeasePort = redis ? new RedisLeases(redis, config.GANTRY_CLUSTER_LEASE_MS, logger.child({ component: 'leases' })) : new InMemoryLeases();
   const stopSweepers = leases.hold('file-sweepers', files.sweepers);
+  const auditRetention = new AuditRetention({
+    store: auditStore,
+    retentionDays: config.GANTRY_AUDIT_RETENTION_DAYS,
+    now: () => clock.now(),
+    onError: (e) => logger.warn({ err: e }, 'audit retention sweep failed'),
+    onSwept: (n) => logger.info({ deleted: n }, 'audit retention: old entries deleted'),
+  });
+  const stopAuditRetention = leases.hold('audit-retention', auditRetention);
 
   let closing: Promise<void> | null = null;
   return {
@@ -588,6 +603,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     grpcPort,
     publicUrl,
     cluster,
+    auditStore,
+    auditRetention,
     routes: () => http.routes(),
     close() {
       closing ??= (async () => {
@@ -603,6 +620,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await agentGrpc.stop();
         clearInterval(schedulerWatch);
         await stopSweepers();
+        await stopAuditRetention();
         await actors.shutdown();
         await cluster?.stop();
         sharedLimits?.stop();

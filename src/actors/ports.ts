@@ -3,6 +3,7 @@
  * persistence, cluster and edge layers implement them, and src/main.ts wires them together.
  */
 import type { Clock } from '../shared/clock.js';
+import type { AuditNote } from '../shared/audit.js';
 import type { ActorKind, TaskRecord, TaskStatus, TaskProgress } from '../domain/tasks/record.js';
 import type { TaskAssignment, AgentInfo, ServerToAgent } from './task-record.js';
 import type { TaskMsg, TaskReplies } from './task/protocol.js';
@@ -188,8 +189,12 @@ export interface QuotaPort {
 /** What the container-service actor reads and writes (PgContainerStore implements it). */
 export interface ContainerStorePort {
   byId(id: string): Promise<ServiceRecord | null>;
-  delete(id: string): Promise<void>;
-  setStatus(id: string, status: ServiceStatus, detail: ServiceRecord['detail']): Promise<void>;
+  /** audit: appended in the same transaction (the delete operation's note). */
+  delete(id: string, audit?: AuditNote): Promise<void>;
+  /** audit: appended in the same transaction (the lifecycle operation that caused this write). */
+  setStatus(id: string, status: ServiceStatus, detail: ServiceRecord['detail'], audit?: AuditNote): Promise<void>;
+  /** Appends an operation's audit note on its own (an operation that changed no stored state). */
+  audit(note: AuditNote): Promise<void>;
   instances(serviceId: string): Promise<ServiceInstance[]>;
   putInstance(i: { id: string; serviceId: string; teamId: string; agentId: string; status: InstanceState; healthy: boolean; error: string }): Promise<void>;
   deleteInstance(id: string): Promise<void>;

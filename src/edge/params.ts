@@ -3,6 +3,7 @@ import { fromZodIssues, invalidParameter } from '../shared/errors.js';
 import { isUuid } from '../shared/ids.js';
 import type { Ctx } from './http.js';
 import type { Principal, TeamPrincipal } from './principal.js';
+import type { AuditActor, AuditNote } from '../shared/audit.js';
 
 /** Parses a JSON body with a zod schema; a failure is a 400 naming the field. */
 export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
@@ -32,3 +33,17 @@ export function teamPrincipalOf(c: Ctx): TeamPrincipal {
 }
 
 export const teamOf = (c: Ctx): string => teamPrincipalOf(c).teamId;
+
+/** Who is calling, for the audit log: the principal, the request id and the client IP. */
+export function auditActorOf(c: Ctx): AuditActor {
+  const p = principalOf(c);
+  return { kind: p.kind, userId: p.userId ?? null, credentialId: p.credentialId ?? null, requestId: c.requestId, ip: c.ip || null };
+}
+
+/**
+ * The audit note of a management write (docs/api.md "Audit log"), handed to the store that commits
+ * the change; targetId null: the store fills it (creates).
+ */
+export function auditOf(c: Ctx, action: string, targetType: string, targetId: string | null = null, details?: Record<string, unknown>): AuditNote {
+  return { actor: auditActorOf(c), teamId: principalOf(c).teamId ?? null, action, targetType, targetId, ...(details ? { details } : {}) };
+}

@@ -8,6 +8,8 @@ import type { TaskEvent } from '../actors/ports.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q, iso, ts, json, type Q } from '../persistence/sql.js';
 import { uuidv7 } from '../shared/ids.js';
+import { audited } from '../persistence/audit.js';
+import type { AuditNote } from '../shared/audit.js';
 import type { SseTaskSource } from './sse.js';
 
 export const WEBHOOK_EVENTS = ['task.completed', 'task.failed'] as const;
@@ -149,11 +151,12 @@ export class EventsStore {
   }
 
   // --- webhooks
-  async createWebhook(w: { teamId: string; displayName: string; url: string; events: WebhookEvent[]; createdBy: string | null }): Promise<string> {
+  async createWebhook(w: { teamId: string; displayName: string; url: string; events: WebhookEvent[]; createdBy: string | null }, audit?: AuditNote): Promise<string> {
     const id = uuidv7();
     const secret = `whsec_${randomBytes(32).toString('hex')}`;
     // created_at is database time: enqueue compares it with task_events.created_at
-    await this.q(`insert into webhooks (id, team_id, display_name, webhook_url, webhook_events, signing_secret, created_by) values (?, ?, ?, ?, ?::jsonb, ?, ?)`, [
+    await audited(this.db, audit, async (tq, record) => {
+      await tq(`insert into webhooks (id, team_id, display_name, webhook_url, webhook_events, signing_secret, created_by) values (?, ?, ?, ?, ?::jsonb, ?, ?)`, [
       id,
       w.teamId,
       w.displayName,
@@ -161,7 +164,9 @@ export class EventsStore {
       json(w.events),
       secret,
       w.createdBy,
-    ]);
+      ]);
+      await record({ targetId: id });
+    });
     return id;
   }
 
@@ -175,7 +180,13 @@ export class EventsStore {
     return (await this.q<WebhookRow>('select * from webhooks where team_id = ? and id = ?', [teamId, id]))[0] ?? null;
   }
 
-  async updateWebhook(teamId: string, id: string, p: { displayName?: string | undefined; url?: string | undefined; events?: WebhookEvent[] | undefined; status?: 'active' | 'disabled' | undefined }, now: number): Promise<boolean> {
+  async updateWebhook(
+    teamId: string,
+    id: string,
+    p: { displayName?: string | undefined; url?: string | undefined; events?: WebhookEvent[] | undefined; status?: 'active' | 'disabled' | undefined },
+    now: number,
+    audit?: AuditNote,
+  ): Promise<boolean> {
     const sets: string[] = ['updated_at = ?'];
     const params: unknown[] = [new Date(now)];
     if (p.displayName !== undefined) {
@@ -194,12 +205,19 @@ export class EventsStore {
       sets.push('webhook_status = ?');
       params.push(p.status);
     }
-    const r = await this.q(`update webhooks set ${sets.join(', ')} where team_id = ? and id = ? returning id`, [...params, teamId, id]);
-    return r.length === 1;
+    return audited(this.db, audit, async (tq, record) => {
+      const r = await tq(`update webhooks set ${sets.join(', ')} where team_id = ? and id = ? returning id`, [...params, teamId, id]);
+      if (r.length === 1) await record({ details: p.status !== undefined ? { webhook_status: p.status } : {} });
+      return r.length === 1;
+    });
   }
 
-  async deleteWebhook(teamId: string, id: string): Promise<boolean> {
-    return (await this.q('delete from webhooks where team_id = ? and id = ? returning id', [teamId, id])).length === 1;
+  async deleteWebhook(teamId: string, id: string, audit?: AuditNote): Promise<boolean> {
+    return audited(this.db, audit, async (tq, record) => {
+      const ok = (await tq('delete from webhooks where team_id = ? and id = ? returning id', [teamId, id])).length === 1;
+      if (ok) await record();
+      return ok;
+    });
   }
 
   // --- the outbox
@@ -362,13 +380,16 @@ export class EventsStore {
   }
 
   /** A new delivery of the same signed body (same event), with the full retry schedule. */
-  async redeliver(d: DeliveryRow, now: number, maxAttempts: number): Promise<string> {
+  async redeliver(d: DeliveryRow, now: number, maxAttempts: number, audit?: AuditNote): Promise<string> {
     const id = uuidv7();
-    await this.q(
+    await audited(this.db, audit, async (tq, record) => {
+      await tq(
       `insert into webhook_deliveries (id, webhook_id, team_id, task_event_id, task_id, event_type, body, delivery_status, attempt, max_attempts, next_attempt_at, redelivery_of, created_at, updated_at)
        values (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?)`,
       [id, d.webhook_id, d.team_id, d.task_event_id, d.task_id, d.event_type, d.body, maxAttempts, new Date(now), d.redelivery_of ?? d.id, new Date(now), new Date(now)],
-    );
+      );
+      await record({ details: { delivery_id: d.id, new_delivery_id: id } });
+    });
     return id;
   }
 
@@ -403,14 +424,20 @@ export class EventsStore {
     return { rows, total: Number(n[0]?.n ?? 0), unread: Number(n[0]?.u ?? 0) };
   }
 
-  async markRead(teamId: string, userId: string, id: string, now: number): Promise<boolean> {
-    const r = await this.q('update notifications set is_read = true, read_at = coalesce(read_at, ?) where team_id = ? and user_id = ? and id = ? returning id', [new Date(now), teamId, userId, id]);
-    return r.length === 1;
+  async markRead(teamId: string, userId: string, id: string, now: number, audit?: AuditNote): Promise<boolean> {
+    return audited(this.db, audit, async (tq, record) => {
+      const r = await tq('update notifications set is_read = true, read_at = coalesce(read_at, ?) where team_id = ? and user_id = ? and id = ? returning id', [new Date(now), teamId, userId, id]);
+      if (r.length === 1) await record();
+      return r.length === 1;
+    });
   }
 
-  async markAllRead(teamId: string, userId: string, now: number): Promise<number> {
-    const r = await this.q('update notifications set is_read = true, read_at = ? where team_id = ? and user_id = ? and not is_read returning id', [new Date(now), teamId, userId]);
-    return r.length;
+  async markAllRead(teamId: string, userId: string, now: number, audit?: AuditNote): Promise<number> {
+    return audited(this.db, audit, async (tq, record) => {
+      const r = await tq('update notifications set is_read = true, read_at = ? where team_id = ? and user_id = ? and not is_read returning id', [new Date(now), teamId, userId]);
+      if (r.length > 0) await record({ details: { updated_count: r.length } });
+      return r.length;
+    });
   }
 
   /** Agents whose status changed since a time (the offline scanner). */

@@ -10,6 +10,7 @@
  * (src/protocol/model-path.ts): what is accepted here, every agent can place.
  */
 import { createHash } from 'node:crypto';
+import type { AuditNote } from '../shared/audit.js';
 import { z } from 'zod';
 import type { ObjectStore } from '../storage/port.js';
 import { modelPathSchema } from '../domain/workflows/schema.js';
@@ -137,7 +138,7 @@ async function verifyUpload(o: RegistryOptions, caller: Caller, purpose: 'model'
 export class ModelRegistry {
   constructor(private readonly o: RegistryOptions) {}
 
-  async create(caller: Caller, body: unknown): Promise<ModelRecord> {
+  async create(caller: Caller, body: unknown, audit?: AuditNote): Promise<ModelRecord> {
     const b = parse(modelCreateSchema, body);
     if (await this.o.records.modelPathTaken(caller.teamId, b.model_path)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
     const m = await verifyUpload(this.o, caller, 'model', b.storage_key, b.file_size, b.sha256);
@@ -154,7 +155,7 @@ export class ModelRegistry {
         fileSize: m.size,
         sha256: m.sha256,
         createdBy: caller.userId ?? null,
-      });
+      }, audit);
     } catch (e) {
       if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
       throw e;
@@ -175,12 +176,12 @@ export class ModelRegistry {
   }
 
   /** PUT: only the provided fields change. */
-  async update(teamId: string, id: string, body: unknown): Promise<ModelRecord> {
+  async update(teamId: string, id: string, body: unknown, audit?: AuditNote): Promise<ModelRecord> {
     const b = parse(modelUpdateSchema, body);
     if (Object.values(b).every((v) => v === undefined)) return this.get(teamId, id);
     let m: ModelRecord | null;
     try {
-      m = await this.o.records.updateModel(teamId, id, b);
+      m = await this.o.records.updateModel(teamId, id, b, audit);
     } catch (e) {
       if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
       throw e;
@@ -190,8 +191,8 @@ export class ModelRegistry {
     return m;
   }
 
-  async delete(teamId: string, id: string): Promise<void> {
-    const key = await this.o.records.deleteModel(teamId, id);
+  async delete(teamId: string, id: string, audit?: AuditNote): Promise<void> {
+    const key = await this.o.records.deleteModel(teamId, id, audit);
     if (key === null) throw notFound('model', 'model_not_found');
     this.o.onChange?.(teamId);
     await this.o.store.delete(key).catch((e: unknown) => this.o.logger.warn({ err: e, model_id: id }, 'model object delete failed'));
@@ -205,7 +206,7 @@ export class ModelRegistry {
 export class NodeRegistry {
   constructor(private readonly o: RegistryOptions) {}
 
-  async create(caller: Caller, body: unknown): Promise<NodeRecord> {
+  async create(caller: Caller, body: unknown, audit?: AuditNote): Promise<NodeRecord> {
     const b = parse(nodeCreateSchema, body);
     const taken = (): AppError => conflict('package_name_taken', `package_name: this team already has ${b.package_name}; delete it first to install another version`);
     if (await this.o.records.packageTaken(caller.teamId, b.package_name)) throw taken();
@@ -222,7 +223,7 @@ export class NodeRegistry {
         fileSize: m.size,
         sha256: m.sha256,
         createdBy: caller.userId ?? null,
-      });
+      }, audit);
     } catch (e) {
       if (isUniqueViolation(e)) throw taken();
       throw e;
@@ -242,8 +243,8 @@ export class NodeRegistry {
     return this.o.records.listNodes(teamId, limit, offset);
   }
 
-  async delete(teamId: string, id: string): Promise<void> {
-    const key = await this.o.records.deleteNode(teamId, id);
+  async delete(teamId: string, id: string, audit?: AuditNote): Promise<void> {
+    const key = await this.o.records.deleteNode(teamId, id, audit);
     if (key === null) throw notFound('custom node', 'node_not_found');
     this.o.onChange?.(teamId);
     await this.o.store.delete(key).catch((e: unknown) => this.o.logger.warn({ err: e, node_id: id }, 'node package delete failed'));

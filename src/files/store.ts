@@ -7,6 +7,8 @@
 import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q } from '../persistence/sql.js';
+import { audited, recorderOn } from '../persistence/audit.js';
+import type { AuditNote } from '../shared/audit.js';
 import type { StagePurpose } from './keys.js';
 
 export interface StagedRow {
@@ -239,7 +241,7 @@ export class FilesStore {
    * staged row is gone (another model or node took it, or it was swept). A unique violation
    * (model_path of the team) is thrown as the driver's error (code 23505).
    */
-  async createModel(m: Omit<ModelRecord, 'createdAt' | 'updatedAt'> & { createdBy: string | null }): Promise<ModelRecord | null> {
+  async createModel(m: Omit<ModelRecord, 'createdAt' | 'updatedAt'> & { createdBy: string | null }, audit?: AuditNote): Promise<ModelRecord | null> {
     return inTx(this.db, async (tq) => {
       const consumed = await tq('delete from staged_files where file_key = ? and team_id = ? returning file_key', [m.storageKey, m.teamId]);
       if (consumed.length === 0) return null;
@@ -248,6 +250,7 @@ export class FilesStore {
          values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning *`,
         [m.id, m.teamId, m.displayName, m.modelType, m.modelPath, m.modelStatus, m.storageKey, m.fileSize, m.sha256, m.createdBy],
       );
+      await recorderOn(tq, audit)({ targetId: m.id, details: { model_path: m.modelPath } });
       return rowToModel(rows[0] as Row);
     });
   }
@@ -275,7 +278,7 @@ export class FilesStore {
   }
 
   /** Applies the given changes (at least one); null when the model does not exist in this team. */
-  async updateModel(teamId: string, id: string, changes: ModelChanges): Promise<ModelRecord | null> {
+  async updateModel(teamId: string, id: string, changes: ModelChanges, audit?: AuditNote): Promise<ModelRecord | null> {
     const sets: string[] = [];
     const params: unknown[] = [];
     const col: ModelChanges = { display_name: changes.display_name, model_type: changes.model_type, model_path: changes.model_path, model_status: changes.model_status };
@@ -285,14 +288,22 @@ export class FilesStore {
       params.push(v);
     }
     if (sets.length === 0) return this.model(teamId, id);
-    const rows = await this.q(`update models set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
-    return rows[0] ? rowToModel(rows[0]) : null;
+    return audited(this.db, audit, async (tq, record) => {
+      const rows = await tq(`update models set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
+      if (!rows[0]) return null;
+      await record({ details: { changed: Object.keys(col).filter((k) => (col as Record<string, unknown>)[k] !== undefined) } });
+      return rowToModel(rows[0]);
+    });
   }
 
   /** Deletes the model; its storage key, or null when it does not exist in this team. */
-  async deleteModel(teamId: string, id: string): Promise<string | null> {
-    const rows = await this.q('delete from models where team_id = ? and id = ? returning storage_key', [teamId, id]);
-    return rows[0] ? (rows[0].storage_key as string) : null;
+  async deleteModel(teamId: string, id: string, audit?: AuditNote): Promise<string | null> {
+    return audited(this.db, audit, async (tq, record) => {
+      const rows = await tq('delete from models where team_id = ? and id = ? returning storage_key', [teamId, id]);
+      if (!rows[0]) return null;
+      await record();
+      return rows[0].storage_key as string;
+    });
   }
 
   async activeModels(teamId: string): Promise<ModelRecord[]> {
@@ -308,7 +319,7 @@ export class FilesStore {
   }
 
   /** Like createModel: consumes the staged row and inserts the node (active) in one transaction; null when the staged row is gone. */
-  async createNode(n: Omit<NodeRecord, 'createdAt' | 'updatedAt' | 'nodeStatus'> & { createdBy: string | null }): Promise<NodeRecord | null> {
+  async createNode(n: Omit<NodeRecord, 'createdAt' | 'updatedAt' | 'nodeStatus'> & { createdBy: string | null }, audit?: AuditNote): Promise<NodeRecord | null> {
     return inTx(this.db, async (tq) => {
       const consumed = await tq('delete from staged_files where file_key = ? and team_id = ? returning file_key', [n.storageKey, n.teamId]);
       if (consumed.length === 0) return null;
@@ -317,6 +328,7 @@ export class FilesStore {
          values (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) returning *`,
         [n.id, n.teamId, n.displayName, n.packageName, n.nodeVersion, n.storageKey, n.fileSize, n.sha256, n.createdBy],
       );
+      await recorderOn(tq, audit)({ targetId: n.id, details: { package_name: n.packageName } });
       return rowToNode(rows[0] as Row);
     });
   }
@@ -333,9 +345,13 @@ export class FilesStore {
     return { rows: rows.map(rowToNode), total: Number(c[0]?.n ?? 0) };
   }
 
-  async deleteNode(teamId: string, id: string): Promise<string | null> {
-    const rows = await this.q('delete from custom_nodes where team_id = ? and id = ? returning storage_key', [teamId, id]);
-    return rows[0] ? (rows[0].storage_key as string) : null;
+  async deleteNode(teamId: string, id: string, audit?: AuditNote): Promise<string | null> {
+    return audited(this.db, audit, async (tq, record) => {
+      const rows = await tq('delete from custom_nodes where team_id = ? and id = ? returning storage_key', [teamId, id]);
+      if (!rows[0]) return null;
+      await record();
+      return rows[0].storage_key as string;
+    });
   }
 
   async activeNodes(teamId: string): Promise<NodeRecord[]> {

@@ -14,6 +14,8 @@ import type { RateLimiter } from './rate-limit.js';
 import type { LastUsedTracker } from './authenticator.js';
 import type { CacheInvalidationPort, Invalidation } from './invalidation.js';
 import { timingSafeEqual } from 'node:crypto';
+import type { AuditNote } from '../shared/audit.js';
+import { recorderOn } from '../persistence/audit.js';
 
 export const PAIRING_TTL_S = 600;
 const RESET_TTL_S = 3600;
@@ -256,7 +258,7 @@ export class IdentityService {
 
   // ---- teams ---------------------------------------------------------------------------------
 
-  async createTeam(p: Principal, b: { display_name: string }): Promise<{ id: string }> {
+  async createTeam(p: Principal, b: { display_name: string }, audit?: AuditNote): Promise<{ id: string }> {
     const c = this.d.config;
     const userId = requireUser(p);
     if (!c.GANTRY_MANUAL_TEAM_CREATION) throw forbidden('team_creation_disabled', 'team creation is disabled on this server');
@@ -271,6 +273,7 @@ export class IdentityService {
         if ((await this.d.store.countOwnedTeams(userId, q)) >= c.quotas.maxOwnedTeams) throw quotaExceeded('max_owned_teams', c.quotas.maxOwnedTeams);
       }
       await this.d.store.insertTeam(q, { id, displayName: b.display_name.trim(), ownerId: userId, isPersonal: false, now: new Date() });
+      await recorderOn(q, audit)({ teamId: id, targetId: id });
     });
     await this.publish({ type: 'membership', teamId: id, userId });
     return { id };
@@ -296,13 +299,13 @@ export class IdentityService {
     };
   }
 
-  async updateTeam(p: TeamPrincipal, b: { display_name: string }): Promise<{ id: string }> {
-    if (!(await this.d.store.updateTeam(p.teamId, b.display_name.trim(), new Date()))) throw notFound('team', 'team_not_found');
+  async updateTeam(p: TeamPrincipal, b: { display_name: string }, audit?: AuditNote): Promise<{ id: string }> {
+    if (!(await this.d.store.updateTeam(p.teamId, b.display_name.trim(), new Date(), audit))) throw notFound('team', 'team_not_found');
     return { id: p.teamId };
   }
 
-  async deleteTeam(p: TeamPrincipal): Promise<void> {
-    const revoked = await this.d.store.deleteTeam(p.teamId, new Date());
+  async deleteTeam(p: TeamPrincipal, audit?: AuditNote): Promise<void> {
+    const revoked = await this.d.store.deleteTeam(p.teamId, new Date(), audit);
     if (!revoked) throw notFound('team', 'team_not_found');
     await this.emitRevoked(revoked);
     await this.publish({ type: 'team', teamId: p.teamId });
@@ -319,29 +322,29 @@ export class IdentityService {
     );
   }
 
-  async setMemberRole(p: TeamPrincipal, userId: string, role: 'admin' | 'member'): Promise<{ id: string }> {
+  async setMemberRole(p: TeamPrincipal, userId: string, role: 'admin' | 'member', audit?: AuditNote): Promise<{ id: string }> {
     const current = await this.d.store.memberRole(p.teamId, userId);
     if (!current) throw notFound('member', 'member_not_found');
     if (current === 'owner') throw forbidden('owner_role_immutable', "the owner's role changes only by transferring ownership");
-    await this.d.store.setMemberRole(p.teamId, userId, role);
+    if (!(await this.d.store.setMemberRole(p.teamId, userId, role, audit))) throw notFound('member', 'member_not_found');
     await this.publish({ type: 'membership', teamId: p.teamId, userId });
     return { id: userId };
   }
 
-  async removeMember(p: TeamPrincipal, userId: string): Promise<void> {
+  async removeMember(p: TeamPrincipal, userId: string, audit?: AuditNote): Promise<void> {
     const target = await this.d.store.memberRole(p.teamId, userId);
     if (!target) throw notFound('member', 'member_not_found');
     const self = userId === p.userId;
     if (target === 'owner') throw self ? conflict('owner_cannot_leave', 'the owner cannot leave the team; transfer ownership first') : forbidden('owner_cannot_be_removed', 'the owner cannot be removed');
     if (!self && ROLE_RANK[p.role ?? 'member'] < ROLE_RANK.admin) throw forbidden('insufficient_role', 'requires the admin role');
-    if (!(await this.d.store.removeMember(p.teamId, userId))) throw notFound('member', 'member_not_found');
+    if (!(await this.d.store.removeMember(p.teamId, userId, audit))) throw notFound('member', 'member_not_found');
     await this.publish({ type: 'membership', teamId: p.teamId, userId });
   }
 
-  async transfer(p: TeamPrincipal, newOwnerId: string): Promise<void> {
+  async transfer(p: TeamPrincipal, newOwnerId: string, audit?: AuditNote): Promise<void> {
     const from = requireUser(p);
     if (newOwnerId === from) throw badRequest('invalid_parameter', 'new_owner_id: you already own this team');
-    const r = await this.d.store.transferOwnership(p.teamId, from, newOwnerId, new Date(), this.d.config.quotas.maxOwnedTeams);
+    const r = await this.d.store.transferOwnership(p.teamId, from, newOwnerId, new Date(), this.d.config.quotas.maxOwnedTeams, audit);
     if (r === 'ok') {
       await this.publish({ type: 'membership', teamId: p.teamId, userId: from });
       await this.publish({ type: 'membership', teamId: p.teamId, userId: newOwnerId });
@@ -353,7 +356,7 @@ export class IdentityService {
 
   // ---- invitations ---------------------------------------------------------------------------
 
-  async invite(p: TeamPrincipal, b: { email_address: string; member_role: 'admin' | 'member' }): Promise<{ id: string }> {
+  async invite(p: TeamPrincipal, b: { email_address: string; member_role: 'admin' | 'member' }, audit?: AuditNote): Promise<{ id: string }> {
     const email = b.email_address.trim();
     const existing = await this.d.store.userByEmail(normEmail(email));
     if (existing && (await this.d.store.memberRole(p.teamId, existing.id))) throw conflict('already_member', 'this user is already a member of the team');
@@ -362,14 +365,20 @@ export class IdentityService {
     const token = randomToken();
     const now = new Date();
     const id = uuidv7();
-    await this.d.store.insertInvitation({ id, teamId: p.teamId, email, emailNorm: normEmail(email), role: b.member_role, tokenHash: sha256Hex(token), invitedBy: p.userId ?? null, expiresAt: new Date(now.getTime() + INVITATION_TTL_S * 1000), now });
     const link = this.link('/accept-invitation', token);
-    await this.d.mailer.enqueue({
-      kind: 'invitation',
-      to: email,
-      subject: `You are invited to join ${team.display_name} on Gantry`,
-      body: `You have been invited to join the team "${team.display_name}" as ${b.member_role}.\n\nAccept (valid 7 days): ${link}\n\ninvitation_token: ${token}\n`,
-      link,
+    await this.d.store.tx(async (q) => {
+      await this.d.store.insertInvitation({ id, teamId: p.teamId, email, emailNorm: normEmail(email), role: b.member_role, tokenHash: sha256Hex(token), invitedBy: p.userId ?? null, expiresAt: new Date(now.getTime() + INVITATION_TTL_S * 1000), now }, q);
+      await this.d.mailer.enqueue(
+        {
+          kind: 'invitation',
+          to: email,
+          subject: `You are invited to join ${team.display_name} on Gantry`,
+          body: `You have been invited to join the team "${team.display_name}" as ${b.member_role}.\n\nAccept (valid 7 days): ${link}\n\ninvitation_token: ${token}\n`,
+          link,
+        },
+        q,
+      );
+      await recorderOn(q, audit)({ targetId: id, details: { member_role: b.member_role } });
     });
     return { id };
   }
@@ -389,14 +398,14 @@ export class IdentityService {
     );
   }
 
-  async revokeInvitation(p: TeamPrincipal, id: string): Promise<void> {
-    if (!(await this.d.store.revokeInvitation(p.teamId, id))) throw notFound('invitation', 'invitation_not_found');
+  async revokeInvitation(p: TeamPrincipal, id: string, audit?: AuditNote): Promise<void> {
+    if (!(await this.d.store.revokeInvitation(p.teamId, id, audit))) throw notFound('invitation', 'invitation_not_found');
   }
 
-  async acceptInvitation(p: Principal, b: { invitation_token: string }): Promise<void> {
+  async acceptInvitation(p: Principal, b: { invitation_token: string }, audit?: AuditNote): Promise<void> {
     const user = await this.d.store.userById(requireUser(p));
     if (!user) throw unauthorized('credential_invalid', 'the account no longer exists');
-    const r = await this.d.store.acceptInvitation(sha256Hex(b.invitation_token), { id: user.id, emailNorm: user.email_normalized }, new Date());
+    const r = await this.d.store.acceptInvitation(sha256Hex(b.invitation_token), { id: user.id, emailNorm: user.email_normalized }, new Date(), audit);
     if (r.outcome === 'ok') await this.publish({ type: 'membership', teamId: r.teamId, userId: user.id });
     if (r.outcome === 'not_found') throw notFound('invitation', 'invitation_not_found');
     if (r.outcome === 'expired') throw gone('invitation_expired', 'this invitation has expired; ask for a new one');
@@ -406,13 +415,20 @@ export class IdentityService {
 
   // ---- credentials ---------------------------------------------------------------------------
 
-  async createCredential(p: TeamPrincipal, b: { credential_type: 'integration' | 'agent'; display_name: string; expires_in_days?: number | undefined }): Promise<{ id: string; credential_value: string; credential_prefix: string }> {
+  async createCredential(
+    p: TeamPrincipal,
+    b: { credential_type: 'integration' | 'agent'; display_name: string; expires_in_days?: number | undefined },
+    audit?: AuditNote,
+  ): Promise<{ id: string; credential_value: string; credential_prefix: string }> {
     if (b.credential_type === 'agent' && ROLE_RANK[p.role ?? 'member'] < ROLE_RANK.admin) throw forbidden('insufficient_role', 'creating agent credentials requires the admin role');
     const gen = generateCredential(b.credential_type);
     const now = new Date();
     const id = uuidv7();
     const expiresAt = b.expires_in_days ? new Date(now.getTime() + b.expires_in_days * 86_400_000) : null;
-    await this.d.store.insertCredential({ id, type: b.credential_type, teamId: p.teamId, userId: p.userId ?? null, displayName: b.display_name.trim(), prefix: gen.prefix, hash: gen.hash, linkedTo: null, expiresAt, now });
+    await this.d.store.tx(async (q) => {
+      await this.d.store.insertCredential({ id, type: b.credential_type, teamId: p.teamId, userId: p.userId ?? null, displayName: b.display_name.trim(), prefix: gen.prefix, hash: gen.hash, linkedTo: null, expiresAt, now }, q);
+      await recorderOn(q, audit)({ targetId: id, details: { credential_type: b.credential_type, credential_prefix: gen.prefix } });
+    });
     return { id, credential_value: gen.value, credential_prefix: gen.prefix };
   }
 
@@ -442,11 +458,11 @@ export class IdentityService {
   }
 
   /** Admins revoke any credential of the team; members their own. */
-  async revokeCredential(p: TeamPrincipal, id: string): Promise<void> {
+  async revokeCredential(p: TeamPrincipal, id: string, audit?: AuditNote): Promise<void> {
     const c = await this.d.store.credentialInTeam(p.teamId, id);
     if (!c) throw notFound('credential', 'credential_not_found');
     if (ROLE_RANK[p.role ?? 'member'] < ROLE_RANK.admin && c.user_id !== p.userId) throw forbidden('insufficient_role', 'only admins revoke credentials created by others');
-    await this.emitRevoked(await this.d.store.revokeCredential(p.teamId, id, new Date()));
+    await this.emitRevoked(await this.d.store.revokeCredential(p.teamId, id, new Date(), audit));
   }
 
   // ---- device pairing (RFC 8628 style) -------------------------------------------------------
@@ -463,10 +479,10 @@ export class IdentityService {
     throw new AppError('internal', 'pairing_code_exhausted', 'could not allocate a pairing code');
   }
 
-  async pairConfirm(p: TeamPrincipal, b: { user_code: string }): Promise<void> {
+  async pairConfirm(p: TeamPrincipal, b: { user_code: string }, audit?: AuditNote): Promise<void> {
     const code = normalizeUserCode(b.user_code);
     if (!code) throw badRequest('invalid_parameter', 'user_code: must be the 8-character code shown on the device (e.g. ABCD-2345)');
-    const r = await this.d.store.confirmPairing(code, requireUser(p), p.teamId, new Date());
+    const r = await this.d.store.confirmPairing(code, requireUser(p), p.teamId, new Date(), audit);
     if (r === 'not_found') throw notFound('pairing code', 'pairing_not_found');
     if (r === 'expired') throw gone('pairing_expired', 'this pairing code has expired; start pairing again on the device');
   }
@@ -500,9 +516,9 @@ export class IdentityService {
   }
 
   /** Revokes the calling dk- and the agent credential minted with it. */
-  async deviceRevoke(p: Principal): Promise<void> {
+  async deviceRevoke(p: Principal, audit?: AuditNote): Promise<void> {
     if (p.kind !== 'device' || !p.credentialId || !p.teamId) throw forbidden('device_credential_required', 'call this with the device credential (dk-) to revoke');
-    await this.emitRevoked(await this.d.store.revokeCredential(p.teamId, p.credentialId, new Date()));
+    await this.emitRevoked(await this.d.store.revokeCredential(p.teamId, p.credentialId, new Date(), audit));
   }
 }
 

@@ -3,6 +3,8 @@ import { inTx, q as pooled } from '../persistence/sql.js';
 import type { TeamRole } from './principal.js';
 import type { PageRequest } from '../shared/pagination.js';
 import type { CredentialKind } from './credentials.js';
+import type { AuditNote } from '../shared/audit.js';
+import { recorderOn } from '../persistence/audit.js';
 
 /** A query function bound to a unit of work or a transaction; `?` placeholders (knex style). */
 export type Q = <T = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<T[]>;
@@ -205,18 +207,23 @@ export class IdentityStore {
     return r[0] ?? null;
   }
 
-  async updateTeam(teamId: string, displayName: string, now: Date): Promise<boolean> {
-    return (await this.q(`update teams set display_name = ?, updated_at = ? where id = ? and deleted_at is null returning id`, [displayName, now, teamId])).length === 1;
+  async updateTeam(teamId: string, displayName: string, now: Date, audit?: AuditNote): Promise<boolean> {
+    return this.tx(async (q) => {
+      const ok = (await q(`update teams set display_name = ?, updated_at = ? where id = ? and deleted_at is null returning id`, [displayName, now, teamId])).length === 1;
+      if (ok) await recorderOn(q, audit)();
+      return ok;
+    });
   }
 
   /**
    * Soft delete: the team row stays (other modules keep their rows), members, invitations and
    * credentials go. Returns the ids of the credentials revoked, or null when the team was not found.
    */
-  async deleteTeam(teamId: string, now: Date): Promise<string[] | null> {
+  async deleteTeam(teamId: string, now: Date, audit?: AuditNote): Promise<string[] | null> {
     return this.tx(async (q) => {
       const r = await q(`update teams set deleted_at = ?, updated_at = ? where id = ? and deleted_at is null returning id`, [now, now, teamId]);
       if (r.length === 0) return null;
+      await recorderOn(q, audit)();
       await q(`delete from team_members where team_id = ?`, [teamId]);
       await q(`update invitations set invitation_status = 'revoked' where team_id = ? and invitation_status = 'pending'`, [teamId]);
       const revoked = await q<{ id: string }>(`update credentials set revoked_at = ? where team_id = ? and revoked_at is null returning id`, [now, teamId]);
@@ -249,16 +256,24 @@ export class IdentityStore {
   }
 
   /** Changes a non-owner's role; false when the user is not a (non-owner) member of this team. */
-  async setMemberRole(teamId: string, userId: string, role: 'admin' | 'member'): Promise<boolean> {
-    return (await this.q(`update team_members set member_role = ? where team_id = ? and user_id = ? and member_role <> 'owner' returning user_id`, [role, teamId, userId])).length === 1;
+  async setMemberRole(teamId: string, userId: string, role: 'admin' | 'member', audit?: AuditNote): Promise<boolean> {
+    return this.tx(async (q) => {
+      const ok = (await q(`update team_members set member_role = ? where team_id = ? and user_id = ? and member_role <> 'owner' returning user_id`, [role, teamId, userId])).length === 1;
+      if (ok) await recorderOn(q, audit)();
+      return ok;
+    });
   }
 
-  async removeMember(teamId: string, userId: string): Promise<boolean> {
-    return (await this.q(`delete from team_members where team_id = ? and user_id = ? and member_role <> 'owner' returning user_id`, [teamId, userId])).length === 1;
+  async removeMember(teamId: string, userId: string, audit?: AuditNote): Promise<boolean> {
+    return this.tx(async (q) => {
+      const ok = (await q(`delete from team_members where team_id = ? and user_id = ? and member_role <> 'owner' returning user_id`, [teamId, userId])).length === 1;
+      if (ok) await recorderOn(q, audit)();
+      return ok;
+    });
   }
 
   /** Owner -> admin, member -> owner, in one transaction; false when fromUser is not the owner or toUser not a member. */
-  async transferOwnership(teamId: string, fromUser: string, toUser: string, now: Date, maxOwned: number): Promise<'ok' | 'not_owner' | 'not_member' | 'quota'> {
+  async transferOwnership(teamId: string, fromUser: string, toUser: string, now: Date, maxOwned: number, audit?: AuditNote): Promise<'ok' | 'not_owner' | 'not_member' | 'quota'> {
     return this.tx(async (q) => {
       await this.lock(q, `owned:${toUser}`);
       const rows = await q<{ user_id: string; member_role: TeamRole }>(`select user_id, member_role from team_members where team_id = ? and user_id in (?, ?) for update`, [teamId, fromUser, toUser]);
@@ -268,14 +283,15 @@ export class IdentityStore {
       await q(`update team_members set member_role = 'admin' where team_id = ? and user_id = ?`, [teamId, fromUser]);
       await q(`update team_members set member_role = 'owner' where team_id = ? and user_id = ?`, [teamId, toUser]);
       await q(`update teams set owner_id = ?, is_personal = false, updated_at = ? where id = ?`, [toUser, now, teamId]);
+      await recorderOn(q, audit)();
       return 'ok';
     });
   }
 
   // ---- invitations ---------------------------------------------------------------------------
 
-  async insertInvitation(i: { id: string; teamId: string; email: string; emailNorm: string; role: 'admin' | 'member'; tokenHash: string; invitedBy: string | null; expiresAt: Date; now: Date }): Promise<void> {
-    await this.q(
+  async insertInvitation(i: { id: string; teamId: string; email: string; emailNorm: string; role: 'admin' | 'member'; tokenHash: string; invitedBy: string | null; expiresAt: Date; now: Date }, q: Q = this.q): Promise<void> {
+    await q(
       `insert into invitations (id, team_id, email_address, email_normalized, member_role, token_hash, invited_by, expires_at, created_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       [i.id, i.teamId, i.email, i.emailNorm, i.role, i.tokenHash, i.invitedBy, i.expiresAt, i.now],
     );
@@ -291,8 +307,12 @@ export class IdentityStore {
     return { rows, total };
   }
 
-  async revokeInvitation(teamId: string, id: string): Promise<boolean> {
-    return (await this.q(`update invitations set invitation_status = 'revoked' where id = ? and team_id = ? and invitation_status = 'pending' returning id`, [id, teamId])).length === 1;
+  async revokeInvitation(teamId: string, id: string, audit?: AuditNote): Promise<boolean> {
+    return this.tx(async (q) => {
+      const ok = (await q(`update invitations set invitation_status = 'revoked' where id = ? and team_id = ? and invitation_status = 'pending' returning id`, [id, teamId])).length === 1;
+      if (ok) await recorderOn(q, audit)();
+      return ok;
+    });
   }
 
   /** Accepts a pending invitation for this user (email must match); the outcome names what went wrong. */
@@ -300,6 +320,7 @@ export class IdentityStore {
     tokenHash: string,
     user: { id: string; emailNorm: string },
     now: Date,
+    audit?: AuditNote,
   ): Promise<{ outcome: 'ok' | 'already_member'; teamId: string } | { outcome: 'not_found' | 'expired' | 'email_mismatch' }> {
     return this.tx(async (q) => {
       const r = await q<{ id: string; team_id: string; email_normalized: string; member_role: TeamRole; expires_at: Date; invitation_status: string }>(
@@ -312,6 +333,7 @@ export class IdentityStore {
       if (inv.email_normalized !== user.emailNorm) return { outcome: 'email_mismatch' };
       const added = await this.addMember(q, inv.team_id, user.id, inv.member_role, now);
       await q(`update invitations set invitation_status = 'accepted', accepted_by = ?, accepted_at = ? where id = ?`, [user.id, now, inv.id]);
+      if (added) await recorderOn(q, audit)({ teamId: inv.team_id, targetId: inv.id, details: { member_role: inv.member_role } });
       return { outcome: added ? 'ok' : 'already_member', teamId: inv.team_id };
     });
   }
@@ -367,7 +389,7 @@ export class IdentityStore {
    * agent credential minted with it, in one transaction. Returns the ids revoked (empty: not found
    * in this team).
    */
-  async revokeCredential(teamId: string, id: string, now: Date): Promise<string[]> {
+  async revokeCredential(teamId: string, id: string, now: Date, audit?: AuditNote): Promise<string[]> {
     return this.tx(async (q) => {
       const r = await q<{ credential_type: CredentialKind; linked_to: string | null }>(
         `update credentials set revoked_at = ? where id = ? and team_id = ? and revoked_at is null returning credential_type, linked_to`,
@@ -383,6 +405,7 @@ export class IdentityStore {
         );
         revoked.push(...linked.map((l) => l.id));
       }
+      await recorderOn(q, audit)({ details: { credential_type: row.credential_type, revoked_ids: revoked } });
       return revoked;
     });
   }
@@ -411,16 +434,20 @@ export class IdentityStore {
   }
 
   /** Binds a pending, unexpired code to a user and team (single use). */
-  async confirmPairing(userCode: string, userId: string, teamId: string, now: Date): Promise<'ok' | 'not_found' | 'expired'> {
+  async confirmPairing(userCode: string, userId: string, teamId: string, now: Date, audit?: AuditNote): Promise<'ok' | 'not_found' | 'expired'> {
     const r = await this.q<{ id: string; expires_at: Date }>(`select id, expires_at from device_pairings where user_code = ? and pairing_status = 'pending'`, [userCode]);
     const p = r[0];
     if (!p) return 'not_found';
     if (p.expires_at.getTime() <= now.getTime()) return 'expired';
-    const u = await this.q(
-      `update device_pairings set pairing_status = 'confirmed', user_id = ?, team_id = ?, confirmed_at = ? where id = ? and pairing_status = 'pending' and expires_at > ? returning id`,
-      [userId, teamId, now, p.id, now],
-    );
-    return u.length === 1 ? 'ok' : 'not_found';
+    return this.tx(async (q) => {
+      const u = await q(
+        `update device_pairings set pairing_status = 'confirmed', user_id = ?, team_id = ?, confirmed_at = ? where id = ? and pairing_status = 'pending' and expires_at > ? returning id`,
+        [userId, teamId, now, p.id, now],
+      );
+      if (u.length !== 1) return 'not_found';
+      await recorderOn(q, audit)({ targetId: p.id });
+      return 'ok';
+    });
   }
 
   async pairing(id: string): Promise<PairingRow | null> {

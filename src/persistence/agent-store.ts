@@ -1,6 +1,8 @@
 import type { Database } from './db.js';
 import { q, json, iso, ts, TickBatcher, memberFenceSql, type BatcherStats } from './sql.js';
 import { uuidv7 } from '../shared/ids.js';
+import { audited } from './audit.js';
+import type { AuditNote } from '../shared/audit.js';
 import type { AgentInfo, AgentStorePort } from '../actors/ports.js';
 
 
@@ -198,9 +200,12 @@ export class PgAgentStore implements AgentStorePort {
     return Number(c[0]?.n ?? 0);
   }
 
-  async delete(teamId: string, agentId: string): Promise<boolean> {
-    const rows = await q(this.db)('delete from agents where team_id = ? and id = ? returning id', [teamId, agentId]);
-    return rows.length > 0;
+  async delete(teamId: string, agentId: string, audit?: AuditNote): Promise<boolean> {
+    return audited(this.db, audit, async (tq, record) => {
+      const rows = await tq('delete from agents where team_id = ? and id = ? returning id', [teamId, agentId]);
+      if (rows.length > 0) await record();
+      return rows.length > 0;
+    });
   }
 
   /** On start: agents this node held (or all, single node) have no live stream any more. */

@@ -6,6 +6,8 @@
 import type { Database } from './db.js';
 import { q, json, ts } from './sql.js';
 import { uuidv7 } from '../shared/ids.js';
+import { appendAudit, audited } from './audit.js';
+import type { AuditNote } from '../shared/audit.js';
 import { conflict } from '../shared/errors.js';
 import type { ContainerStorePort } from '../actors/ports.js';
 import type { CreateServiceBody, InstanceState, ServiceInstance, ServiceRecord, ServiceStatus, UpdateServiceBody } from '../domain/containers/schema.js';
@@ -84,14 +86,17 @@ export class PgContainerStore implements ContainerStorePort {
     return q(this.db);
   }
 
-  async create(teamId: string, b: CreateServiceBody, createdBy: string | null): Promise<string> {
+  async create(teamId: string, b: CreateServiceBody, createdBy: string | null, audit?: AuditNote): Promise<string> {
     const id = uuidv7();
     try {
-      await this.q(
+      await audited(this.db, audit, async (tq, record) => {
+        await tq(
         `insert into container_services (id, team_id, service_slug, display_name, service_type, service_status, service_desc, docker_image, exposed_port, health_path, env_config, volume_config, required_labels, gpu_count, replica_count, usage_prompt, openapi_url, external_url, external_auth_credential_id, created_by)
          values (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, ?)`,
         [id, teamId, b.service_slug, b.display_name, b.service_type, b.service_desc, b.docker_image ?? '', b.exposed_port ?? 0, b.health_path, json(b.env_config), json(b.volume_config), json(b.required_labels), b.gpu_count, b.replica_count, b.usage_prompt, b.openapi_url, b.external_url ?? '', b.external_auth_credential_id ?? null, createdBy],
-      );
+        );
+        await record({ targetId: id, details: { service_slug: b.service_slug } });
+      });
     } catch (e) {
       if (isUniqueViolation(e)) throw slugTaken(b.service_slug);
       throw e;
@@ -99,7 +104,7 @@ export class PgContainerStore implements ContainerStorePort {
     return id;
   }
 
-  async update(teamId: string, id: string, b: UpdateServiceBody): Promise<ServiceRecord | null> {
+  async update(teamId: string, id: string, b: UpdateServiceBody, audit?: AuditNote): Promise<ServiceRecord | null> {
     const sets: string[] = [];
     const params: unknown[] = [];
     for (const [k, v] of Object.entries(b)) {
@@ -109,8 +114,12 @@ export class PgContainerStore implements ContainerStorePort {
       params.push(cast === 'jsonb' ? json(v) : v);
     }
     try {
-      const rows = await this.q(`update container_services set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
-      return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+      return await audited(this.db, audit, async (tq, record) => {
+        const rows = await tq(`update container_services set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
+        if (!rows[0]) return null;
+        await record({ details: { changed: Object.keys(b).filter((k) => (b as Record<string, unknown>)[k] !== undefined) } });
+        return rowToService(rows[0] as Record<string, any>);
+      });
     } catch (e) {
       if (isUniqueViolation(e)) throw slugTaken(String(b.service_slug));
       throw e;
@@ -138,13 +147,31 @@ export class PgContainerStore implements ContainerStorePort {
     return { rows: rows.map((r) => rowToService(r as Record<string, any>)), total: Number(c[0]?.n ?? 0) };
   }
 
-  async delete(id: string): Promise<void> {
-    await this.q('delete from container_services where id = ?', [id]);
+  async delete(id: string, audit?: AuditNote): Promise<void> {
+    if (!audit) {
+      await this.q('delete from container_services where id = ?', [id]);
+      return;
+    }
+    await audited(this.db, audit, async (tq, record) => {
+      await tq('delete from container_services where id = ?', [id]);
+      await record();
+    });
   }
 
-  /** The actor's write of the service's state. */
-  async setStatus(id: string, status: ServiceStatus, detail: ServiceRecord['detail']): Promise<void> {
-    await this.q('update container_services set service_status = ?, status_detail = ?::jsonb, updated_at = now() where id = ?', [status, json(detail), id]);
+  /** The actor's write of the service's state (with the audit note of the operation that caused it). */
+  async setStatus(id: string, status: ServiceStatus, detail: ServiceRecord['detail'], audit?: AuditNote): Promise<void> {
+    if (!audit) {
+      await this.q('update container_services set service_status = ?, status_detail = ?::jsonb, updated_at = now() where id = ?', [status, json(detail), id]);
+      return;
+    }
+    await audited(this.db, audit, async (tq, record) => {
+      await tq('update container_services set service_status = ?, status_detail = ?::jsonb, updated_at = now() where id = ?', [status, json(detail), id]);
+      await record({ details: { service_status: status } });
+    });
+  }
+
+  async audit(note: AuditNote): Promise<void> {
+    await appendAudit(this.q, note);
   }
 
   async instances(serviceId: string): Promise<ServiceInstance[]> {

@@ -20,6 +20,8 @@
  */
 import type { Database } from './db.js';
 import { inTx, q, json, iso, type Q } from './sql.js';
+import { audited, recorderOn } from './audit.js';
+import type { AuditNote } from '../shared/audit.js';
 import { uuidv7 } from '../shared/ids.js';
 import { conflict, notFound, invalidParameter, type AppError } from '../shared/errors.js';
 import type { PageRequest } from '../shared/pagination.js';
@@ -305,7 +307,7 @@ export class WorkflowStore {
    * Inserts version 1 of a validated definition (parseWorkflowCreate output) and its snapshot in
    * one transaction. 409 slug_taken when the slug exists in any team.
    */
-  async create(teamId: string, def: WorkflowDefinition, opts: { createdBy?: string | undefined; note?: string } = {}): Promise<{ id: string; version: number; snapshotId: string }> {
+  async create(teamId: string, def: WorkflowDefinition, opts: { createdBy?: string | undefined; note?: string; audit?: AuditNote } = {}): Promise<{ id: string; version: number; snapshotId: string }> {
     const id = uuidv7();
     const snapshotId = uuidv7();
     try {
@@ -316,6 +318,7 @@ export class WorkflowStore {
           [id, teamId, ...columnValues(def), opts.createdBy ?? null],
         );
         await this.insertSnapshot(qq, { id: snapshotId, workflowId: id, teamId, version: 1, def, note: opts.note ?? 'created' });
+        await recorderOn(qq, opts.audit)({ targetId: id, details: { workflow_slug: def.workflow_slug } });
       });
     } catch (e) {
       if (isUniqueViolation(e, 'workflows_slug_uq')) throw slugTaken(def.workflow_slug);
@@ -407,7 +410,7 @@ export class WorkflowStore {
    * definition is re-validated, version + 1 and its snapshot are written in one transaction.
    * null when the workflow is not in this team; 409 slug_taken / workflow_version_conflict.
    */
-  async update(teamId: string, id: string, patch: WorkflowUpdate): Promise<{ id: string; version: number; snapshotId: string } | null> {
+  async update(teamId: string, id: string, patch: WorkflowUpdate, audit?: AuditNote): Promise<{ id: string; version: number; snapshotId: string } | null> {
     let slug: string | undefined;
     try {
       return await inTx(this.db, async (qq) => {
@@ -429,6 +432,7 @@ export class WorkflowStore {
         const snapshotId = uuidv7();
         const changed = Object.keys(patch).filter((k) => k !== 'snapshot_note' && (patch as Record<string, unknown>)[k] !== undefined);
         await this.insertSnapshot(qq, { id: snapshotId, workflowId: id, teamId, version, def: next, note: patch.snapshot_note ?? `updated ${changed.join(', ')}` });
+        await recorderOn(qq, audit)({ details: { version, changed } });
         return { id, version, snapshotId };
       });
     } catch (e) {
@@ -441,10 +445,13 @@ export class WorkflowStore {
   }
 
   /** Hard delete (snapshots cascade). Tasks keep their own resolved copy. false when not in this team. */
-  async delete(teamId: string, id: string): Promise<boolean> {
+  async delete(teamId: string, id: string, audit?: AuditNote): Promise<boolean> {
     try {
-      const rows = await q(this.db)('delete from workflows where id = ? and team_id = ? returning id', [id, teamId]);
-      return rows.length > 0;
+      return await audited(this.db, audit, async (qq, record) => {
+        const rows = await qq('delete from workflows where id = ? and team_id = ? returning id', [id, teamId]);
+        if (rows.length > 0) await record();
+        return rows.length > 0;
+      });
     } finally {
       await this.cache.invalidate(id, { dropVersions: true });
     }

@@ -118,6 +118,8 @@ export const configSchema = z.object({
   GANTRY_CLUSTER_LEASE_MS: int(10_000, 300, 600_000),
   /** Team schedulers rebuild their view from PostgreSQL after this long without activity while tasks wait, and every 2x this each node asks it of the schedulers it owns. 0 = 5000 in cluster mode, off on a single node. */
   GANTRY_SCHEDULER_RESYNC_MS: int(0, 0, 600_000),
+  /** Audit log entries older than this many days are deleted (hourly); 0 keeps them forever. */
+  GANTRY_AUDIT_RETENTION_DAYS: int(365, 0, 36_500),
   /** Test/diagnostic routes under /api/v1/_debug (never enable in production). */
   GANTRY_DEBUG_ROUTES: bool(false),
 });

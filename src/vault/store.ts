@@ -8,6 +8,8 @@ import type { Database } from '../persistence/db.js';
 import { iso, q, type Q } from '../persistence/sql.js';
 import { conflict } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
+import { audited } from '../persistence/audit.js';
+import type { AuditNote } from '../shared/audit.js';
 import { vaultAad, type VaultKeyring } from './keyring.js';
 
 export interface VaultCredentialRow {
@@ -74,16 +76,19 @@ export class VaultStore {
     return q(this.db);
   }
 
-  async create(c: VaultCreate): Promise<string> {
+  async create(c: VaultCreate, audit?: AuditNote): Promise<string> {
     const id = uuidv7(this.now());
     const enc = this.keyring.encrypt(c.headerValue, vaultAad(c.teamId, id));
     const at = new Date(this.now());
     try {
-      await this.q(
-        `insert into vault_credentials (id, team_id, display_name, header_name, secret_enc, key_id, value_hint, created_by, created_at, updated_at)
-         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-        [id, c.teamId, c.displayName, c.headerName, enc, this.keyring.activeKid, valueHint(c.headerValue), c.createdBy, at, at],
-      );
+      await audited(this.db, audit, async (tq, record) => {
+        await tq(
+          `insert into vault_credentials (id, team_id, display_name, header_name, secret_enc, key_id, value_hint, created_by, created_at, updated_at)
+           values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          [id, c.teamId, c.displayName, c.headerName, enc, this.keyring.activeKid, valueHint(c.headerValue), c.createdBy, at, at],
+        );
+        await record({ targetId: id, details: { header_name: c.headerName } });
+      });
     } catch (e) {
       if (isNameViolation(e)) throw nameTaken(c.displayName);
       throw e;
@@ -102,7 +107,7 @@ export class VaultStore {
   }
 
   /** Changes the given fields (a new value is encrypted under the active key); false when the credential is not the team's. */
-  async update(teamId: string, id: string, p: VaultUpdate): Promise<boolean> {
+  async update(teamId: string, id: string, p: VaultUpdate, audit?: AuditNote): Promise<boolean> {
     const sets: string[] = ['updated_at = ?'];
     const params: unknown[] = [new Date(this.now())];
     if (p.displayName !== undefined) {
@@ -118,16 +123,24 @@ export class VaultStore {
       params.push(this.keyring.encrypt(p.headerValue, vaultAad(teamId, id)), this.keyring.activeKid, valueHint(p.headerValue));
     }
     try {
-      const r = await this.q(`update vault_credentials set ${sets.join(', ')} where team_id = ? and id = ? returning id`, [...params, teamId, id]);
-      return r.length === 1;
+      return await audited(this.db, audit, async (tq, record) => {
+        const r = await tq(`update vault_credentials set ${sets.join(', ')} where team_id = ? and id = ? returning id`, [...params, teamId, id]);
+        // never the value: only whether it changed
+        if (r.length === 1) await record({ details: { value_changed: p.headerValue !== undefined } });
+        return r.length === 1;
+      });
     } catch (e) {
       if (isNameViolation(e)) throw nameTaken(p.displayName ?? '');
       throw e;
     }
   }
 
-  async delete(teamId: string, id: string): Promise<boolean> {
-    return (await this.q('delete from vault_credentials where team_id = ? and id = ? returning id', [teamId, id])).length === 1;
+  async delete(teamId: string, id: string, audit?: AuditNote): Promise<boolean> {
+    return audited(this.db, audit, async (tq, record) => {
+      const ok = (await tq('delete from vault_credentials where team_id = ? and id = ? returning id', [teamId, id])).length === 1;
+      if (ok) await record();
+      return ok;
+    });
   }
 
   /** The header to inject for the team's credential (decrypted), or null when the team has no such credential. */

@@ -5,6 +5,7 @@ import { ContainerServiceMsg, type ContainerServiceMsg as Msg, type ContainerSer
 import { OPERATION_FROM, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
 import { conflict, notFound } from '../../shared/errors.js';
 import { uuidv7 } from '../../shared/ids.js';
+import type { AuditNote } from '../../shared/audit.js';
 import { detailOf, isLive, place, runningStatus } from './decide.js';
 
 export const CONTAINER_SERVICE = CONTAINER_SERVICE_KIND;
@@ -46,6 +47,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private failuresInRow = 0;
   private notifySeq = 0;
   private notBefore = 0;
+  /** The audit note of the operation being applied: the first state write it causes carries it. */
+  private pendingAudit: AuditNote | null = null;
 
   constructor(
     private readonly serviceId: string,
@@ -66,7 +69,16 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     switch (m.type) {
       case 'op': {
         // answered once the state write has landed: a caller that proxies right after sees it
-        const status = this.op(m.op);
+        this.pendingAudit = m.audit ?? null;
+        let status: { status: string };
+        try {
+          status = this.op(m.op);
+          // an operation that wrote no state (nothing changed in the record) is still recorded
+          const left = this.takeAudit();
+          if (left) this.write(() => this.d.store.audit(left));
+        } finally {
+          this.pendingAudit = null;
+        }
         const handle = this.ctx.deferReply();
         const done = this.writes;
         this.ctx.reenterAfter(done, () => handle.resolve(status));
@@ -152,7 +164,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       case 'delete':
         this.target = 'delete';
         for (const i of this.instances.values()) this.command(i, 'remove');
-        this.write(() => this.d.store.delete(svc.id));
+        const audit = this.takeAudit();
+        this.write(() => this.d.store.delete(svc.id, audit));
         this.svc = null;
         this.instances.clear();
         this.notifyChanged(svc.teamId);
@@ -308,8 +321,15 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     if (svc.status === status && JSON.stringify(detail) === JSON.stringify(svc.detail)) return;
     svc.status = status;
     svc.detail = detail;
-    this.write(() => this.d.store.setStatus(svc.id, status, detail));
+    const audit = this.takeAudit();
+    this.write(() => this.d.store.setStatus(svc.id, status, detail, audit));
     this.notifyChanged(svc.teamId);
+  }
+
+  private takeAudit(): AuditNote | undefined {
+    const a = this.pendingAudit ?? undefined;
+    this.pendingAudit = null;
+    return a;
   }
 
   private putInstance(i: ServiceInstance): void {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { INSTANCE_STATES } from '../../domain/containers/schema.js';
+import { AuditNoteSchema } from '../../shared/audit.js';
 
 const id = z.string().min(1).max(100);
 
@@ -8,7 +9,8 @@ export const PlacementAgentMsg = z.object({ id, labels: z.array(z.string()), gpu
 /** Every message a container-service actor (one per service, keyed by service id) accepts. */
 export const ContainerServiceMsg = z.discriminatedUnion('type', [
   // routes: a lifecycle operation (409 invalid_state when the service's state does not allow it)
-  z.object({ type: z.literal('op'), op: z.enum(['deploy', 'start', 'stop', 'undeploy', 'delete']) }),
+  // audit: the route's audit note, written with the operation's state write (same transaction)
+  z.object({ type: z.literal('op'), op: z.enum(['deploy', 'start', 'stop', 'undeploy', 'delete']), audit: AuditNoteSchema.optional() }),
   // routes: the definition changed (PUT): reload it
   z.object({ type: z.literal('changed') }),
   // an agent's stream: the state of one of its instances (on every change and in its hello)

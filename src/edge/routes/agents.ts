@@ -1,4 +1,4 @@
-import { teamOf, uuidParam } from '../params.js';
+import { auditOf, teamOf, uuidParam } from '../params.js';
 /**
  * Agent records over REST:
  *   GET    /r/agents                  runtime (J, S, D): the team's agents; system_stats reduced for sk-
@@ -11,6 +11,7 @@ import { teamOf, uuidParam } from '../params.js';
 import type { AgentRow } from '../../persistence/agent-store.js';
 import { agentJson } from '../../persistence/agent-store.js';
 import { notFound } from '../../shared/errors.js';
+import type { AuditNote } from '../../shared/audit.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
@@ -23,7 +24,7 @@ export interface AgentRouteDeps {
   agents: {
     list(teamId: string, limit: number, offset: number): Promise<{ rows: AgentRow[]; total: number }>;
     get(teamId: string, agentId: string): Promise<AgentRow | null>;
-    delete(teamId: string, agentId: string): Promise<boolean>;
+    delete(teamId: string, agentId: string, audit?: AuditNote): Promise<boolean>;
   };
   /** The live stream of an agent on this node, if any. */
   session(agentId: string): { sessionId: string } | null;
@@ -58,7 +59,7 @@ export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
       handler: async (c) => {
         const row = await load(c);
         d.kick(row.id);
-        await d.agents.delete(row.teamId, row.id);
+        await d.agents.delete(row.teamId, row.id, auditOf(c, 'agent.delete', 'agent', row.id));
         return { is_success: true };
       },
     },

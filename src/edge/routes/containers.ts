@@ -23,7 +23,7 @@ import { badRequest, fromZodIssues, notFound } from '../../shared/errors.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
+import { auditOf, parseBody, teamPrincipalOf, uuidParam } from '../params.js';
 import type { Gateway } from './gateway.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
@@ -65,7 +65,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     auth: MANAGE,
     handler: async (c) => {
       const s = await load(c);
-      const r = await d.actors.ask({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'op', op: name });
+      const r = await d.actors.ask({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'op', op: name, audit: auditOf(c, `container.${name}`, 'container', s.id) });
       return { is_success: true, service_status: r.status };
     },
   });
@@ -84,7 +84,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
         const b = parseBody(CreateServiceBody, c.body);
         const p = teamPrincipalOf(c);
         await checkCredential(p.teamId, b.external_auth_credential_id);
-        const id = await d.store.create(p.teamId, b, p.userId ?? null);
+        const id = await d.store.create(p.teamId, b, p.userId ?? null, auditOf(c, 'container.create', 'container'));
         d.changed(p.teamId);
         return { id };
       },
@@ -118,7 +118,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
         checkTypeRules(merged, { addIssue: (i) => issues.push(i) });
         if (issues.length) throw fromZodIssues(issues);
         await checkCredential(s.teamId, b.external_auth_credential_id);
-        const updated = await d.store.update(s.teamId, s.id, b);
+        const updated = await d.store.update(s.teamId, s.id, b, auditOf(c, 'container.update', 'container', s.id));
         if (!updated) throw notFound('container service', 'service_not_found');
         d.actors.tell({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'changed' });
         d.changed(s.teamId);
@@ -131,7 +131,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const s = await load(c);
-        await d.actors.ask({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'op', op: 'delete' });
+        await d.actors.ask({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'op', op: 'delete', audit: auditOf(c, 'container.delete', 'container', s.id) });
         d.changed(s.teamId);
         return { is_success: true };
       },

@@ -1,4 +1,4 @@
-import { parseBody, principalOf, teamPrincipalOf, uuidParam } from '../params.js';
+import { auditOf, parseBody, principalOf, teamPrincipalOf, uuidParam } from '../params.js';
 import { z } from 'zod';
 import type { RouteDef, TeamCtx } from '../http.js';
 import type { RouteAuth } from '../principal.js';
@@ -108,7 +108,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
       path: '/auth/device/revoke',
       auth: { kinds: ['device'] },
       handler: async (c) => {
-        await svc.deviceRevoke(principalOf(c));
+        await svc.deviceRevoke(principalOf(c), auditOf(c, 'credential.revoke', 'credential', principalOf(c).credentialId ?? null));
         return { is_success: true };
       },
     },
@@ -127,7 +127,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
       auth: JWT_TEAM,
       handler: async (c) => {
         svc.rateLimit('pair_confirm', c.ip);
-        await svc.pairConfirm(teamPrincipalOf(c), parseBody(S.pairConfirm, c.body));
+        await svc.pairConfirm(teamPrincipalOf(c), parseBody(S.pairConfirm, c.body), auditOf(c, 'device_pairing.confirm', 'device_pairing'));
         return { is_success: true };
       },
     },
@@ -143,7 +143,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
       auth: JWT_TEAM,
       handler: async (c) => {
         const b = parseBody(S.credential, c.body);
-        return svc.createCredential(teamPrincipalOf(c), { credential_type: b.credential_type, display_name: b.display_name, expires_in_days: b.expires_in_days ?? undefined });
+        return svc.createCredential(teamPrincipalOf(c), { credential_type: b.credential_type, display_name: b.display_name, expires_in_days: b.expires_in_days ?? undefined }, auditOf(c, 'credential.create', 'credential'));
       },
     },
     { method: 'GET', path: '/credentials', auth: JWT_TEAM, handler: async (c) => svc.listCredentials(teamPrincipalOf(c), parsePage(c.query)) },
@@ -152,7 +152,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
       path: '/credentials/{credentialId}',
       auth: JWT_TEAM,
       handler: async (c) => {
-        await svc.revokeCredential(teamPrincipalOf(c), uuidParam(c, 'credentialId'));
+        const id = uuidParam(c, 'credentialId');
+        await svc.revokeCredential(teamPrincipalOf(c), id, auditOf(c, 'credential.revoke', 'credential', id));
         return { is_success: true };
       },
     },

@@ -1,4 +1,4 @@
-import { teamOf, uuidParam } from '../params.js';
+import { auditOf, teamOf, uuidParam } from '../params.js';
 /**
  * The team model registry (management surface: JWT or dk-). Every member reads; creating,
  * presigning, updating and deleting need admin (like workflows). See docs/api.md.
@@ -19,7 +19,7 @@ export const REGISTRY_MANAGE: RouteAuth = { kinds: ['user', 'device'], team: tru
 export function modelRoutes(d: { models: ModelRegistry; staging: FileStaging }): RouteDef[] {
   return [
     { method: 'POST', path: '/models/presign', auth: REGISTRY_MANAGE, handler: presignHandler(d.staging, 'model', 'storage_key') },
-    { method: 'POST', path: '/models', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.models.create(callerOf(c), c.body)).id }) },
+    { method: 'POST', path: '/models', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.models.create(callerOf(c), c.body, auditOf(c, 'model.create', 'model'))).id }) },
     {
       method: 'GET',
       path: '/models',
@@ -34,13 +34,13 @@ export function modelRoutes(d: { models: ModelRegistry; staging: FileStaging }):
       },
     },
     { method: 'GET', path: '/models/{modelId}', auth: REGISTRY_READ, handler: async (c) => modelJson(await d.models.get(teamOf(c), uuidParam(c, 'modelId'))) },
-    { method: 'PUT', path: '/models/{modelId}', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.models.update(teamOf(c), uuidParam(c, 'modelId'), c.body)).id }) },
+    { method: 'PUT', path: '/models/{modelId}', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.models.update(teamOf(c), uuidParam(c, 'modelId'), c.body, auditOf(c, 'model.update', 'model', uuidParam(c, 'modelId')))).id }) },
     {
       method: 'DELETE',
       path: '/models/{modelId}',
       auth: REGISTRY_MANAGE,
       handler: async (c) => {
-        await d.models.delete(teamOf(c), uuidParam(c, 'modelId'));
+        await d.models.delete(teamOf(c), uuidParam(c, 'modelId'), auditOf(c, 'model.delete', 'model', uuidParam(c, 'modelId')));
         return { is_success: true };
       },
     },

@@ -8,12 +8,12 @@ import { paged, parsePage } from '../../shared/pagination.js';
 import type { RouteDef } from '../http.js';
 import { callerOf, presignHandler } from './files.js';
 import { REGISTRY_MANAGE, REGISTRY_READ } from './models.js';
-import { teamOf, uuidParam } from '../params.js';
+import { auditOf, teamOf, uuidParam } from '../params.js';
 
 export function nodeRoutes(d: { nodes: NodeRegistry; staging: FileStaging }): RouteDef[] {
   return [
     { method: 'POST', path: '/nodes/presign', auth: REGISTRY_MANAGE, handler: presignHandler(d.staging, 'node', 'storage_key') },
-    { method: 'POST', path: '/nodes', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.nodes.create(callerOf(c), c.body)).id }) },
+    { method: 'POST', path: '/nodes', auth: REGISTRY_MANAGE, handler: async (c) => ({ id: (await d.nodes.create(callerOf(c), c.body, auditOf(c, 'node.create', 'node'))).id }) },
     {
       method: 'GET',
       path: '/nodes',
@@ -30,7 +30,7 @@ export function nodeRoutes(d: { nodes: NodeRegistry; staging: FileStaging }): Ro
       path: '/nodes/{nodeId}',
       auth: REGISTRY_MANAGE,
       handler: async (c) => {
-        await d.nodes.delete(teamOf(c), uuidParam(c, 'nodeId'));
+        await d.nodes.delete(teamOf(c), uuidParam(c, 'nodeId'), auditOf(c, 'node.delete', 'node', uuidParam(c, 'nodeId')));
         return { is_success: true };
       },
     },

@@ -12,7 +12,7 @@ import { invalidParameter, notFound } from '../../shared/errors.js';
 import { parsePage, pageMeta } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { teamPrincipalOf, uuidParam } from '../params.js';
+import { auditOf, teamPrincipalOf, uuidParam } from '../params.js';
 
 const AUTH: RouteAuth = { kinds: ['user', 'device'], team: true };
 
@@ -43,7 +43,8 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);
-        if (!(await live.store.markRead(u.teamId, u.userId, uuidParam(c, 'notificationId'), now()))) throw notFound('notification', 'notification_not_found');
+        const id = uuidParam(c, 'notificationId');
+        if (!(await live.store.markRead(u.teamId, u.userId, id, now(), auditOf(c, 'notification.read', 'notification', id)))) throw notFound('notification', 'notification_not_found');
         return { is_success: true };
       },
     },
@@ -53,7 +54,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);
-        const n = await live.store.markAllRead(u.teamId, u.userId, now());
+        const n = await live.store.markAllRead(u.teamId, u.userId, now(), auditOf(c, 'notification.read_all', 'notification'));
         return { is_success: true, updated_count: n };
       },
     },

@@ -3,7 +3,7 @@ import type { RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parsePage } from '../../shared/pagination.js';
 import type { IdentityService } from '../../identity/service.js';
-import { parseBody, principalOf, teamPrincipalOf, uuidParam } from '../params.js';
+import { auditOf, parseBody, principalOf, teamPrincipalOf, uuidParam } from '../params.js';
 
 const S = {
   team: z.strictObject({ display_name: z.string().trim().min(1).max(255) }),
@@ -19,16 +19,16 @@ const team = (role: 'member' | 'admin' | 'owner'): RouteAuth => ({ kinds: ['user
 /** Teams, members, invitations and ownership transfer. Roles: owner > admin > member. */
 export function teamRoutes(svc: IdentityService): RouteDef[] {
   const routes: RouteDef[] = [
-    { method: 'POST', path: '/teams', auth: USER, handler: async (c) => svc.createTeam(principalOf(c), parseBody(S.team, c.body)) },
+    { method: 'POST', path: '/teams', auth: USER, handler: async (c) => svc.createTeam(principalOf(c), parseBody(S.team, c.body), auditOf(c, 'team.create', 'team')) },
     { method: 'GET', path: '/teams', auth: USER, handler: async (c) => svc.listTeams(principalOf(c), parsePage(c.query)) },
     { method: 'GET', path: '/teams/current', auth: team('member'), handler: async (c) => svc.currentTeam(teamPrincipalOf(c)) },
-    { method: 'PUT', path: '/teams/current', auth: team('admin'), handler: async (c) => svc.updateTeam(teamPrincipalOf(c), parseBody(S.team, c.body)) },
+    { method: 'PUT', path: '/teams/current', auth: team('admin'), handler: async (c) => svc.updateTeam(teamPrincipalOf(c), parseBody(S.team, c.body), auditOf(c, 'team.update', 'team', teamPrincipalOf(c).teamId)) },
     {
       method: 'DELETE',
       path: '/teams/current',
       auth: team('owner'),
       handler: async (c) => {
-        await svc.deleteTeam(teamPrincipalOf(c));
+        await svc.deleteTeam(teamPrincipalOf(c), auditOf(c, 'team.delete', 'team', teamPrincipalOf(c).teamId));
         return { is_success: true };
       },
     },
@@ -37,25 +37,31 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
       method: 'PUT',
       path: '/teams/current/members/{userId}',
       auth: team('admin'),
-      handler: async (c) => svc.setMemberRole(teamPrincipalOf(c), uuidParam(c, 'userId'), parseBody(S.role, c.body).member_role),
+      handler: async (c) => {
+        const userId = uuidParam(c, 'userId');
+        const role = parseBody(S.role, c.body).member_role;
+        return svc.setMemberRole(teamPrincipalOf(c), userId, role, auditOf(c, 'member.role_change', 'member', userId, { member_role: role }));
+      },
     },
     {
       method: 'DELETE',
       path: '/teams/current/members/{userId}',
       auth: team('member'),
       handler: async (c) => {
-        await svc.removeMember(teamPrincipalOf(c), uuidParam(c, 'userId'));
+        const userId = uuidParam(c, 'userId');
+        await svc.removeMember(teamPrincipalOf(c), userId, auditOf(c, userId === principalOf(c).userId ? 'member.leave' : 'member.remove', 'member', userId));
         return { is_success: true };
       },
     },
-    { method: 'POST', path: '/teams/current/invitations', auth: team('admin'), handler: async (c) => svc.invite(teamPrincipalOf(c), parseBody(S.invite, c.body)) },
+    { method: 'POST', path: '/teams/current/invitations', auth: team('admin'), handler: async (c) => svc.invite(teamPrincipalOf(c), parseBody(S.invite, c.body), auditOf(c, 'invitation.create', 'invitation')) },
     { method: 'GET', path: '/teams/current/invitations', auth: team('admin'), handler: async (c) => svc.invitations(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'DELETE',
       path: '/teams/current/invitations/{invitationId}',
       auth: team('admin'),
       handler: async (c) => {
-        await svc.revokeInvitation(teamPrincipalOf(c), uuidParam(c, 'invitationId'));
+        const id = uuidParam(c, 'invitationId');
+        await svc.revokeInvitation(teamPrincipalOf(c), id, auditOf(c, 'invitation.revoke', 'invitation', id));
         return { is_success: true };
       },
     },
@@ -64,7 +70,7 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
       path: '/invitations/accept',
       auth: USER,
       handler: async (c) => {
-        await svc.acceptInvitation(principalOf(c), parseBody(S.accept, c.body));
+        await svc.acceptInvitation(principalOf(c), parseBody(S.accept, c.body), auditOf(c, 'invitation.accept', 'invitation'));
         return { is_success: true };
       },
     },
@@ -73,7 +79,8 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
       path: '/teams/current/transfer',
       auth: team('owner'),
       handler: async (c) => {
-        await svc.transfer(teamPrincipalOf(c), parseBody(S.transfer, c.body).new_owner_id.toLowerCase());
+        const to = parseBody(S.transfer, c.body).new_owner_id.toLowerCase();
+        await svc.transfer(teamPrincipalOf(c), to, auditOf(c, 'team.transfer', 'team', teamPrincipalOf(c).teamId, { new_owner_id: to }));
         return { is_success: true };
       },
     },

@@ -17,7 +17,7 @@ import { paged, parsePage } from '../../shared/pagination.js';
 import { vaultCredentialView, type VaultStore } from '../../vault/store.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
+import { auditOf, parseBody, teamPrincipalOf, uuidParam } from '../params.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -63,7 +63,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       handler: async (c) => {
         const b = parseBody(createBody, c.body);
         const p = teamPrincipalOf(c);
-        const id = await vault.create({ teamId: p.teamId, displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value, createdBy: p.userId ?? null });
+        const id = await vault.create({ teamId: p.teamId, displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value, createdBy: p.userId ?? null }, auditOf(c, 'vault_credential.create', 'vault_credential'));
         c.log.info({ vault_credential_id: id, header_name: b.header_name }, 'vault credential created');
         return { id };
       },
@@ -95,7 +95,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       handler: async (c) => {
         const id = credentialId(c);
         const b = parseBody(updateBody, c.body);
-        const ok = await vault.update(teamPrincipalOf(c).teamId, id, { displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value });
+        const ok = await vault.update(teamPrincipalOf(c).teamId, id, { displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value }, auditOf(c, 'vault_credential.update', 'vault_credential', id));
         if (!ok) throw notFound('vault credential', 'vault_credential_not_found');
         c.log.info({ vault_credential_id: id, value_changed: b.header_value !== undefined }, 'vault credential updated');
         return { id };
@@ -107,7 +107,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);
-        if (!(await vault.delete(teamPrincipalOf(c).teamId, id))) throw notFound('vault credential', 'vault_credential_not_found');
+        if (!(await vault.delete(teamPrincipalOf(c).teamId, id, auditOf(c, 'vault_credential.delete', 'vault_credential', id)))) throw notFound('vault credential', 'vault_credential_not_found');
         c.log.info({ vault_credential_id: id }, 'vault credential deleted');
         return { is_success: true };
       },

@@ -19,7 +19,7 @@ import { badRequest, conflict, invalidParameter, notFound } from '../../shared/e
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
+import { auditOf, parseBody, teamPrincipalOf, uuidParam } from '../params.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -64,7 +64,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
         const b = parseBody(createBody, c.body);
         await checkUrl(b.webhook_url);
         const p = teamPrincipalOf(c);
-        const id = await live.store.createWebhook({ teamId: p.teamId, displayName: b.display_name, url: b.webhook_url, events: [...new Set(b.webhook_events)], createdBy: p.userId ?? null });
+        const id = await live.store.createWebhook({ teamId: p.teamId, displayName: b.display_name, url: b.webhook_url, events: [...new Set(b.webhook_events)], createdBy: p.userId ?? null }, auditOf(c, 'webhook.create', 'webhook'));
         return { id };
       },
     },
@@ -92,6 +92,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
           id,
           { displayName: b.display_name, url: b.webhook_url, events: b.webhook_events ? [...new Set(b.webhook_events)] : undefined, status: b.webhook_status },
           now(),
+          auditOf(c, 'webhook.update', 'webhook', id),
         );
         if (!ok) throw notFound('webhook', 'webhook_not_found');
         return { id };
@@ -102,7 +103,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       path: '/webhooks/{webhookId}',
       auth: MANAGE,
       handler: async (c) => {
-        if (!(await live.store.deleteWebhook(teamPrincipalOf(c).teamId, uuidParam(c, 'webhookId')))) throw notFound('webhook', 'webhook_not_found');
+        const id = uuidParam(c, 'webhookId');
+        if (!(await live.store.deleteWebhook(teamPrincipalOf(c).teamId, id, auditOf(c, 'webhook.delete', 'webhook', id)))) throw notFound('webhook', 'webhook_not_found');
         return { is_success: true };
       },
     },
@@ -128,7 +130,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
         const d = await live.store.getDelivery(w.team_id, w.id, uuidParam(c, 'deliveryId'));
         if (!d) throw notFound('delivery', 'delivery_not_found');
         if (w.webhook_status !== 'active') throw conflict('webhook_disabled', 'the webhook is disabled; enable it before redelivering');
-        const id = await live.store.redeliver(d, now(), live.dispatcher.maxAttempts);
+        const id = await live.store.redeliver(d, now(), live.dispatcher.maxAttempts, auditOf(c, 'webhook.redeliver', 'webhook', w.id));
         live.dispatcher.poke();
         return { id };
       },

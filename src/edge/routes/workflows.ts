@@ -1,4 +1,4 @@
-import { teamOf, uuidParam } from '../params.js';
+import { auditOf, teamOf, uuidParam } from '../params.js';
 /**
  * The workflow catalog over HTTP: the management surface (/workflows, user JWT or dk-) and the
  * runtime discovery surface (/r/workflows, also sk-). Run endpoints live with the tasks.
@@ -99,7 +99,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
   /** Create and import take the same shape (the export shape is the create shape); only the note differs. */
   const create = (note: 'created' | 'imported') => async (ctx: Ctx): Promise<unknown> => {
     const def = parseWorkflowCreate(ctx.body);
-    const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note });
+    const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note, audit: auditOf(ctx, note === 'created' ? 'workflow.create' : 'workflow.import', 'workflow') });
     return { id: r.id };
   };
 
@@ -114,7 +114,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       // The export shape is the create shape: same validation, new id, version 1.
       handler: async (ctx) => {
         const def = parseWorkflowCreate(ctx.body);
-        const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note: 'imported' });
+        const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note: 'imported', audit: auditOf(ctx, 'workflow.import', 'workflow') });
         return { id: r.id };
       },
     },
@@ -126,7 +126,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
         const patch = parseWorkflowUpdate(ctx.body);
-        const r = await store.update(teamOf(ctx), id, patch);
+        const r = await store.update(teamOf(ctx), id, patch, auditOf(ctx, 'workflow.update', 'workflow', id));
         if (!r) throw workflowNotFound();
         return { id: r.id };
       },
@@ -136,7 +136,8 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       path: '/workflows/{workflowId}',
       auth: MANAGE,
       handler: async (ctx) => {
-        if (!(await store.delete(teamOf(ctx), uuidParam(ctx, 'workflowId')))) throw workflowNotFound();
+        const id = uuidParam(ctx, 'workflowId');
+        if (!(await store.delete(teamOf(ctx), id, auditOf(ctx, 'workflow.delete', 'workflow', id)))) throw workflowNotFound();
         return { is_success: true };
       },
     },
