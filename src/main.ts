@@ -66,6 +66,8 @@ import { VaultKeyring } from './vault/keyring.js';
 import { VaultStore } from './vault/store.js';
 import { vaultRoutes } from './edge/routes/vault.js';
 import { auditRoutes } from './edge/routes/audit.js';
+import { oidcRoutes } from './edge/routes/oidc.js';
+import { OidcLogin } from './identity/oidc.js';
 import { AuditRetention, AuditStore } from './persistence/audit.js';
 import { outboundCa } from './events/outbound.js';
 import { isUuid } from './shared/ids.js';
@@ -462,6 +464,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(withIdempotency(nodeRoutes({ nodes: files.nodes, staging: files.staging }), taskQueries.idempotency));
   edge.addAll(withIdempotency(identityRoutes(identity.service), taskQueries.idempotency));
   edge.addAll(withIdempotency(teamRoutes(identity.service), taskQueries.idempotency));
+  // single sign-on (GANTRY_OAUTH_PROVIDERS); the redirect URI is built on the public URL known after listen
+  const oidcLogin = new OidcLogin({ config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: logger.child({ component: 'oidc' }), publicUrl: () => publicUrlOf() });
+  if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ oidc: oidcLogin, secureCookies: () => publicUrlOf().startsWith('https:'), rateLimit: (ip) => identity.service.rateLimit('login', ip) }));
   edge.addAll(eventRoutes({ sse: liveEvents.sse }));
   edge.addAll(withIdempotency(webhookRoutes(liveEvents, () => clock.now()), taskQueries.idempotency));
   edge.addAll(notificationRoutes(liveEvents, () => clock.now()));

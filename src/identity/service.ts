@@ -144,6 +144,13 @@ export class IdentityService {
     return { access_token: access.token, refresh_token: refresh, token_type: 'Bearer', expires_in: access.expiresIn };
   }
 
+  /** A new session for a user authenticated elsewhere (single sign-on: src/identity/oidc.ts). */
+  async sessionFor(userId: string): Promise<TokenPair> {
+    const user = await this.d.store.userById(userId);
+    if (!user) throw unauthorized('credential_invalid', 'the account no longer exists');
+    return this.issueTokens(user.id, user.session_version, uuidv7());
+  }
+
   /** Rotation: each refresh token works once; presenting a rotated one revokes its whole family. */
   async refresh(b: { refresh_token: string }): Promise<TokenPair> {
     const row = await this.d.store.refreshByHash(sha256Hex(b.refresh_token));

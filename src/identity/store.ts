@@ -172,8 +172,8 @@ export class IdentityStore {
     });
   }
 
-  async markEmailVerified(userId: string, now: Date): Promise<void> {
-    await this.q(`update users set email_verified_at = coalesce(email_verified_at, ?), updated_at = ? where id = ?`, [now, now, userId]);
+  async markEmailVerified(userId: string, now: Date, q: Q = this.q): Promise<void> {
+    await q(`update users set email_verified_at = coalesce(email_verified_at, ?), updated_at = ? where id = ?`, [now, now, userId]);
   }
 
   // ---- teams and members ---------------------------------------------------------------------
@@ -528,6 +528,65 @@ export class IdentityStore {
     return r[0]?.user_id ?? null;
   }
 
+  // ---- single sign-on (OpenID Connect) ------------------------------------------------------
+
+  async insertOidcState(r: { stateHash: string; providerId: string; nonce: string; codeVerifier: string; bindingHash: string; returnTo: string | null; expiresAt: Date; now: Date }): Promise<void> {
+    await this.q(
+      `insert into oidc_login_states (state_hash, provider_id, nonce, code_verifier, binding_hash, return_to, created_at, expires_at) values (?, ?, ?, ?, ?, ?, ?, ?)`,
+      [r.stateHash, r.providerId, r.nonce, r.codeVerifier, r.bindingHash, r.returnTo, r.now, r.expiresAt],
+    );
+  }
+
+  /** Takes (deletes) the state row: each authorization response is processed at most once. */
+  async takeOidcState(stateHash: string): Promise<{ provider_id: string; nonce: string; code_verifier: string; binding_hash: string; return_to: string | null; expires_at: Date } | null> {
+    const r = await this.q<{ provider_id: string; nonce: string; code_verifier: string; binding_hash: string; return_to: string | null; expires_at: Date }>(
+      `delete from oidc_login_states where state_hash = ? returning provider_id, nonce, code_verifier, binding_hash, return_to, expires_at`,
+      [stateHash],
+    );
+    return r[0] ?? null;
+  }
+
+  async insertLoginCode(q: Q, c: { codeHash: string; userId: string; providerId: string; expiresAt: Date; now: Date }): Promise<void> {
+    await q(`insert into oidc_login_codes (code_hash, user_id, provider_id, created_at, expires_at) values (?, ?, ?, ?, ?)`, [c.codeHash, c.userId, c.providerId, c.now, c.expiresAt]);
+  }
+
+  /** Uses a login code once; its user, or null when unknown, used or expired. */
+  async consumeLoginCode(codeHash: string, now: Date): Promise<string | null> {
+    const r = await this.q<{ user_id: string }>(`update oidc_login_codes set used_at = ? where code_hash = ? and used_at is null and expires_at > ? returning user_id`, [now, codeHash, now]);
+    return r[0]?.user_id ?? null;
+  }
+
+  async userByIdentity(q: Q, providerId: string, subject: string): Promise<UserRow | null> {
+    const r = await q<UserRow>(`select u.* from user_identities i join users u on u.id = i.user_id where i.provider_id = ? and i.subject = ?`, [providerId, subject]);
+    return r[0] ?? null;
+  }
+
+  async linkIdentity(q: Q, i: { providerId: string; subject: string; userId: string; email: string | null; now: Date }): Promise<void> {
+    await q(
+      `insert into user_identities (provider_id, subject, user_id, email_address, created_at, last_login_at) values (?, ?, ?, ?, ?, ?)
+       on conflict (provider_id, subject) do update set last_login_at = excluded.last_login_at, email_address = excluded.email_address`,
+      [i.providerId, i.subject, i.userId, i.email, i.now, i.now],
+    );
+  }
+
+  async userByEmailIn(q: Q, emailNorm: string): Promise<UserRow | null> {
+    return (await q<UserRow>(`select * from users where email_normalized = ?`, [emailNorm]))[0] ?? null;
+  }
+
+  async liveTeam(q: Q, teamId: string): Promise<boolean> {
+    return (await q(`select 1 from teams where id = ? and deleted_at is null`, [teamId])).length === 1;
+  }
+
+  /** Raises a (non-owner) member's role; false when nothing changed. */
+  async raiseMemberRole(q: Q, teamId: string, userId: string, role: 'admin'): Promise<boolean> {
+    return (await q(`update team_members set member_role = ? where team_id = ? and user_id = ? and member_role = 'member' returning user_id`, [role, teamId, userId])).length === 1;
+  }
+
+  async deleteExpiredOidc(now: Date): Promise<void> {
+    await this.q(`delete from oidc_login_states where expires_at < ?`, [now]);
+    await this.q(`delete from oidc_login_codes where expires_at < ?`, [new Date(now.getTime() - 86_400_000)]);
+  }
+
   // ---- email outbox --------------------------------------------------------------------------
 
   async enqueueEmail(e: { id: string; kind: string; to: string; subject: string; body: string; now: Date }, q: Q = this.q): Promise<void> {
@@ -560,5 +619,6 @@ export class IdentityStore {
     await this.q(`delete from one_time_tokens where expires_at < ?`, [new Date(now.getTime() - day)]);
     await this.q(`delete from email_outbox where sent_at is not null and sent_at < ?`, [new Date(now.getTime() - 7 * day)]);
     await this.q(`delete from refresh_tokens where expires_at < ?`, [new Date(now.getTime() - day)]);
+    await this.deleteExpiredOidc(now);
   }
 }

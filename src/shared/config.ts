@@ -126,12 +126,68 @@ export const configSchema = z.object({
 
 export type RawConfig = z.infer<typeof configSchema>;
 
+const ROLE = z.enum(['admin', 'member']);
+
+/**
+ * One OpenID Connect provider of GANTRY_OAUTH_PROVIDERS (a JSON array of these; docs in README.md
+ * "Single sign-on"). Discovery, PKCE, state and nonce are always on.
+ */
+export const OidcProviderSchema = z.strictObject({
+  /** URL-safe id used in /auth/oidc/{id}/start and listed by /server-info. */
+  id: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'id must be 1-63 lowercase letters, digits, - or _'),
+  display_name: z.string().trim().min(1).max(100).optional(),
+  /** The issuer identifier: its /.well-known/openid-configuration is fetched (https, unless allow_insecure_http). */
+  issuer: z.url({ protocol: /^https?$/ }),
+  client_id: z.string().min(1).max(512),
+  client_secret: z.string().min(1).max(4096).optional(),
+  scopes: z.array(z.string().regex(/^[\x21\x23-\x5b\x5d-\x7e]+$/)).max(32).default(['openid', 'email', 'profile']),
+  /** First login with an email that already has an account: link to it when the provider says the email is verified. Off: 409. */
+  link_verified_email: z.boolean().default(false),
+  /** First login without an account creates one (false: only existing, linked users may sign in). */
+  create_users: z.boolean().default(true),
+  /** Group claim -> team role: {claim: "groups", map: {"<group>": {team: "<team uuid>", role: "admin"|"member"}}}. */
+  group_mapping: z
+    .strictObject({
+      claim: z.string().min(1).max(200).default('groups'),
+      map: z.record(z.string().min(1).max(500), z.union([z.strictObject({ team: z.uuid(), role: ROLE }), z.array(z.strictObject({ team: z.uuid(), role: ROLE })).max(100)])),
+    })
+    .optional(),
+  /** Plain-http issuer (a loopback test provider); never for a real deployment. */
+  allow_insecure_http: z.boolean().default(false),
+});
+export type OidcProviderConfig = z.infer<typeof OidcProviderSchema>;
+
+/** GANTRY_OAUTH_PROVIDERS: a JSON array of providers (ids unique). A message naming the first problem, or the list. */
+export function parseOidcProviders(raw: string | undefined): OidcProviderConfig[] | string {
+  if (!raw) return [];
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    return 'must be a JSON array of OpenID Connect providers ([{"id", "issuer", "client_id", "client_secret", ...}])';
+  }
+  const r = z.array(OidcProviderSchema).max(50).safeParse(json);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    return `${i?.path.join('.') || 'value'}: ${i?.message ?? 'invalid'}`;
+  }
+  const ids = new Set<string>();
+  for (const p of r.data) {
+    if (ids.has(p.id)) return `provider id ${p.id} appears twice`;
+    ids.add(p.id);
+    if (new URL(p.issuer).protocol === 'http:' && !p.allow_insecure_http) return `${p.id}: issuer must be https:// (allow_insecure_http is for loopback test providers)`;
+  }
+  return r.data;
+}
+
 export interface Config extends RawConfig {
   /** Base URL the node advertises in links (presigned URLs, emails); derived from the port when unset. */
   publicUrl: string;
   /** 0 means "unlimited" for every quota. */
   quotas: { maxUsers: number; maxTeams: number; maxOwnedTeams: number; maxAgents: number; maxConcurrentTasks: number };
   oauthProviders: Array<{ id: string; display_name: string }>;
+  /** The OpenID Connect providers (GANTRY_OAUTH_PROVIDERS) in full: src/identity/oidc.ts. */
+  oidcProviders: OidcProviderConfig[];
 }
 
 /**
@@ -181,11 +237,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   // a cluster's nodes share token signing keys through PostgreSQL, encrypted with the deployment's secret
   if (raw.REDIS_URL && !raw.GANTRY_SECRET_KEY && !raw.GANTRY_JWT_PRIVATE_KEY)
     throw new ConfigError('invalid configuration: GANTRY_SECRET_KEY is required in cluster mode (REDIS_URL set): the same secret on every node (it encrypts the shared token signing keys)');
-  const oauthProviders = (raw.GANTRY_OAUTH_PROVIDERS ?? '')
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean)
-    .map((id) => ({ id, display_name: id.charAt(0).toUpperCase() + id.slice(1) }));
+  const oidcProviders = parseOidcProviders(raw.GANTRY_OAUTH_PROVIDERS);
+  if (typeof oidcProviders === 'string') throw new ConfigError(`invalid configuration: GANTRY_OAUTH_PROVIDERS: ${oidcProviders}`);
+  const oauthProviders = oidcProviders.map((p) => ({ id: p.id, display_name: p.display_name ?? p.id }));
   return {
     ...raw,
     publicUrl: (raw.GANTRY_PUBLIC_URL ?? `http://127.0.0.1:${raw.GANTRY_HTTP_PORT}`).replace(/\/+$/, ''),
@@ -197,5 +251,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxConcurrentTasks: raw.GANTRY_MAX_CONCURRENT_TASKS,
     },
     oauthProviders,
+    oidcProviders,
   };
 }

@@ -6,10 +6,11 @@ import { emailToken } from '../helpers/identity.js';
 const reg = (email: string) => ({ email_address: email, password: 'a good long password', first_name: 'Q', last_name: 'User' });
 
 test('registration disabled: server-info says so and register is 403', async () => {
-  const t = await startTestNode({ GANTRY_REGISTRATION_ENABLED: false, GANTRY_OAUTH_PROVIDERS: 'github' }, 'idnoreg');
+  const providers = [{ id: 'corp', display_name: 'Corp SSO', issuer: 'https://idp.example.test', client_id: 'gantry', client_secret: 'not-used-here' }];
+  const t = await startTestNode({ GANTRY_REGISTRATION_ENABLED: false, GANTRY_OAUTH_PROVIDERS: JSON.stringify(providers) }, 'idnoreg');
   try {
     const info = await t.http.get('/server-info');
-    assert.deepEqual(info.body, { registration_enabled: false, oauth_enabled: true, oauth_providers: [{ id: 'github', display_name: 'Github' }] });
+    assert.deepEqual(info.body, { registration_enabled: false, oauth_enabled: true, oauth_providers: [{ id: 'corp', display_name: 'Corp SSO' }] });
     const r = await t.http.post('/auth/register', reg('a@example.test'));
     assert.equal(r.status, 403);
     assert.equal(r.body.error_code, 'registration_disabled');

@@ -1,0 +1,85 @@
+/**
+ * Single sign-on (OpenID Connect), docs/api.md "Single sign-on". Public routes: the login itself
+ * is the authentication.
+ *
+ *   GET  /auth/oidc/{providerId}/start      ?return_to=  302 to the provider (+ the binding cookie)
+ *   GET  /auth/oidc/{providerId}/callback   the provider's redirect: 302 to return_to?sso_code=...
+ *                                           (or ?sso_error=...), or 200 {sso_code, expires_in} without return_to
+ *   POST /auth/oidc/exchange                {sso_code} -> {access_token, refresh_token, token_type, expires_in}
+ */
+import { z } from 'zod';
+import { isAppError } from '../../shared/errors.js';
+import { OidcFailure, OIDC_CODE_TTL_S, type OidcLogin } from '../../identity/oidc.js';
+import { Reply, type RouteDef } from '../http.js';
+import type { RouteAuth } from '../principal.js';
+import { parseBody } from '../params.js';
+
+const PUBLIC: RouteAuth = { kinds: 'public' };
+
+/** Query of GET /auth/oidc/{providerId}/start. */
+export const OidcStartQuery = z.object({
+  /** Where the callback sends the browser with ?sso_code= (this server's origin, or a loopback URL for a CLI). */
+  return_to: z.url().max(2048).optional(),
+});
+
+/** Response of the callback when the login started without return_to. */
+export const OidcCallbackResponse = z.object({ sso_code: z.string(), expires_in: z.number().int() });
+
+/** Body of POST /auth/oidc/exchange. */
+export const OidcExchangeBody = z.strictObject({ sso_code: z.string().min(1).max(512) });
+
+/** Response of POST /auth/oidc/exchange (the same token pair as POST /auth/login). */
+export const OidcExchangeResponse = z.object({ access_token: z.string(), refresh_token: z.string(), token_type: z.literal('Bearer'), expires_in: z.number().int() });
+
+const withParams = (base: string, params: Record<string, string>): string => {
+  const u = new URL(base);
+  for (const [k, v] of Object.entries(params)) u.searchParams.set(k, v);
+  return u.toString();
+};
+
+const NO_STORE = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
+
+export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; rateLimit: (ip: string) => void }): RouteDef[] {
+  return [
+    {
+      method: 'GET',
+      path: '/auth/oidc/{providerId}/start',
+      auth: PUBLIC,
+      handler: async (c) => {
+        d.rateLimit(c.ip);
+        const r = await d.oidc.start(c.params.providerId ?? '', c.query.get('return_to'));
+        const cookie = `${r.cookieName}=${r.binding}; Path=/api/v1/auth/oidc/; Max-Age=${r.maxAgeS}; HttpOnly; SameSite=Lax${d.secureCookies() ? '; Secure' : ''}`;
+        return new Reply(302, undefined, { Location: r.location, 'Set-Cookie': cookie, ...NO_STORE });
+      },
+    },
+    {
+      method: 'GET',
+      path: '/auth/oidc/{providerId}/callback',
+      auth: PUBLIC,
+      handler: async (c) => {
+        try {
+          const r = await d.oidc.callback(c.params.providerId ?? '', c.rawQuery, c.headers.cookie, { requestId: c.requestId, ip: c.ip });
+          c.log.info({ provider: c.params.providerId, user_id: r.userId, user_created: r.created }, 'single sign-on login');
+          if (r.returnTo) return new Reply(302, undefined, { Location: withParams(r.returnTo, { sso_code: r.code }), ...NO_STORE });
+          return new Reply(200, { sso_code: r.code, expires_in: OIDC_CODE_TTL_S }, NO_STORE);
+        } catch (e) {
+          if (e instanceof OidcFailure) {
+            c.log.info({ provider: c.params.providerId, error_code: e.error.code }, 'single sign-on login refused');
+            return new Reply(302, undefined, { Location: withParams(e.returnTo, { sso_error: e.error.code }), ...NO_STORE });
+          }
+          if (isAppError(e)) c.log.info({ provider: c.params.providerId, error_code: e.code }, 'single sign-on login refused');
+          throw e;
+        }
+      },
+    },
+    {
+      method: 'POST',
+      path: '/auth/oidc/exchange',
+      auth: PUBLIC,
+      handler: async (c) => {
+        d.rateLimit(c.ip);
+        return d.oidc.exchange(parseBody(OidcExchangeBody, c.body).sso_code);
+      },
+    },
+  ];
+}
