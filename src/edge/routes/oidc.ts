@@ -8,7 +8,7 @@
  *   POST /auth/oidc/exchange                {sso_code} -> {access_token, refresh_token, token_type, expires_in}
  */
 import { z } from 'zod';
-import { isAppError } from '../../shared/errors.js';
+import { fromZodIssues, isAppError } from '../../shared/errors.js';
 import { OidcFailure, OIDC_CODE_TTL_S, type OidcLogin } from '../../identity/oidc.js';
 import { Reply, type RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
@@ -47,7 +47,9 @@ export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; r
       auth: PUBLIC,
       handler: async (c) => {
         d.rateLimit(c.ip);
-        const r = await d.oidc.start(c.params.providerId ?? '', c.query.get('return_to'));
+        const q = OidcStartQuery.safeParse(Object.fromEntries(c.query));
+        if (!q.success) throw fromZodIssues(q.error.issues);
+        const r = await d.oidc.start(c.params.providerId ?? '', q.data.return_to ?? null);
         const cookie = `${r.cookieName}=${r.binding}; Path=/api/v1/auth/oidc/; Max-Age=${r.maxAgeS}; HttpOnly; SameSite=Lax${d.secureCookies() ? '; Secure' : ''}`;
         return new Reply(302, undefined, { Location: r.location, 'Set-Cookie': cookie, ...NO_STORE });
       },
