@@ -5,7 +5,7 @@ import type { Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/config.js';
 import { AppError, badRequest, notFound } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
-import { contextFrom, endSpan, SpanKind, startSpan, tracingEnabled, withActive, type Span } from '../shared/tracing.js';
+import { contextFrom, endSpan, SpanKind, spanLogFields, startSpan, tracingEnabled, withActive, type Span } from '../shared/tracing.js';
 import { Router, type Method } from './router.js';
 import { toHttpError, statusLine } from './error-map.js';
 import { checkPairs, parseJsonBody, parseQuery } from '../shared/input-hygiene.js';
@@ -541,7 +541,12 @@ export class HttpEdge {
       // writes and errors at info
       const polling = (method === 'GET' || method === 'HEAD') && (statusSent === 200 || statusSent === 304);
       const level = polling ? 'debug' : 'info';
-      if (root.isLevelEnabled(level)) root[level]({ request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+      if (root.isLevelEnabled(level)) {
+        const line: Record<string, unknown> = { request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 };
+        // the access line is written after the request's span ended (outside its context): its ids explicitly
+        if (span) Object.assign(line, spanLogFields(span));
+        root[level](line, 'request');
+      }
     };
     const sr: StreamResponse = new StreamResponse(res, requestId, () => finish(statusSent || sr.statusCode || 200));
     res.onAborted(() => {

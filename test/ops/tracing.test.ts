@@ -20,10 +20,11 @@ let s: TeamSetup;
 let agent: RunningAgent;
 const stateDir = tmpDir('gantry-trace-agent-');
 const logLines: Array<Record<string, any>> = [];
+let sink: Writable;
 
 before(async () => {
   tracing = startTracing({ serviceName: 'gantry-test', exporter });
-  const sink = new Writable({
+  sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
       for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) logLines.push(JSON.parse(line) as Record<string, any>);
       cb();
@@ -36,7 +37,7 @@ before(async () => {
     {},
   );
   assert.ok(cfg);
-  agent = await startAgent(cfg, { logger: createLogger('silent'), noGpuProbe: true, rescanMs: 0 });
+  agent = await startAgent(cfg, { logger: createLogger('info', sink).child({ side: 'agent' }), noGpuProbe: true, rescanMs: 0 });
   await waitFor('agent online', async () => (await agentsOf(t, s)).some((a) => a.agent_status === 'online'));
 });
 
@@ -119,8 +120,16 @@ test('one run is one connected trace: edge -> submit -> scheduler -> task actor 
   const transitions = logLines.filter((l) => l.msg === 'task transition' && l.task_id === taskId);
   assert.ok(transitions.length >= 3, 'queued, running, completed');
   for (const l of transitions) assert.equal(l.trace_id, traceId, `transition to ${l.to} logged with the trace id`);
-  const access = logLines.find((l) => l.msg === 'request' && l.method === 'POST' && String(l.path).endsWith('/run'));
-  assert.ok(access, 'the access line');
+  const access = logLines.find((l) => l.msg === 'request' && l.method === 'POST' && String(l.path).endsWith('/run') && l.status === 202);
+  assert.equal(access?.trace_id, traceId, 'the access line carries the trace id');
+  assert.equal(access?.span_id, http.spanContext().spanId);
+  // and the agent's lines about the run (logged inside its span)
+  for (const msg of ['task accepted', 'task completed']) {
+    const l = logLines.find((x) => x.side === 'agent' && x.msg === msg && x.task_id === taskId);
+    assert.ok(l, `agent: ${msg}`);
+    assert.equal(l.trace_id, traceId, `agent: ${msg} carries the trace id`);
+    assert.equal(l.span_id, run.spanContext().spanId, `agent: ${msg} carries the run span's id`);
+  }
 });
 
 test('tracing off: no span is made, no traceparent stored, the run still completes', async () => {
