@@ -11,6 +11,7 @@ import { startTracing, type TracingHandle } from '../../src/shared/tracing-sdk.j
 import { createLogger } from '../../src/shared/logger.js';
 import { parseAgentArgs, startAgent, type RunningAgent } from '../../src/agent/main.js';
 import { startTestNode, type TestNode } from '../helpers/node.js';
+import { submitTask, waitForStatus } from '../helpers/tasks.js';
 import { setupTeam, createWorkflow, tinyGraph, waitFor, waitTask, agentsOf, tmpDir, type TeamSetup } from '../agents/helpers.js';
 
 const exporter = new InMemorySpanExporter();
@@ -130,6 +131,20 @@ test('one run is one connected trace: edge -> submit -> scheduler -> task actor 
     assert.equal(l.trace_id, traceId, `agent: ${msg} carries the trace id`);
     assert.equal(l.span_id, run.spanContext().spanId, `agent: ${msg} carries the run span's id`);
   }
+});
+
+test('a task without a stored trace: no scheduler/assign/ack spans; the agent\'s run starts a trace, which the completion joins', async () => {
+  const id = await submitTask(t.node, s.user.teamId, { requiredLabels: ['trace-gpu'] });
+  await waitForStatus(t.node, id, 'completed', 20_000);
+  const mine = await waitFor('the agent and completion spans', () => {
+    const xs = exporter.getFinishedSpans().filter((x) => x.attributes['gantry.task.id'] === id);
+    return xs.some((x) => x.name === 'agent run task') && xs.some((x) => x.name === 'task finish') ? xs : null;
+  });
+  assert.deepEqual(mine.map((x) => x.name).sort(), ['agent run task', 'task finish'], 'no scheduler, assign or ack spans without a trace to join');
+  const run = mine.find((x) => x.name === 'agent run task') as ReadableSpan;
+  const fin = mine.find((x) => x.name === 'task finish') as ReadableSpan;
+  assert.equal(run.parentSpanContext, undefined, 'the agent starts its own trace when the assignment carries none');
+  assert.equal(fin.parentSpanContext?.spanId, run.spanContext().spanId, 'the completion still joins the agent\'s trace');
 });
 
 test('tracing off: no span is made, no traceparent stored, the run still completes', async () => {

@@ -111,9 +111,9 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
         // tracing on: the decision is a span in the task's trace; the task actor's assigning
         // transition (and from it the agent's run) is its child
         let traceparent: string | null = null;
-        if (tracingEnabled()) {
+        if (tracingEnabled() && e.task?.traceParent) {
           const span = startSpan('scheduler assign', {
-            parent: e.task?.traceParent ?? null,
+            parent: e.task.traceParent,
             attributes: { 'gantry.task.id': e.taskId, 'gantry.team.id': this.teamId, 'gantry.agent.id': e.agentId, 'gantry.provision': e.provision, ...(waitMs !== null ? { 'gantry.queue_wait_ms': waitMs } : {}) },
           });
           traceparent = traceparentOfSpan(span);

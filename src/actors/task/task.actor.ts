@@ -115,13 +115,15 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
   /**
    * A span around one fenced transition (its SQL is a child), in the task's trace: the parent is the
    * hop that caused it when it carried a traceparent (the scheduler's decision, the agent's run),
-   * else the submit span stored with the row.
+   * else the submit span stored with the row. None when the task has no trace.
    */
   private transitionSpan(m: TaskMsg, req: TransitionRequest): Span | null {
     const t = this.t;
-    const carried = 'traceparent' in m ? m.traceparent : undefined;
+    const parent = ('traceparent' in m ? m.traceparent : undefined) ?? t?.traceParent;
+    // a task without a trace (submitted while tracing was off) gets no one-span traces of its own
+    if (!parent) return null;
     return startSpan(`task ${m.type}`, {
-      parent: carried ?? t?.traceParent ?? null,
+      parent,
       attributes: {
         'gantry.task.id': this.id,
         'gantry.task.from': t?.status ?? req.from.join('|'),
