@@ -113,7 +113,7 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
   }
 
   /**
-   * A span around one fenced transition (its SQL is a child), in the task's trace: the parent is the
+   * A span around one fenced transition (from the decision to the commit), in the task's trace: the parent is the
    * hop that caused it when it carried a traceparent (the scheduler's decision, the agent's run),
    * else the submit span stored with the row. None when the task has no trace.
    */
