@@ -128,6 +128,7 @@ async function main(): Promise<void> {
           tunnelUrl: '',
           containerHealthIntervalMs: 5000,
           logLevel: 'silent',
+          tracing: 'off',
         };
         agents.push(await startAgent(cfg, { logger, executor: new SimulateExecutor({ durationMs: 0, steps: 0, imageSize: 16 }), noGpuProbe: true, rescanMs: 0 }));
       }

@@ -36,7 +36,9 @@ import { ClusterMemberStore } from './persistence/cluster-store.js';
 import { encodeError, decodeError } from './actors/runtime/envelope.js';
 import { SyncAwareSessions, type AgentSessions } from './edge/agents/sessions.js';
 import { taskRoutes } from './edge/routes/tasks.js';
-import { actorMetrics, metricsRoute } from './edge/metrics.js';
+import { actorMetrics, metricsRoute, NodeMetrics } from './edge/metrics.js';
+import { OpsQueries } from './persistence/ops-queries.js';
+import { startTracing, type TracingHandle } from './shared/tracing-sdk.js';
 import { pageRoutes } from './edge/routes/pages.js';
 import { createObjectStore, LocalObjectStore, type ObjectStore } from './storage/index.js';
 import { storageRoutes } from './edge/routes/storage.js';
@@ -142,6 +144,8 @@ function packageVersion(): string {
 export async function startNode(config: Config, opts: StartOptions = {}): Promise<GantryNode> {
   const logger = opts.logger ?? createLogger(config.LOG_LEVEL);
   const dataDir = resolve(config.GANTRY_DATA_DIR);
+  // traces (GANTRY_TRACING=otlp): the OTLP exporter as the standard OTEL_* variables configure it
+  const tracing: TracingHandle | null = config.GANTRY_TRACING === 'otlp' ? startTracing({ serviceName: 'gantry', serviceVersion: packageVersion() }) : null;
   // start-up checks before anything is touched (no migration, no key): busy ports, data dir in use
   await assertPortFree('GANTRY_GRPC_PORT', config.GANTRY_GRPC_HOST, config.GANTRY_GRPC_PORT);
   await assertPortFree('GANTRY_HTTP_PORT', config.GANTRY_HTTP_HOST, config.GANTRY_HTTP_PORT);
@@ -223,7 +227,16 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       publishContainerChange(teamId);
     },
   };
+  // operator/autoscaler metrics: PostgreSQL-derived gauges (cached per scrape) and this node's own
+  let sseStreams = (): number => 0;
+  const nodeMetrics = new NodeMetrics({
+    ops: new OpsQueries(db),
+    cacheMs: config.GANTRY_METRICS_CACHE_MS,
+    sseStreams: () => sseStreams(),
+    agentStreams: () => sessions.count(),
+  });
   registerActors(actors, {
+    metrics: nodeMetrics.tasks,
     tasks: taskStore,
     agents: agentStore,
     transport: sessions,
@@ -411,6 +424,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     keepAliveMs: config.GANTRY_SSE_KEEPALIVE_MS,
   });
   await liveEvents.start();
+  sseStreams = () => liveEvents.sse.openStreams();
   // cluster: events may have been lost (a node died between commit and publish, a bus gap): SSE streams re-read PostgreSQL
   cluster?.onView(() => liveEvents.sse.resync());
   redisEvents?.onGap(() => liveEvents.sse.resync());
@@ -435,6 +449,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     logger,
     authenticator: identity.authenticator,
     rateLimits,
+    observe: (route, status, seconds) => nodeMetrics.observeRequest(route, status, seconds),
   });
   edge.addAll(
     systemRoutes({
@@ -534,7 +549,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     edge.addAll(mcpRoutes({ endpoint: mcp, maxBodyBytes: config.GANTRY_MAX_BODY_BYTES, publicUrl: () => publicUrlOf() }));
   }
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
-  edge.add(metricsRoute());
+  edge.add(metricsRoute([nodeMetrics.registry]));
   edge.addAll(pageRoutes('/api/v1'));
   if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
   const http = await edge
@@ -636,6 +651,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await redisInvalidation?.stop();
         await redis?.close();
         dataDirLock.release();
+        await tracing?.shutdown().catch(() => undefined);
         logger.info('stopped');
       })();
       return closing;

@@ -1,5 +1,5 @@
 import type { LocalActorSystem } from './runtime/system.js';
-import type { AgentStorePort, AgentTransportPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, TaskStorePort } from './ports.js';
+import type { AgentStorePort, AgentTransportPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from './ports.js';
 import { AgentMsg } from './agent/protocol.js';
 import { SchedulerMsg } from './scheduler/protocol.js';
 import { TaskMsg } from './task/protocol.js';
@@ -32,6 +32,8 @@ export interface ActorDeps {
   containers: ContainerStorePort;
   containerChanges: ContainerChangesPort;
   containerTickMs?: number;
+  /** /metrics counters (absent: nothing counted). */
+  metrics?: TaskMetricsPort;
 }
 
 /** Each kind's zod message union: what the envelope codec (remoting) and wire decoders validate with. */
@@ -42,11 +44,11 @@ export const envelopes = envelopeCodec<Protocols>(messageSchemas);
 
 /** Registers every actor kind with its protocol parser. */
 export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): void {
-  sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS, ackTimeoutMs: d.ackTimeoutMs, retryBackoffBaseMs: d.retryBackoffBaseMs ?? 0, retryBackoffMaxMs: d.retryBackoffMaxMs ?? 0 }, progressIntervalMs: d.progressIntervalMs }), {
+  sys.register(TASK, (id, ctx) => new TaskActor(id, ctx, { store: d.tasks, events: d.events, config: { timeoutMaxS: d.timeoutMaxS, ackTimeoutMs: d.ackTimeoutMs, retryBackoffBaseMs: d.retryBackoffBaseMs ?? 0, retryBackoffMaxMs: d.retryBackoffMaxMs ?? 0 }, progressIntervalMs: d.progressIntervalMs, ...(d.metrics ? { metrics: d.metrics } : {}) }), {
     parse: parseTaskMsg,
     idleMs: 60_000,
   });
-  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, events: d.events, askTimeoutMs: d.askTimeoutMs, resyncMs: d.schedulerResyncMs ?? 0 }), {
+  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, events: d.events, askTimeoutMs: d.askTimeoutMs, resyncMs: d.schedulerResyncMs ?? 0, ...(d.metrics ? { metrics: d.metrics } : {}) }), {
     parse: parseSchedulerMsg,
     idleMs: 10 * 60_000,
   });

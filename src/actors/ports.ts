@@ -183,6 +183,14 @@ export interface QuotaPort {
   maxConcurrentTasks(teamId: string): number;
 }
 
+/** What the actors count for /metrics (prom-client lives in the edge; the actors only call this). */
+export interface TaskMetricsPort {
+  /** A scheduler handed a task to an agent, queueWaitMs after the task was created (or requeued). */
+  assigned(queueWaitMs: number): void;
+  /** A transition to a terminal state committed on this node. */
+  finished(status: 'completed' | 'failed' | 'cancelled'): void;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Container services
 

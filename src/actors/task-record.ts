@@ -22,6 +22,8 @@ export interface TaskAssignment {
   timeoutS: number;
   /** The workflow's required_models: provisioning fails only when one of these cannot be synced. */
   requiredModels?: string[];
+  /** W3C traceparent the agent's span of the run is parented on (tracing on; absent or null otherwise). */
+  traceParent?: string | null;
 }
 
 /**

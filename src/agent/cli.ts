@@ -1,6 +1,7 @@
 /** `gantry agent ...`: parses flags/env, runs the agent until SIGTERM/SIGINT (graceful drain) or a fatal refusal. */
 import { createLogger } from '../shared/logger.js';
-import { agentUsage, parseAgentArgs, startAgent, UsageError } from './main.js';
+import { startTracing } from '../shared/tracing-sdk.js';
+import { AGENT_VERSION, agentUsage, parseAgentArgs, startAgent, UsageError } from './main.js';
 
 export async function runAgentCli(args: string[]): Promise<number> {
   let cfg;
@@ -18,6 +19,7 @@ export async function runAgentCli(args: string[]): Promise<number> {
     return 0;
   }
   const logger = createLogger(cfg.logLevel);
+  const tracing = cfg.tracing === 'otlp' ? startTracing({ serviceName: 'gantry-agent', serviceVersion: AGENT_VERSION }) : null;
   const agent = await startAgent(cfg, { logger });
   let signals = 0;
   const onSignal = (sig: string): void => {
@@ -31,5 +33,8 @@ export async function runAgentCli(args: string[]): Promise<number> {
   };
   process.on('SIGTERM', () => onSignal('SIGTERM'));
   process.on('SIGINT', () => onSignal('SIGINT'));
-  return agent.done;
+  const code = await agent.done;
+  // the spans of the last tasks go out before the process exits
+  await tracing?.shutdown().catch(() => undefined);
+  return code;
 }

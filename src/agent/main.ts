@@ -53,6 +53,8 @@ export interface AgentConfig {
   simulateCrash?: boolean;
   window: number;
   logLevel: string;
+  /** OpenTelemetry traces: off, or otlp (exported as the standard OTEL_* variables say). */
+  tracing: 'off' | 'otlp';
   /** Container services: the runtime this agent offers ('none': it takes no container services). */
   containerRuntime: 'docker' | 'exec' | 'none';
   dockerSocket: string;
@@ -92,6 +94,7 @@ export const AGENT_FLAGS = [
   ['container-health-interval-ms', 'GANTRY_AGENT_CONTAINER_HEALTH_INTERVAL_MS', '5000', 'health check period of container service instances'],
   ['window', 'GANTRY_AGENT_WINDOW', String(DEFAULT_WINDOW), 'flow-control window (messages in flight)'],
   ['log-level', 'LOG_LEVEL', 'info', 'fatal | error | warn | info | debug | trace | silent'],
+  ['tracing', 'GANTRY_TRACING', 'off', 'off | otlp: OpenTelemetry spans of each task run, exported over OTLP as the OTEL_* variables say'],
 ] as const;
 
 export class UsageError extends Error {}
@@ -106,6 +109,10 @@ const intIn = (name: string, v: string, min: number, max: number): number => {
   const n = Number(v);
   if (n < min || n > max) throw new UsageError(`--${name}: must be between ${min} and ${max}`);
   return n;
+};
+const tracingOf = (v: string): 'off' | 'otlp' => {
+  if (v !== 'off' && v !== 'otlp') throw new UsageError(`--tracing: off or otlp, got ${JSON.stringify(v)}`);
+  return v;
 };
 const boolOf = (v: string | boolean | undefined): boolean => v === true || (typeof v === 'string' && ['1', 'true', 'yes'].includes(v.toLowerCase()));
 
@@ -196,6 +203,7 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     simulateCrash,
     window: intIn('window', get('window') ?? String(DEFAULT_WINDOW), 4, 4096),
     logLevel: get('log-level') ?? 'info',
+    tracing: tracingOf(get('tracing') ?? 'off'),
     containerRuntime,
     dockerSocket,
     tunnelUrl,

@@ -7,6 +7,7 @@
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../shared/logger.js';
+import { endSpan, inSpan, markSpanError, SpanKind, startSpan, traceparentOfSpan, tracingEnabled, withActive, type Span } from '../shared/tracing.js';
 import type { AgentClient, TaskRef } from './client.js';
 import { ExecutorError, isExecutorError, type ExecOutput, type Executor, type InputFile, type ProgressTick } from './executors/index.js';
 import { downloadTo, uploadFile } from './transfer.js';
@@ -222,7 +223,23 @@ export class AgentRunner {
     );
   }
 
-  private async run(a: Assign__Output, t: Running): Promise<void> {
+  /**
+   * Tracing on: the run is one span, a child of the span the assignment's traceparent names (the
+   * node's assigning transition), with child spans for provisioning, inputs, the executor and the
+   * upload; the result or failure carries this span's traceparent back to the node.
+   */
+  private run(a: Assign__Output, t: Running): Promise<void> {
+    if (!tracingEnabled()) return this.runTask(a, t, null);
+    const span = startSpan('agent run task', {
+      kind: SpanKind.CONSUMER,
+      ...(a.traceparent ? { parent: a.traceparent } : {}),
+      attributes: { 'gantry.task.id': a.task_id, 'gantry.task.attempt': a.attempt, 'gantry.task.epoch': Number(a.epoch), 'gantry.tool_type': a.tool_type },
+    });
+    return withActive(span, () => this.runTask(a, t, span)).finally(() => endSpan(span));
+  }
+
+  private async runTask(a: Assign__Output, t: Running, span: Span | null): Promise<void> {
+    const traceparent = span ? (traceparentOfSpan(span) ?? '') : '';
     const c = this.client as AgentClient;
     const ref = t.ref;
     const log = this.o.logger.child({ task_id: ref.task_id, attempt: ref.attempt, epoch: ref.epoch });
@@ -230,7 +247,7 @@ export class AgentRunner {
     try {
       if (a.provision) {
         log.info('provisioning: syncing models and custom nodes first');
-        await this.provision(a.required_models ?? [], t.abort.signal);
+        await inSpan('agent provision', {}, () => this.provision(a.required_models ?? [], t.abort.signal));
         // the inventory report went out before this, on the same ordered stream
         c.send({ provisioned: ref }, 'transition', ref);
       }
@@ -251,8 +268,9 @@ export class AgentRunner {
         throw new ExecutorError('bad_input', 'the assignment carried invalid JSON');
       }
       const isNerf = a.tool_type === 'nerfstudio';
-      const inputFiles = await this.fetchInputs(a, dir, t.abort.signal, (p) => isNerf && this.progress(ref, p));
-      const res = await this.executor.run({
+      const taskDir = dir;
+      const inputFiles = await inSpan('agent fetch inputs', { attributes: { 'gantry.input_files': a.input_files.length } }, () => this.fetchInputs(a, taskDir, t.abort.signal, (p) => isNerf && this.progress(ref, p)));
+      const res = await inSpan('agent execute', { attributes: { 'gantry.executor': this.o.executorName } }, () => this.executor.run({
         taskId: ref.task_id,
         attempt: ref.attempt,
         toolType: a.tool_type === 'nerfstudio' ? 'nerfstudio' : 'comfyui',
@@ -263,9 +281,9 @@ export class AgentRunner {
         signal: t.abort.signal,
         onProgress: (p) => this.progress(ref, p),
         log: (msg, extra) => log.debug(extra ?? {}, msg),
-      });
+      }));
       if (isNerf) this.progress(ref, { progress: 0.99, step_current: 0, step_total: 0, current_node: 'upload', stage: 'upload', message: `uploading ${res.outputs.length} file(s)` });
-      const outputs = await this.upload(ref, res.outputs, t.abort.signal);
+      const outputs = await inSpan('agent upload outputs', { attributes: { 'gantry.outputs': res.outputs.length } }, () => this.upload(ref, res.outputs, t.abort.signal));
       c.dropProgress(ref.task_id);
       c.send(
         {
@@ -275,6 +293,7 @@ export class AgentRunner {
             storage_keys: outputs.map((o) => o.storage_key as string),
             image_count: outputs.filter((o) => (o.content_type ?? '').startsWith('image/')).length,
             outputs,
+            traceparent,
           },
         },
         'transition',
@@ -290,7 +309,8 @@ export class AgentRunner {
       }
       const error = t.shuttingDown ? 'agent shutting down' : isExecutorError(e) ? e.message : e instanceof Error ? e.message : String(e);
       const code = t.shuttingDown ? 'shutting_down' : e instanceof ProvisionError ? 'download_failed' : isExecutorError(e) ? e.code : 'tool_error';
-      c.send({ failure: { ...ref, error, code } }, 'transition', ref);
+      markSpanError(span, e);
+      c.send({ failure: { ...ref, error, code, traceparent } }, 'transition', ref);
       this.failed++;
       log.warn({ error, code }, 'task failed');
     } finally {

@@ -17,6 +17,7 @@ import type { Frame, Frame__Output } from '../gen/gantry/cluster/v1/Frame.js';
 import type { RemotingClient } from '../gen/gantry/cluster/v1/Remoting.js';
 import { AppError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
+import { endSpan, SpanKind, startSpan, traceparentOf, tracingEnabled, withActive } from '../shared/tracing.js';
 import type { TunnelChunk, TunnelChunk__Output } from '../gen/gantry/cluster/v1/TunnelChunk.js';
 import type { OpenTunnel, TunnelChannel, TunnelHandlers, TunnelOpenInfo } from '../gateway/tunnel.js';
 import { openRemoteTunnel, serveTunnel } from './tunnel.js';
@@ -104,9 +105,14 @@ export class RemotingServer {
       if (!e) return;
       this.received++;
       let out: ReturnType<InboundHandler>;
+      // tracing on: the delivery is a span in the sender's trace (the envelope's traceparent), and
+      // what the handler starts (a local delivery, a forward) runs inside it
+      const span = tracingEnabled() ? startSpan('remoting deliver', { kind: SpanKind.CONSUMER, parent: e.traceparent || null, attributes: { 'gantry.cluster.from': from, 'gantry.cluster.hops': e.hops } }) : null;
       try {
-        out = this.o.handler({ json: e.json, hops: e.hops, viewVersion: e.view_version, fromMember: from });
+        out = withActive(span, () => this.o.handler({ json: e.json, hops: e.hops, viewVersion: e.view_version, fromMember: from }));
+        endSpan(span);
       } catch (err) {
+        endSpan(span, err);
         // an undecodable envelope: its ask (if we can tell) gets the error, a tell is dropped
         this.o.logger.warn({ from, err_message: (err as Error).message }, 'remoting: envelope rejected');
         const replyId = replyIdOf(e.json);
@@ -240,7 +246,7 @@ export class RemotePeer {
   /** A tell: fire and forget (at most once). */
   tell(json: string, hops: number): void {
     try {
-      this.stream().write({ envelope: { json, hops, view_version: this.o.viewVersion() } });
+      this.stream().write({ envelope: { json, hops, view_version: this.o.viewVersion(), traceparent: traceparentOf() ?? '' } });
       this.sent++;
     } catch (e) {
       this.o.logger.debug({ member: this.memberId, err_message: (e as Error).message }, 'remoting: tell dropped');
@@ -267,7 +273,7 @@ export class RemotePeer {
         Math.max(0, deadlineMs - Date.now()),
       );
       this.pending.set(replyId, { resolve, reject, timer });
-      call.write({ envelope: { json, hops, view_version: this.o.viewVersion() } });
+      call.write({ envelope: { json, hops, view_version: this.o.viewVersion(), traceparent: traceparentOf() ?? '' } });
       this.sent++;
     });
   }

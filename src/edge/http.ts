@@ -5,6 +5,7 @@ import type { Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/config.js';
 import { AppError, badRequest, notFound } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
+import { contextFrom, endSpan, SpanKind, spanLogFields, startSpan, tracingEnabled, withActive, type Span } from '../shared/tracing.js';
 import { Router, type Method } from './router.js';
 import { toHttpError, statusLine } from './error-map.js';
 import { checkPairs, parseJsonBody, parseQuery } from '../shared/input-hygiene.js';
@@ -80,6 +81,8 @@ export interface EdgeOptions {
   authenticator: Authenticator;
   /** Per credential / per team request limits (src/edge/rate-limits.ts); null or absent = none. */
   rateLimits?: RequestRateLimits | null;
+  /** Called once per routed request when its response ended (or it was aborted): metrics. */
+  observe?: (route: RouteDef, status: number, seconds: number) => void;
 }
 
 /**
@@ -115,9 +118,13 @@ export class StreamResponse {
     else this.abortHandlers.push(h);
   }
 
+  /** The status written (0 until the head is sent): the access log and metrics of stream routes. */
+  statusCode = 0;
+
   writeHead(status: number, headers: Record<string, string> = {}): void {
     if (this.aborted || this.headersSent) return;
     this.headersSent = true;
+    this.statusCode = status;
     this.raw.cork(() => {
       this.raw.writeStatus(statusLine(status));
       this.raw.writeHeader('X-Request-ID', this.requestId);
@@ -129,6 +136,7 @@ export class StreamResponse {
   writeHeadList(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
     if (this.aborted || this.headersSent) return;
     this.headersSent = true;
+    this.statusCode = status;
     this.raw.cork(() => {
       this.raw.writeStatus(statusLine(status));
       this.raw.writeHeader('X-Request-ID', this.requestId);
@@ -516,18 +524,31 @@ export class HttpEdge {
     const root = this.o.logger;
     let finished = false;
     let statusSent = 0;
+    // tracing on: one server span per routed request (a traceparent header makes it a child of the caller's span)
+    let span: Span | null = null;
+    let routed: RouteDef | null = null;
     const finish = (status: number): void => {
       if (finished) return;
       finished = true;
       statusSent = status;
       this.done();
+      if (routed && this.o.observe) this.o.observe(routed, status, (performance.now() - started) / 1000);
+      if (span) {
+        span.setAttribute('http.response.status_code', status);
+        endSpan(span, status >= 500 ? new Error(`HTTP ${status}`) : undefined);
+      }
       // polling (a GET/HEAD answered 200 or 304: task status, lists, health, metrics) at debug;
       // writes and errors at info
       const polling = (method === 'GET' || method === 'HEAD') && (statusSent === 200 || statusSent === 304);
       const level = polling ? 'debug' : 'info';
-      if (root.isLevelEnabled(level)) root[level]({ request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+      if (root.isLevelEnabled(level)) {
+        const line: Record<string, unknown> = { request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 };
+        // the access line is written after the request's span ended (outside its context): its ids explicitly
+        if (span) Object.assign(line, spanLogFields(span));
+        root[level](line, 'request');
+      }
     };
-    const sr = new StreamResponse(res, requestId, () => finish(statusSent || 200));
+    const sr: StreamResponse = new StreamResponse(res, requestId, () => finish(statusSent || sr.statusCode || 200));
     res.onAborted(() => {
       sr._abort();
       if (!finished) finish(499);
@@ -591,7 +612,14 @@ export class HttpEdge {
       return;
     }
     const def = m.route;
+    routed = def;
     ctx.params = m.params;
+    if (tracingEnabled())
+      span = startSpan(`${method} ${def.path}`, {
+        kind: SpanKind.SERVER,
+        parent: contextFrom(headers.traceparent),
+        attributes: { 'http.request.method': method, 'http.route': def.path, 'url.path': path, 'gantry.request_id': requestId },
+      });
 
     if (def.stream) {
       const hasBody = method !== 'GET' && method !== 'HEAD' && (Number(headers['content-length'] ?? '0') > 0 || headers['transfer-encoding'] !== undefined);
@@ -609,7 +637,7 @@ export class HttpEdge {
           this.streams.delete(sr);
         }
       };
-      void run();
+      void withActive(span, run);
       return;
     }
 
@@ -622,7 +650,7 @@ export class HttpEdge {
     }
     if ((method === 'GET' || method === 'HEAD') && declared === undefined && headers['transfer-encoding'] === undefined) {
       // no body to read: straight to the handler (no data callback, no buffers)
-      void this.handleJson(def, ctx, EMPTY, sr, fail, (s) => (statusSent = s));
+      void withActive(span, () => this.handleJson(def, ctx, EMPTY, sr, fail, (s) => (statusSent = s)));
       return;
     }
     const chunks: Buffer[] = [];
@@ -638,7 +666,7 @@ export class HttpEdge {
       }
       chunks.push(Buffer.from(new Uint8Array(ab.slice(0))));
       if (!isLast) return;
-      void this.handleJson(def, ctx, Buffer.concat(chunks), sr, fail, (s) => (statusSent = s));
+      void withActive(span, () => this.handleJson(def, ctx, Buffer.concat(chunks), sr, fail, (s) => (statusSent = s)));
     });
   }
 

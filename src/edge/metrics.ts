@@ -1,6 +1,7 @@
 import client from 'prom-client';
 import type { RuntimeMetrics } from '../actors/runtime/system.js';
 import type { RouteDef } from './http.js';
+import type { OpsSnapshot } from '../persistence/ops-queries.js';
 
 /** Prometheus metrics of this process (served at /metrics). */
 export const registry = new client.Registry();
@@ -22,17 +23,179 @@ export const actorMetrics: RuntimeMetrics = {
   activations: (kind, delta) => active.inc({ kind }, delta),
 };
 
-/** GET /metrics (outside /api/v1): Prometheus text format. */
-export function metricsRoute(): RouteDef {
+/** GET /metrics (outside /api/v1): Prometheus text format (the process's registry, then the node's own). */
+export function metricsRoute(extra: client.Registry[] = []): RouteDef {
   return {
     method: 'GET',
     path: '/metrics',
     absolute: true,
     auth: { kinds: 'public' },
     stream: async (_c, res) => {
-      const body = await registry.metrics();
+      const parts = await Promise.all([registry, ...extra].map((r) => r.metrics()));
+      const body = parts.join('\n');
       res.writeHead(200, { 'Content-Type': registry.contentType });
       res.end(body);
     },
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator and autoscaler metrics of one node (its own registry, served with the process's)
+
+/** What the PostgreSQL-derived gauges read (OpsQueries.snapshot). */
+export interface OpsSnapshotSource {
+  snapshot(): Promise<OpsSnapshot>;
+}
+
+export interface NodeMetricsOptions {
+  ops: OpsSnapshotSource;
+  /** A snapshot is reused for this long (GANTRY_METRICS_CACHE_MS): scrapes of several gauges and frequent scrapers cost one round of queries. */
+  cacheMs: number;
+  /** Open SSE streams on this node. */
+  sseStreams: () => number;
+  /** Agent gRPC streams held by this node. */
+  agentStreams: () => number;
+  now?: () => number;
+}
+
+/** A label set that vanished from the snapshot is still reported as 0 for this long (so a queue that drains reads 0, not "no data"). */
+const STALE_SERIES_MS = 10 * 60_000;
+
+/**
+ * The per-node registry behind /metrics' operator figures. Two kinds:
+ * - counted in PostgreSQL at scrape time (tasks by state, queue depth and oldest age per team and
+ *   label set, agents by status and GPU type, webhook backlog): the same value on every node of a
+ *   cluster. Aggregate them with max() (or scrape one node), never sum() across nodes.
+ * - this node's own (SSE and agent streams, queue wait, finished tasks, proxy requests): sum() them.
+ */
+export class NodeMetrics {
+  readonly registry = new client.Registry();
+  private cache: { at: number; value: Promise<OpsSnapshot> } | null = null;
+  private readonly seen = new Map<string, Map<string, { labels: Record<string, string>; at: number }>>();
+  private readonly queueWait: client.Histogram;
+  private readonly finishedTotal: client.Counter;
+  private readonly proxyRequests: client.Counter;
+  private readonly proxySeconds: client.Histogram;
+  private readonly now: () => number;
+
+  constructor(private readonly o: NodeMetricsOptions) {
+    this.now = o.now ?? Date.now;
+    const registers = [this.registry];
+    const snapshot = (): Promise<OpsSnapshot> => this.snapshot();
+    const withStale = (name: string, rows: Array<{ labels: Record<string, string>; value: number }>) => this.withStale(name, rows);
+    // collect() runs at scrape time: each gauge reads the (shared, cached) snapshot
+    const fromSnapshot = (name: string, help: string, labelNames: string[], rows: (s: OpsSnapshot) => Array<{ labels: Record<string, string>; value: number }>): void => {
+      new client.Gauge({
+        name,
+        help,
+        labelNames,
+        registers,
+        async collect() {
+          const s = await snapshot();
+          this.reset();
+          for (const r of withStale(name, rows(s))) this.set(r.labels, r.value);
+        },
+      });
+    };
+    fromSnapshot('gantry_tasks', 'Open tasks by state and team (counted in PostgreSQL: the same on every node)', ['task_status', 'team_id'], (s) =>
+      s.tasks.map((t) => ({ labels: { task_status: t.status, team_id: t.teamId }, value: t.count })),
+    );
+    fromSnapshot('gantry_queue_depth', 'Tasks waiting for an agent (pending + waiting) by team and required-label set (sorted, comma-joined; "" = none). Counted in PostgreSQL', ['team_id', 'required_labels'], (s) =>
+      s.queues.map((x) => ({ labels: { team_id: x.teamId, required_labels: x.labels }, value: x.depth })),
+    );
+    fromSnapshot('gantry_queue_oldest_waiting_seconds', 'Age of the oldest task waiting for an agent, by team and required-label set (0 when none waits). Counted in PostgreSQL', ['team_id', 'required_labels'], (s) =>
+      s.queues.map((x) => ({ labels: { team_id: x.teamId, required_labels: x.labels }, value: Math.round(x.oldestAgeS * 1000) / 1000 })),
+    );
+    fromSnapshot('gantry_agents', 'Registered agents by status and GPU type ("" = none). Counted in PostgreSQL', ['agent_status', 'gpu_type'], (s) =>
+      s.agents.map((a) => ({ labels: { agent_status: a.status, gpu_type: a.gpuType }, value: a.count })),
+    );
+    fromSnapshot('gantry_webhook_backlog', 'Webhook deliveries not yet delivered (pending or in flight). Counted in PostgreSQL', [], (s) => [{ labels: {}, value: s.webhookBacklog }]);
+    fromSnapshot('gantry_webhook_backlog_oldest_seconds', 'Age of the oldest undelivered webhook delivery (0 when none). Counted in PostgreSQL', [], (s) => [{ labels: {}, value: Math.round(s.webhookOldestAgeS * 1000) / 1000 }]);
+    new client.Gauge({
+      name: 'gantry_sse_streams',
+      help: 'Open SSE event streams on this node',
+      registers,
+      collect() {
+        this.set(o.sseStreams());
+      },
+    });
+    new client.Gauge({
+      name: 'gantry_agent_streams',
+      help: 'Agent gRPC streams held by this node',
+      registers,
+      collect() {
+        this.set(o.agentStreams());
+      },
+    });
+    this.queueWait = new client.Histogram({
+      name: 'gantry_scheduler_queue_wait_seconds',
+      help: 'Scheduler latency: from a task\'s creation (or the end of its retry backoff) to its assignment to an agent, on the node whose scheduler assigned it',
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600],
+      registers,
+    });
+    this.finishedTotal = new client.Counter({ name: 'gantry_tasks_finished_total', help: 'Tasks that reached a terminal state, committed by this node', labelNames: ['task_status'], registers });
+    this.proxyRequests = new client.Counter({
+      name: 'gantry_proxy_requests_total',
+      help: 'Container gateway requests answered by this node (route: proxy, invoke, agent_tunnel; code: HTTP status class)',
+      labelNames: ['route', 'code'],
+      registers,
+    });
+    this.proxySeconds = new client.Histogram({
+      name: 'gantry_proxy_request_duration_seconds',
+      help: 'Container gateway requests: time to the end of the response',
+      labelNames: ['route'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+  }
+
+  /** The actors' counters (TaskMetricsPort). */
+  readonly tasks = {
+    assigned: (queueWaitMs: number): void => this.queueWait.observe(queueWaitMs / 1000),
+    finished: (status: 'completed' | 'failed' | 'cancelled'): void => this.finishedTotal.inc({ task_status: status }),
+  };
+
+  /** The HTTP edge's observer: counts the container gateway's requests (routes tagged 'gateway'). */
+  observeRequest(route: RouteDef, status: number, seconds: number): void {
+    if (route.tag !== 'gateway') return;
+    const kind = route.path.startsWith('/r/invoke/') ? 'invoke' : route.path.startsWith('/agents/') ? 'agent_tunnel' : 'proxy';
+    this.proxyRequests.inc({ route: kind, code: `${Math.floor(status / 100)}xx` });
+    this.proxySeconds.observe({ route: kind }, seconds);
+  }
+
+  /** One snapshot per cacheMs, shared by every gauge of a scrape (and concurrent scrapes). */
+  private snapshot(): Promise<OpsSnapshot> {
+    const now = this.now();
+    if (this.cache && now - this.cache.at < this.o.cacheMs) return this.cache.value;
+    const value = this.o.ops.snapshot();
+    this.cache = { at: now, value };
+    // a failed snapshot is not kept: the next scrape tries again
+    value.catch(() => {
+      if (this.cache?.value === value) this.cache = null;
+    });
+    return value;
+  }
+
+  /** rows plus, at 0, the label sets of this metric seen within STALE_SERIES_MS that are absent now. */
+  private withStale(metric: string, rows: Array<{ labels: Record<string, string>; value: number }>): Array<{ labels: Record<string, string>; value: number }> {
+    const names = Object.keys(rows[0]?.labels ?? {});
+    if (names.length === 0 && rows.length > 0) return rows;
+    const now = this.now();
+    let seen = this.seen.get(metric);
+    if (!seen) this.seen.set(metric, (seen = new Map()));
+    const keyOf = (l: Record<string, string>): string => JSON.stringify(Object.entries(l).sort());
+    const present = new Set<string>();
+    for (const r of rows) {
+      const k = keyOf(r.labels);
+      present.add(k);
+      seen.set(k, { labels: r.labels, at: now });
+    }
+    const out = [...rows];
+    for (const [k, v] of seen) {
+      if (present.has(k)) continue;
+      if (now - v.at > STALE_SERIES_MS) seen.delete(k);
+      else out.push({ labels: v.labels, value: 0 });
+    }
+    return out;
+  }
 }

@@ -10,10 +10,23 @@ import type { Logger } from '../shared/logger.js';
 import { AppError, DbError, dbErrorFrom, isRawDbError } from '../shared/errors.js';
 import { ConfigError } from '../shared/config.js';
 import { uuidv7 } from '../shared/ids.js';
+import { hasActiveSpan, inSpan, SpanKind } from '../shared/tracing.js';
 import { allEntities } from './entities/index.js';
 import { migrationsList } from './migrations/index.js';
 
 export type Em = SqlEntityManager;
+
+/**
+ * Tracing: every statement run through this layer (sql.ts, Database.execute) is a CLIENT span
+ * when it runs inside a traced operation (an HTTP request, a task transition). Statements of
+ * untraced background loops make no span (no orphan one-span traces). The statement text is
+ * recorded with its `?` placeholders: parameter values never reach a span.
+ */
+export function traced<T>(statement: string, run: () => Promise<T>): Promise<T> {
+  if (!hasActiveSpan()) return run();
+  const verb = /^\s*([a-z]+)/i.exec(statement)?.[1]?.toUpperCase() ?? 'QUERY';
+  return inSpan(`pg ${verb}`, { kind: SpanKind.CLIENT, attributes: { 'db.system.name': 'postgresql', 'db.operation.name': verb, 'db.query.text': statement.length > 2000 ? `${statement.slice(0, 2000)}...` : statement } }, run);
+}
 
 /** Retry-After (seconds) of a 503 `database_unavailable`. */
 export const DB_RETRY_AFTER_S = 5;
@@ -207,7 +220,7 @@ export class Database {
   async execute<T = Record<string, unknown>>(sql: string, params: unknown[] = [], em?: EntityManager): Promise<T[]> {
     const e = (em ?? this.orm.em) as unknown as Em;
     try {
-      const rows = (await e.getConnection().execute(sql, params as never[], 'all')) as T[];
+      const rows = (await traced(sql, () => e.getConnection().execute(sql, params as never[], 'all'))) as T[];
       this.succeeded();
       return rows;
     } catch (err) {

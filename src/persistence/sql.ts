@@ -1,5 +1,6 @@
 import type { Knex } from '@mikro-orm/knex';
-import { normaliseDbError, type Database, type Em } from './db.js';
+import { normaliseDbError, traced, type Database, type Em } from './db.js';
+import { hasActiveSpan, inSpan, SpanKind, withoutSpan } from '../shared/tracing.js';
 
 /**
  * A query function bound to a unit of work (or a transaction). `?` placeholders (knex style).
@@ -13,7 +14,7 @@ export const queryOn =
   (em: Em): Q =>
   async <T>(sql: string, params: unknown[] = []) => {
     try {
-      return (await em.execute(sql, params as never[], 'all')) as T[];
+      return (await traced(sql, () => em.execute(sql, params as never[], 'all'))) as T[];
     } catch (e) {
       throw normaliseDbError(e, sql);
     }
@@ -28,12 +29,18 @@ const connectionOf = (db: Database) => db.orm.em.getConnection();
  * fn's own errors pass through; a failed BEGIN or COMMIT is normalised like a statement's.
  */
 export async function inTx<T>(db: Database, fn: (q: Q) => Promise<T>): Promise<T> {
+  // traced: the transaction is one span, its statements its children
+  if (hasActiveSpan()) return inSpan('pg transaction', { kind: SpanKind.CLIENT, attributes: { 'db.system.name': 'postgresql' } }, () => runTx(db, fn));
+  return runTx(db, fn);
+}
+
+async function runTx<T>(db: Database, fn: (q: Q) => Promise<T>): Promise<T> {
   const conn = connectionOf(db);
   try {
     const r = await conn.transactional(async (trx: Knex.Transaction) =>
       fn(async <R>(sql: string, params: unknown[] = []) => {
         try {
-          return (await conn.execute(sql, params as never[], 'all', trx)) as R[];
+          return (await traced(sql, () => conn.execute(sql, params as never[], 'all', trx))) as R[];
         } catch (e) {
           throw db.failed(e, sql);
         }
@@ -51,7 +58,7 @@ export const q = (db: Database): Q => {
   const conn = connectionOf(db);
   return async <T>(sql: string, params: unknown[] = []) => {
     try {
-      const rows = (await conn.execute(sql, params as never[], 'all')) as T[];
+      const rows = (await traced(sql, () => conn.execute(sql, params as never[], 'all'))) as T[];
       db.succeeded();
       return rows;
     } catch (e) {
@@ -159,10 +166,11 @@ export class TickBatcher<I, R> {
   private schedule(): void {
     if (this.scheduled || this.holds > 0 || this.inFlight >= this.maxInFlight || this.queue.length === 0) return;
     this.scheduled = true;
-    setImmediate(() => {
+    // a batch serves many callers: it runs outside the trace of the one that scheduled it
+    withoutSpan(() => setImmediate(() => {
       this.scheduled = false;
       this.flush();
-    });
+    }));
   }
 
   private take(): Array<{ item: I; resolve: (r: R) => void; reject: (e: unknown) => void }> {

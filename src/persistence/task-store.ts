@@ -37,6 +37,7 @@ export function rowToTask(r: Record<string, any>): TaskRecord {
     parentTaskId: r.parent_task_id ?? null,
     retryTaskId: r.retry_task_id ?? null,
     notBefore: ts(r.not_before),
+    traceParent: r.trace_parent ?? null,
   };
 }
 
@@ -51,7 +52,7 @@ const rowToEvent = (r: Record<string, any>): TaskEvent => ({
 
 /** The columns of a TaskRecord (never the large JSON: workflow, parameters, output). */
 const TASK_COLS = `id, team_id, task_status, attempt, max_retries, lease_epoch, agent_id, dispatch_target, tool_type, task_timeout_s, required_labels,
-  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id, not_before`;
+  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id, not_before, trace_parent`;
 /** What an agent needs besides the record (returned by the assigning transition). */
 const ASSIGNMENT_COLS = 'resolved_workflow, parameters, input_files';
 
@@ -64,6 +65,7 @@ const rowToAssignment = (r: Record<string, any>): TaskAssignment => ({
   inputFiles: r.input_files ?? [],
   timeoutS: Number(r.task_timeout_s),
   requiredModels: r.required_models ?? [],
+  traceParent: r.trace_parent ?? null,
 });
 
 /** Builds the fenced UPDATE of a transition (SET list and WHERE with the from-states and the epoch). */
@@ -333,10 +335,10 @@ export class PgTaskStore implements TaskStorePort {
          r as (
            insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type,
              parameters, resolved_workflow, input_files, attempt, max_retries, parent_task_id, lease_epoch, task_timeout_s, required_labels,
-             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, not_before)
+             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, not_before, trace_parent)
            select ?::uuid, p.team_id, p.workflow_id, p.workflow_slug, p.workflow_version, p.snapshot_id, 'pending', p.dispatch_target, p.tool_type,
              p.parameters, p.resolved_workflow, p.input_files, p.attempt + 1, p.max_retries, p.id, 0, p.task_timeout_s, p.required_labels,
-             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id, ?::timestamptz
+             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id, ?::timestamptz, p.trace_parent
            from u join tasks p on p.id = u.id
            where u.retry_task_id = ?::uuid
            returning id, team_id),
@@ -432,7 +434,7 @@ export class PgTaskStore implements TaskStorePort {
   }
 
   async assignment(taskId: string): Promise<TaskAssignment | null> {
-    const rows = await q(this.db)(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s, required_models from tasks where id = ?`, [taskId]);
+    const rows = await q(this.db)(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s, required_models, trace_parent from tasks where id = ?`, [taskId]);
     return rows[0] ? rowToAssignment(rows[0]) : null;
   }
 

@@ -66,6 +66,10 @@ export const configSchema = z.object({
   GANTRY_EMAIL_VERIFICATION_REQUIRED: bool(false),
   GANTRY_OAUTH_PROVIDERS: optStr,
   GANTRY_MCP_ENABLED: bool(true),
+  /** Traces: off (default) or otlp (OpenTelemetry, exported over OTLP as the standard OTEL_* variables say). */
+  GANTRY_TRACING: z.enum(['off', 'otlp']).default('off'),
+  /** /metrics: how long the figures counted in PostgreSQL (tasks by state, queues, agents, webhook backlog) are reused between scrapes. */
+  GANTRY_METRICS_CACHE_MS: int(2_000, 0, 60_000),
   GANTRY_AUTO_TEAM: bool(true),
   GANTRY_MANUAL_TEAM_CREATION: bool(true),
   GANTRY_MAX_USERS: int(0, 0, 10_000_000),

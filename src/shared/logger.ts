@@ -1,5 +1,6 @@
 import { pino, stdSerializers, type Logger, type DestinationStream } from 'pino';
 import { AppError, dbErrorFrom, isRawDbError } from './errors.js';
+import { logTraceFields } from './tracing.js';
 
 export type { Logger };
 
@@ -124,6 +125,10 @@ export function createLogger(level: string, dest?: DestinationStream): Logger {
     {
       level,
       base: { pid: process.pid },
+      // trace_id/span_id of the active span when tracing is on (GANTRY_TRACING); nothing otherwise
+      mixin: logTraceFields,
+      // pino's default merge writes into the mixin's object: the shared empty one is never written
+      mixinMergeStrategy: (mergeObject: object, mixinObject: object) => (Object.keys(mixinObject).length === 0 ? mergeObject : Object.assign(mixinObject, mergeObject)),
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }), log: (o) => redactSecrets(o) as Record<string, unknown> },
       serializers: { err: serializeError, error: serializeError, cause: serializeError },

@@ -2,6 +2,8 @@
 // fail): non-root image with a health check, every variable the files set is a real configuration
 // variable, the probed paths are real routes, no secret shipped. Then the tools' own validation when
 // they are installed: `docker compose config` (or docker-compose), `helm lint` and `helm template`.
+// deploy/observability: the dashboard parses, every metric its queries and the KEDA/Prometheus
+// examples name is exported by a live node.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -12,6 +14,8 @@ import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 import { configSchema } from '../../src/shared/config.js';
 import { systemRoutes } from '../../src/edge/routes/system.js';
+import { AGENT_FLAGS } from '../../src/agent/main.js';
+import { startTestNode } from '../helpers/node.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const read = (p: string): string => readFileSync(join(root, p), 'utf8');
@@ -105,4 +109,55 @@ test('helm lint and helm template render the chart', (t) => {
   assert.equal(tpl.status, 0, tpl.stderr);
   assert.match(tpl.stdout, /kind: Deployment/);
   assert.match(tpl.stdout, /kind: PodDisruptionBudget/);
+});
+
+test('observability: the Grafana dashboard parses, and every metric the dashboard, the KEDA ScaledObject and the Prometheus rules query is one a live node exports', async () => {
+  const dashboard = JSON.parse(read('deploy/observability/grafana-dashboard.json')) as { uid: string; panels: Array<{ title: string; targets?: Array<{ expr: string }> }>; templating: { list: Array<{ query?: unknown }> } };
+  assert.ok(dashboard.uid && dashboard.panels.length >= 10, 'a dashboard with panels');
+  const exprs: Array<[where: string, expr: string]> = [];
+  for (const p of dashboard.panels) for (const t of p.targets ?? []) exprs.push([`dashboard "${p.title}"`, t.expr]);
+  for (const v of dashboard.templating.list) if (typeof v.query === 'string' && v.query.includes('gantry_')) exprs.push(['dashboard variable', v.query]);
+  const keda = parse(read('deploy/observability/keda-scaledobject.yaml')) as { kind: string; spec: { scaleTargetRef: { name: string }; triggers: Array<{ type: string; metadata: { query: string } }> } };
+  assert.equal(keda.kind, 'ScaledObject');
+  for (const tr of keda.spec.triggers) exprs.push(['KEDA trigger', tr.metadata.query]);
+  const rules = parse(read('deploy/observability/prometheus-rules.yaml')) as { kind: string; spec: { groups: Array<{ rules: Array<{ record?: string; alert?: string; expr: string }> }> } };
+  assert.equal(rules.kind, 'PrometheusRule');
+  for (const g of rules.spec.groups) for (const r of g.rules) exprs.push([`rule ${r.record ?? r.alert}`, r.expr]);
+  assert.ok(exprs.length >= 25, 'queries found');
+
+  // the KEDA target is the example agent pool, whose flags and variables are the agent's own
+  const pool = parse(read('deploy/observability/agent-gpu-pool.yaml')) as { kind: string; metadata: { name: string }; spec: { template: { spec: { containers: Array<{ name: string; args?: string[]; env?: Array<{ name: string }> }> } } } };
+  assert.equal(pool.kind, 'Deployment');
+  assert.equal(keda.spec.scaleTargetRef.name, pool.metadata.name);
+  const agentC = pool.spec.template.spec.containers.find((c) => c.name === 'agent');
+  assert.ok(agentC?.args?.[0] === 'agent');
+  const flags = new Set(AGENT_FLAGS.map((r) => `--${r[0]}`));
+  const envs = new Set(AGENT_FLAGS.map((r) => r[1] as string));
+  for (const a of agentC.args.slice(1)) if (a.startsWith('--')) assert.ok(flags.has(a), `agent flag ${a}`);
+  for (const e of agentC.env ?? []) assert.ok(envs.has(e.name), `agent variable ${e.name}`);
+  const poolLabels = agentC.args[agentC.args.indexOf('--labels') + 1];
+  for (const tr of keda.spec.triggers.filter((x) => x.metadata.query.includes('gantry_queue_depth'))) assert.ok(tr.metadata.query.includes(`required_labels="${poolLabels}"`), 'KEDA reads the queue of the pool\'s label set');
+
+  // the names a live node exports (# TYPE lines: families without samples yet are listed too)
+  const t = await startTestNode({}, 'deploy-metrics');
+  let exported: Set<string>;
+  try {
+    const text = await (await fetch(`${t.origin}/metrics`)).text();
+    exported = new Set<string>();
+    for (const [, name, type] of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
+      exported.add(name as string);
+      if (type === 'histogram') for (const sfx of ['_bucket', '_sum', '_count']) exported.add(`${name}${sfx}`);
+      if (type === 'summary') for (const sfx of ['_sum', '_count']) exported.add(`${name}${sfx}`);
+    }
+  } finally {
+    await t.stop();
+  }
+  const queried = new Set<string>();
+  for (const [where, expr] of exprs)
+    for (const [name] of expr.matchAll(/\bgantry_[a-z0-9_]+\b/g)) {
+      queried.add(name);
+      assert.ok(exported.has(name), `${where} queries ${name}, which /metrics does not export`);
+    }
+  for (const m of ['gantry_queue_depth', 'gantry_queue_oldest_waiting_seconds', 'gantry_tasks', 'gantry_agents', 'gantry_scheduler_queue_wait_seconds_bucket', 'gantry_sse_streams', 'gantry_webhook_backlog', 'gantry_proxy_requests_total'])
+    assert.ok(queried.has(m), `something queries ${m}`);
 });

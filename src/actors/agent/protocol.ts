@@ -13,8 +13,9 @@ export const AgentReportMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('ack'), ...taskRef }),
   z.object({ type: z.literal('provisioned'), ...taskRef }),
   z.object({ type: z.literal('progress'), ...taskRef, progress: TaskProgressSchema }),
-  z.object({ type: z.literal('finished'), ...taskRef, output: z.record(z.string(), z.unknown()) }),
-  z.object({ type: z.literal('failed'), ...taskRef, error: z.string() }),
+  // traceparent: the agent's span of the run (tracing on): the completion span is its child
+  z.object({ type: z.literal('finished'), ...taskRef, output: z.record(z.string(), z.unknown()), traceparent: z.string().optional() }),
+  z.object({ type: z.literal('failed'), ...taskRef, error: z.string(), traceparent: z.string().optional() }),
 ]);
 export type AgentReport = z.infer<typeof AgentReportMsg>;
 

@@ -1,6 +1,7 @@
 import type { Clock, TimerHandle } from '../../shared/clock.js';
 import { AppError } from '../../shared/errors.js';
 import type { ActorRef, ActorSystemPort, AnyReplyOf, AskOptions, KindOf, MsgOf, ProtocolMap, ReplyOf } from '../ports.js';
+import { withoutSpan } from '../../shared/tracing.js';
 
 /** The outcome of I/O started by a turn, handed to its continuation. */
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
@@ -280,7 +281,8 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
     this.metrics?.depth(a.ref.kind, 1);
     a.idleTimer?.cancel();
     a.idleTimer = null;
-    if (!a.running) void this.drain(a);
+    // turns run outside the sender's trace context (a message's span parent is explicit, never inherited)
+    if (!a.running) void withoutSpan(() => this.drain(a));
   }
 
   private context(a: Activation): ActorContext<P, KindOf<P>> {
@@ -479,7 +481,7 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
     a.stopRequested = false;
     if (a.mailbox.length > 0) {
       // messages arrived during passivation: reactivate
-      void this.drain(a);
+      void withoutSpan(() => this.drain(a));
       return;
     }
     if (this.acts.get(key(a.ref)) === a) {

@@ -1,6 +1,7 @@
 import type { Actor, ActorContext, ReplyHandle } from '../runtime/system.js';
 import { SCHEDULER_KIND, TASK_KIND } from '../../domain/tasks/record.js';
-import type { AgentStorePort, EventBusPort, Protocols, QuotaPort, TaskStorePort } from '../ports.js';
+import type { AgentStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from '../ports.js';
+import { endSpan, startSpan, traceparentOfSpan, tracingEnabled } from '../../shared/tracing.js';
 import { decide, initialState, statsOf, type SchedulerEffect, type SchedulerInput, type SchedulerState } from './decide.js';
 import { SchedulerMsg, type SchedulerReply } from './protocol.js';
 
@@ -18,6 +19,7 @@ export interface SchedulerDeps {
    * re-add an agent still in its disconnect grace period).
    */
   resyncMs?: number;
+  metrics?: TaskMetricsPort;
 }
 
 export const parseSchedulerMsg = (m: SchedulerMsg): SchedulerMsg => SchedulerMsg.parse(m);
@@ -103,9 +105,23 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
 
   private run(e: SchedulerEffect): void {
     switch (e.type) {
-      case 'assign':
-        this.ctx.system.tell({ kind: TASK_KIND, id: e.taskId }, { type: 'assign', agentId: e.agentId, provision: e.provision, ...(e.task ? { task: e.task } : {}) });
+      case 'assign': {
+        const waitMs = e.task ? Math.max(0, this.ctx.clock.now() - e.task.createdAt) : null;
+        if (waitMs !== null) this.d.metrics?.assigned(waitMs);
+        // tracing on: the decision is a span in the task's trace; the task actor's assigning
+        // transition (and from it the agent's run) is its child
+        let traceparent: string | null = null;
+        if (tracingEnabled() && e.task?.traceParent) {
+          const span = startSpan('scheduler assign', {
+            parent: e.task.traceParent,
+            attributes: { 'gantry.task.id': e.taskId, 'gantry.team.id': this.teamId, 'gantry.agent.id': e.agentId, 'gantry.provision': e.provision, ...(waitMs !== null ? { 'gantry.queue_wait_ms': waitMs } : {}) },
+          });
+          traceparent = traceparentOfSpan(span);
+          endSpan(span);
+        }
+        this.ctx.system.tell({ kind: TASK_KIND, id: e.taskId }, { type: 'assign', agentId: e.agentId, provision: e.provision, ...(e.task ? { task: e.task } : {}), ...(traceparent ? { traceparent } : {}) });
         return;
+      }
       case 'kick':
         this.ctx.system.tell(this.ctx.self, { type: 'kick' });
         return;

@@ -7,15 +7,16 @@ const epoch = z.number().int().nonnegative();
 /** Every message a task actor accepts. */
 export const TaskMsg = z.discriminatedUnion('type', [
   // task: the scheduler's copy of the record, so an idle task actor need not load it (fencing still decides)
-  z.object({ type: z.literal('assign'), agentId: z.string(), provision: z.boolean(), task: TaskRecordMsg.optional() }),
+  // traceparent: the scheduler's decision span (tracing on): the assigning transition's span is its child
+  z.object({ type: z.literal('assign'), agentId: z.string(), provision: z.boolean(), task: TaskRecordMsg.optional(), traceparent: z.string().optional() }),
   z.object({ type: z.literal('mark_waiting') }),
   z.object({ type: z.literal('provisioned'), epoch }),
   z.object({ type: z.literal('ack'), attempt: z.number().int().positive(), epoch }),
   z.object({ type: z.literal('ack_timeout'), epoch }),
   z.object({ type: z.literal('progress'), epoch, progress: TaskProgressSchema }),
   z.object({ type: z.literal('flush_progress') }),
-  z.object({ type: z.literal('finish'), epoch, output: z.record(z.string(), z.unknown()) }),
-  z.object({ type: z.literal('fail'), epoch, error: z.string().max(10_000) }),
+  z.object({ type: z.literal('finish'), epoch, output: z.record(z.string(), z.unknown()), traceparent: z.string().optional() }),
+  z.object({ type: z.literal('fail'), epoch, error: z.string().max(10_000), traceparent: z.string().optional() }),
   z.object({ type: z.literal('timeout'), epoch }),
   z.object({ type: z.literal('agent_lost'), agentId: z.string(), epoch: epoch.optional() }),
   z.object({ type: z.literal('reattach'), agentId: z.string(), epoch }),

@@ -1,7 +1,8 @@
 import type { ActorContext, Actor, ReplyHandle } from '../runtime/system.js';
 import { conflict, notFound } from '../../shared/errors.js';
 import { AGENT_KIND, SCHEDULER_KIND, TASK_KIND, type TaskRecord } from '../../domain/tasks/record.js';
-import type { EventBusPort, Protocols, TaskAssignment, TaskStorePort, TransitionResult } from '../ports.js';
+import type { EventBusPort, Protocols, TaskAssignment, TaskMetricsPort, TaskStorePort, TransitionRequest, TransitionResult } from '../ports.js';
+import { endSpan, spanLogFields, startSpan, traceparentOfSpan, tracingEnabled, withActive, type Span } from '../../shared/tracing.js';
 import { decide, retryDelayMs, type DecideConfig, type Decision, type TaskEffect } from './decide.js';
 import { TaskMsg, type TaskProgressMsg, type TaskReply } from './protocol.js';
 
@@ -15,6 +16,7 @@ export interface TaskActorDeps {
   config: DecideConfig;
   /** Minimum interval between persisted progress ticks (coalescing). */
   progressIntervalMs: number;
+  metrics?: TaskMetricsPort;
 }
 
 export const parseTaskMsg = (m: TaskMsg): TaskMsg => TaskMsg.parse(m);
@@ -43,6 +45,8 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
   /** The payload returned by the last assigning transition (handed to the dispatch effect). */
   private assignment: TaskAssignment | null = null;
   private lastProgressAt = 0;
+  /** Tracing on: the traceparent of the assigning transition's span, handed to the agent with the assignment. */
+  private dispatchTrace: string | null = null;
 
   constructor(
     private readonly id: string,
@@ -87,15 +91,47 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
         if (delay > 0) dec.transition = { ...dec.transition, retryNotBefore: now + delay };
       }
       const reply = this.ctx.deferReply();
+      const req = dec.transition;
+      const span = tracingEnabled() ? this.transitionSpan(m, req) : null;
       this.start(
-        this.d.store.transition(dec.transition),
-        (res) => this.applied(m, dec, res, reply),
-        (e) => reply.reject(e),
+        withActive(span, () => this.d.store.transition(req)),
+        (res) => {
+          span?.setAttribute('gantry.task.applied', res.ok);
+          if (m.type === 'assign' && res.ok) this.dispatchTrace = traceparentOfSpan(span);
+          this.applied(m, dec, res, reply, span);
+          endSpan(span);
+        },
+        (e) => {
+          endSpan(span, e);
+          reply.reject(e);
+        },
       );
       return undefined;
     }
     this.run(dec.effects);
     return dec.reply ?? { ok: !dec.stale };
+  }
+
+  /**
+   * A span around one fenced transition (from the decision to the commit), in the task's trace: the parent is the
+   * hop that caused it when it carried a traceparent (the scheduler's decision, the agent's run),
+   * else the submit span stored with the row. None when the task has no trace.
+   */
+  private transitionSpan(m: TaskMsg, req: TransitionRequest): Span | null {
+    const t = this.t;
+    const parent = ('traceparent' in m ? m.traceparent : undefined) ?? t?.traceParent;
+    // a task without a trace (submitted while tracing was off) gets no one-span traces of its own
+    if (!parent) return null;
+    return startSpan(`task ${m.type}`, {
+      parent,
+      attributes: {
+        'gantry.task.id': this.id,
+        'gantry.task.from': t?.status ?? req.from.join('|'),
+        'gantry.task.to': req.to,
+        'gantry.task.attempt': t?.attempt ?? 0,
+        ...(t?.agentId || req.patch.agentId ? { 'gantry.agent.id': req.patch.agentId ?? t?.agentId ?? '' } : {}),
+      },
+    });
   }
 
   /** Starts I/O; its continuation runs as a later turn, after which stashed messages are replayed. */
@@ -113,7 +149,7 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
     });
   }
 
-  private applied(m: TaskMsg, dec: Decision, res: TransitionResult, reply: ReplyHandle<TaskReply>): void {
+  private applied(m: TaskMsg, dec: Decision, res: TransitionResult, reply: ReplyHandle<TaskReply>, span: Span | null = null): void {
     if (!res.ok) {
       // a stale writer (another epoch/owner got there first): never applied; re-read the truth
       const req = dec.transition;
@@ -130,10 +166,11 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
     this.t = res.task;
     // one info line per committed transition: ids and states only (no parameters, no secrets)
     this.ctx.log.info(
-      { task_id: res.task.id, team_id: res.task.teamId, from, to: res.task.status, attempt: res.task.attempt, agent_id: res.task.agentId, lease_epoch: res.task.leaseEpoch, ...(res.retryTaskId ? { retry_task_id: res.retryTaskId } : {}) },
+      { task_id: res.task.id, team_id: res.task.teamId, from, to: res.task.status, attempt: res.task.attempt, agent_id: res.task.agentId, lease_epoch: res.task.leaseEpoch, ...(res.retryTaskId ? { retry_task_id: res.retryTaskId } : {}), ...spanLogFields(span) },
       'task transition',
     );
     this.assignment = res.assignment ?? null;
+    if (this.d.metrics && (res.task.status === 'completed' || res.task.status === 'failed' || res.task.status === 'cancelled')) this.d.metrics.finished(res.task.status);
     this.d.events.publish(res.events);
     if (res.retryTaskId) this.ctx.system.tell({ kind: SCHEDULER, id: res.task.teamId }, { type: 'task_submitted', taskId: res.retryTaskId });
     this.run(dec.effects);
@@ -147,8 +184,10 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
       switch (e.type) {
         case 'dispatch': {
           // the assigning statement returned the payload: the agent actor need not read it again
-          const assignment = this.assignment?.taskId === t.id ? this.assignment : undefined;
+          const loaded = this.assignment?.taskId === t.id ? this.assignment : undefined;
+          const assignment = loaded && this.dispatchTrace ? { ...loaded, traceParent: this.dispatchTrace } : loaded;
           this.assignment = null;
+          this.dispatchTrace = null;
           this.ctx.system.tell({ kind: AGENT, id: e.agentId }, { type: 'dispatch', taskId: t.id, attempt: t.attempt, epoch: e.epoch, provision: e.provision, ...(assignment ? { assignment } : {}) });
           break;
         }

@@ -57,6 +57,8 @@ export const TaskRecordSchema = z.object({
   retryTaskId: z.string().nullable(),
   /** A retry waiting out its backoff is not scheduled before this instant (epoch ms); null = at once. */
   notBefore: z.number().nullable().optional(),
+  /** W3C traceparent of the submit span (tracing on): later spans of the task join its trace. */
+  traceParent: z.string().nullable().optional(),
 });
 export type TaskRecord = z.infer<typeof TaskRecordSchema>;
 

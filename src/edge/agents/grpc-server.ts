@@ -396,8 +396,8 @@ export class AgentGrpcServer {
         const r = m.result;
         const t = { taskId: r.task_id, attempt: r.attempt, epoch: r.epoch };
         const out = this.outputOf(c.teamId, t.taskId, r);
-        if (typeof out === 'string') this.o.sessions.fromAgent(agentId, sessionId, { type: 'failed', ...t, error: out });
-        else this.o.sessions.fromAgent(agentId, sessionId, { type: 'finished', ...t, output: out });
+        if (typeof out === 'string') this.o.sessions.fromAgent(agentId, sessionId, { type: 'failed', ...t, error: out, ...(r.traceparent ? { traceparent: r.traceparent } : {}) });
+        else this.o.sessions.fromAgent(agentId, sessionId, { type: 'finished', ...t, output: out, ...(r.traceparent ? { traceparent: r.traceparent } : {}) });
         return;
       }
       case 'failure':
@@ -565,6 +565,7 @@ export class AgentGrpcServer {
             timeout_s: a.timeoutS,
             provision: msg.provision,
             required_models: a.requiredModels ?? [],
+            traceparent: a.traceParent ?? '',
           },
         };
         break;

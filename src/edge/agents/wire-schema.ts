@@ -154,6 +154,13 @@ const ExtraJson = z
   .pipe(JsonObject)
   .catch({});
 
+/** A W3C traceparent from the agent (tracing): a malformed one is dropped, never a reason to refuse the message. */
+const Traceparent = z
+  .string()
+  .max(64)
+  .regex(/^(?:[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2})?$/)
+  .catch('');
+
 const Result = z.object({
   ...TaskRef.shape,
   storage_key: z.string().max(1024),
@@ -164,11 +171,12 @@ const Result = z.object({
     .max(10_000)
     .transform((os) => os.slice(0, MAX_OUTPUT_FILES)),
   extra_json: ExtraJson,
+  traceparent: Traceparent,
 });
 
 const Failure = z
-  .object({ ...TaskRef.shape, error: text(4000), code: z.string().max(100) })
-  .transform((f) => ({ type: 'failed' as const, ...refOf(f), error: f.error || 'the agent reported a failure without a message' }))
+  .object({ ...TaskRef.shape, error: text(4000), code: z.string().max(100), traceparent: Traceparent })
+  .transform((f) => ({ type: 'failed' as const, ...refOf(f), error: f.error || 'the agent reported a failure without a message', ...(f.traceparent ? { traceparent: f.traceparent } : {}) }))
   .pipe(FailedToActor);
 
 const Inventory = z.object({ models: modelPaths, custom_nodes: customNodes });

@@ -11,6 +11,7 @@ import { collectFileKeys, resolveRunParameters, type StagedFile } from '../../do
 import type { WorkflowDefinition } from '../../domain/workflows/schema.js';
 import { conflict, gone, invalidParameter, notFound, unavailable } from '../../shared/errors.js';
 import { isUuid, uuidv7 } from '../../shared/ids.js';
+import { endSpan, startSpan, traceparentOfSpan } from '../../shared/tracing.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import { Reply, type Ctx, type RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
@@ -102,28 +103,39 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     // that could never leave `waiting`
     if (dispatchTarget === 'comfy_cloud')
       throw conflict('cloud_provider_not_configured', 'dispatch_target comfy_cloud needs a hosted cloud provider, and none is configured on this deployment; run on agents (dispatch_target "agent")');
-    const events = await d.tasks.insert({
-      id: taskId,
-      teamId: p.teamId,
-      workflowId: w.workflowId,
-      workflowSlug: w.workflowSlug,
-      workflowVersion: w.version,
-      snapshotId: w.snapshotId,
-      dispatchTarget,
-      toolType: def.tool_type,
-      parameters: resolved.values,
-      resolvedWorkflow: resolved.workflow,
-      inputFiles: resolved.fileInputs.map((f) => ({ ...f, fileName: files.get(f.fileKey)?.fileName ?? '' })),
-      maxRetries: def.max_retries,
-      timeoutS: def.task_timeout,
-      requiredLabels: def.required_labels,
-      minVramGb: def.min_vram_gb,
-      requiredModels: def.required_models,
-      preferredGpu: def.preferred_gpu ?? null,
-      createdByUserId: p.userId ?? null,
-      createdByCredentialId: p.credentialId ?? null,
-      ...(idem ? { idempotency: { key: idem.key, fingerprint: idem.fingerprint, responseStatus: 202, responseBody: { task_id: taskId } } } : {}),
-    });
+    // tracing on: the submit is a span whose traceparent is stored with the row, so the spans made
+    // after the 202 (scheduling, the agent's run, completion) are in this request's trace
+    const span = startSpan('task submit', { attributes: { 'gantry.task.id': taskId, 'gantry.team.id': p.teamId, 'gantry.workflow.id': w.workflowId } });
+    let events: Awaited<ReturnType<TaskQueries['insert']>>;
+    try {
+      events = await d.tasks.insert({
+        traceParent: traceparentOfSpan(span),
+        id: taskId,
+        teamId: p.teamId,
+        workflowId: w.workflowId,
+        workflowSlug: w.workflowSlug,
+        workflowVersion: w.version,
+        snapshotId: w.snapshotId,
+        dispatchTarget,
+        toolType: def.tool_type,
+        parameters: resolved.values,
+        resolvedWorkflow: resolved.workflow,
+        inputFiles: resolved.fileInputs.map((f) => ({ ...f, fileName: files.get(f.fileKey)?.fileName ?? '' })),
+        maxRetries: def.max_retries,
+        timeoutS: def.task_timeout,
+        requiredLabels: def.required_labels,
+        minVramGb: def.min_vram_gb,
+        requiredModels: def.required_models,
+        preferredGpu: def.preferred_gpu ?? null,
+        createdByUserId: p.userId ?? null,
+        createdByCredentialId: p.credentialId ?? null,
+        ...(idem ? { idempotency: { key: idem.key, fingerprint: idem.fingerprint, responseStatus: 202, responseBody: { task_id: taskId } } } : {}),
+      });
+    } catch (e) {
+      endSpan(span, e);
+      throw e;
+    }
+    endSpan(span);
     // committed: now the scheduler may pick it up
     d.events.publish(events);
     d.actors.tell({ kind: SCHEDULER, id: p.teamId }, { type: 'task_submitted', taskId, ...(events.record ? { task: events.record } : {}) });

@@ -10,6 +10,7 @@ import { Migration20261124000600_signing_keys } from './Migration20261124000600_
 import { Migration20261124000700_containers } from './Migration20261124000700_containers.js';
 import { Migration20261124000800_vault } from './Migration20261124000800_vault.js';
 import { Migration20261125000200_audit_sso } from './Migration20261125000200_audit_sso.js';
+import { Migration20261125000300_task_trace } from './Migration20261125000300_task_trace.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -28,4 +29,5 @@ export const migrationsList = [
   { name: 'Migration20261124000700_containers', class: Migration20261124000700_containers },
   { name: 'Migration20261124000800_vault', class: Migration20261124000800_vault },
   { name: 'Migration20261125000200_audit_sso', class: Migration20261125000200_audit_sso },
+  { name: 'Migration20261125000300_task_trace', class: Migration20261125000300_task_trace },
 ];

@@ -38,6 +38,11 @@ export interface Assign {
    * The workflow's required_models (paths relative to the models root).
    */
   'required_models'?: (string)[];
+  /**
+   * W3C traceparent (https://www.w3.org/TR/trace-context/) of the node's assigning span, '' when
+   * tracing is off: the agent's span for this run is its child, so one run is one trace.
+   */
+  'traceparent'?: (string);
 }
 
 export interface Assign__Output {
@@ -75,4 +80,9 @@ export interface Assign__Output {
    * The workflow's required_models (paths relative to the models root).
    */
   'required_models': (string)[];
+  /**
+   * W3C traceparent (https://www.w3.org/TR/trace-context/) of the node's assigning span, '' when
+   * tracing is off: the agent's span for this run is its child, so one run is one trace.
+   */
+  'traceparent': (string);
 }

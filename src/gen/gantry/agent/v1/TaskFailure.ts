@@ -14,6 +14,10 @@ export interface TaskFailure {
    * tool_error, cancelled, timeout, bad_input, upload_failed, download_failed, shutting_down
    */
   'code'?: (string);
+  /**
+   * W3C traceparent of the agent's span for this run ('' when tracing is off).
+   */
+  'traceparent'?: (string);
 }
 
 export interface TaskFailure__Output {
@@ -28,4 +32,8 @@ export interface TaskFailure__Output {
    * tool_error, cancelled, timeout, bad_input, upload_failed, download_failed, shutting_down
    */
   'code': (string);
+  /**
+   * W3C traceparent of the agent's span for this run ('' when tracing is off).
+   */
+  'traceparent': (string);
 }

@@ -18,6 +18,11 @@ export interface TaskResult {
    * Optional tool-specific extras (a JSON object), merged into the task output.
    */
   'extra_json'?: (string);
+  /**
+   * W3C traceparent of the agent's span for this run ('' when tracing is off): the node's
+   * completion span is its child.
+   */
+  'traceparent'?: (string);
 }
 
 export interface TaskResult__Output {
@@ -35,4 +40,9 @@ export interface TaskResult__Output {
    * Optional tool-specific extras (a JSON object), merged into the task output.
    */
   'extra_json': (string);
+  /**
+   * W3C traceparent of the agent's span for this run ('' when tracing is off): the node's
+   * completion span is its child.
+   */
+  'traceparent': (string);
 }

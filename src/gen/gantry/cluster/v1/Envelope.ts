@@ -16,6 +16,11 @@ export interface Envelope {
    * The sender's membership view version.
    */
   'view_version'?: (number | string | Long);
+  /**
+   * W3C traceparent of the sender's active span ('' when tracing is off or none is active): the
+   * delivery on the receiving node runs in that trace.
+   */
+  'traceparent'?: (string);
 }
 
 export interface Envelope__Output {
@@ -32,4 +37,9 @@ export interface Envelope__Output {
    * The sender's membership view version.
    */
   'view_version': (number);
+  /**
+   * W3C traceparent of the sender's active span ('' when tracing is off or none is active): the
+   * delivery on the receiving node runs in that trace.
+   */
+  'traceparent': (string);
 }

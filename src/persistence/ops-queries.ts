@@ -1,0 +1,68 @@
+import type { Database } from './db.js';
+import { q } from './sql.js';
+
+/** Open tasks of one team in one state. */
+export interface TaskCount {
+  teamId: string;
+  status: string;
+  count: number;
+}
+
+/** Tasks waiting for an agent (pending + waiting) of one team and one required-label set. */
+export interface QueueFigure {
+  teamId: string;
+  /** The required labels, sorted and comma-joined ('' = no label required). */
+  labels: string;
+  depth: number;
+  /** Seconds since the oldest of them became schedulable (created, or its retry backoff ended). */
+  oldestAgeS: number;
+}
+
+export interface AgentCount {
+  status: string;
+  /** The agent's GPU model ('' = none reported). */
+  gpuType: string;
+  count: number;
+}
+
+/** What the PostgreSQL-derived gauges of /metrics show: one snapshot of the whole installation. */
+export interface OpsSnapshot {
+  tasks: TaskCount[];
+  queues: QueueFigure[];
+  agents: AgentCount[];
+  webhookBacklog: number;
+  webhookOldestAgeS: number;
+}
+
+/**
+ * The figures /metrics counts in PostgreSQL (the source of truth, so every node of a cluster reports
+ * the same numbers). Operator queries across teams: they scan only open tasks (the partial index
+ * tasks_open_idx), agents and the webhook outbox's due index.
+ */
+export class OpsQueries {
+  constructor(private readonly db: Database) {}
+
+  async snapshot(): Promise<OpsSnapshot> {
+    const run = q(this.db);
+    const [tasks, queues, agents, hooks] = await Promise.all([
+      run(`select team_id, task_status, count(*)::int as n from tasks
+           where task_status in ('pending','waiting','provisioning','queued','running') group by team_id, task_status`),
+      run(`select team_id, labels, count(*)::int as n,
+                  greatest(0, extract(epoch from (now() - min(coalesce(not_before, created_at)))))::float8 as oldest_s
+           from (select team_id, not_before, created_at,
+                        coalesce((select string_agg(l, ',' order by l) from jsonb_array_elements_text(required_labels) as l), '') as labels
+                 from tasks where task_status in ('pending','waiting')) t
+           group by team_id, labels`),
+      run(`select agent_status, coalesce(gpu_type, '') as gpu_type, count(*)::int as n from agents group by agent_status, coalesce(gpu_type, '')`),
+      run(`select count(*)::int as n, coalesce(greatest(0, extract(epoch from (now() - min(created_at)))), 0)::float8 as oldest_s
+           from webhook_deliveries where delivery_status in ('pending','delivering')`),
+    ]);
+    return {
+      tasks: tasks.map((r) => ({ teamId: String(r.team_id), status: String(r.task_status), count: Number(r.n) })),
+      queues: queues.map((r) => ({ teamId: String(r.team_id), labels: String(r.labels), depth: Number(r.n), oldestAgeS: Number(r.oldest_s) })),
+      agents: agents.map((r) => ({ status: String(r.agent_status), gpuType: String(r.gpu_type), count: Number(r.n) })),
+      webhookBacklog: Number(hooks[0]?.n ?? 0),
+      webhookOldestAgeS: Number(hooks[0]?.oldest_s ?? 0),
+    };
+  }
+}
