@@ -41,6 +41,8 @@ export interface TaskRouteDeps {
   events: EventBusPort;
   outputRetentionS: number;
   now: () => number;
+  /** Whether the team has a key for the hosted provider (dispatch_target comfy_cloud); absent = none. */
+  cloudConfigured?: (teamId: string, provider: string) => Promise<boolean>;
 }
 
 const runBody = z
@@ -98,10 +100,10 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     const resolved = resolveRunParameters({ toolType: def.tool_type, workflowJson: def.workflow_json, parameters: def.parameters, input, files, teamId: p.teamId, now: d.now() });
     const taskId = uuidv7();
     const dispatchTarget = body.dispatch_target ?? def.default_dispatch_target;
-    // hosted cloud dispatch is not available on this node yet: refuse rather than accept a task
-    // that could never leave `waiting`
-    if (dispatchTarget === 'comfy_cloud')
-      throw conflict('cloud_provider_not_configured', 'dispatch_target comfy_cloud needs a hosted cloud provider, and none is configured on this deployment; run on agents (dispatch_target "agent")');
+    // hosted cloud dispatch needs the team's key for the provider: refuse rather than accept a task
+    // that could never run
+    if (dispatchTarget !== 'agent' && !(await d.cloudConfigured?.(p.teamId, dispatchTarget)))
+      throw conflict('cloud_provider_not_configured', `dispatch_target ${dispatchTarget} needs this team's key for the provider: set it with PUT /cloud-providers/${dispatchTarget}, or run on agents (dispatch_target "agent")`);
     const events = await d.tasks.insert({
       id: taskId,
       teamId: p.teamId,
