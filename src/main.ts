@@ -230,7 +230,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const cloudCa = outboundCa(config.GANTRY_OUTBOUND_CA_FILE);
   const cloudClient = (_provider: CloudProviderSlug, c: CloudCredentials) =>
     new ComfyCloudClient({ baseUrl: c.baseUrl, apiKey: c.apiKey, guard: cloudGuard, ca: cloudCa, pollMs: config.GANTRY_CLOUD_POLL_MS, timeoutMs: config.GANTRY_CLOUD_TIMEOUT_MS });
-  const cloudRunner = new CloudRunner({ store: cloudStore, tasks: taskStore, objects: objectStore, client: cloudClient, logger: logger.child({ component: 'cloud' }) });
+  const cloudRunner = new CloudRunner({ store: cloudStore, tasks: taskStore, objects: objectStore, client: cloudClient, logger: logger.child({ component: 'cloud' }), busyRetryMs: config.GANTRY_CLOUD_BUSY_RETRY_MS });
   registerActors(actors, {
     cloudJobs: cloudRunner,
     tasks: taskStore,
