@@ -150,6 +150,7 @@ test('a comfy_cloud run: pending -> provisioning -> running -> completed with pr
   );
   assert.equal(r.status, 200, r.text);
   const uploads = cloud.received.uploads.length;
+  const apiBefore = cloud.cloud!.observed.api.length;
   const taskId = await run(r.body.id, { image: pre.body.file_key, prompt: 'a lighthouse in the cloud' });
   const sse = await SseClient.connect(`${t.baseUrl}/r/tasks/${taskId}/events`, { authorization: `Bearer ${owner.accessToken}`, 'x-team-id': owner.teamId });
   await sse.until((c) => c.ended, 30_000, 'terminal event');
@@ -195,7 +196,10 @@ test('a comfy_cloud run: pending -> provisioning -> running -> completed with pr
   const signed = cloud.cloud!.observed.signed;
   assert.ok(signed.length >= 2);
   assert.ok(signed.every((s) => !s.carriedKey && s.status === 200), JSON.stringify(signed));
-  assert.ok(cloud.cloud!.observed.api.every((a) => a.keyOk), 'every API call carried the key');
+  const calls = cloud.cloud!.observed.api.slice(apiBefore);
+  assert.ok(calls.length >= 4 && calls.every((a) => a.keyOk), `every API call of the job carried the key: ${JSON.stringify(calls.filter((a) => !a.keyOk))}`);
+  for (const p of ['/api/upload/image', '/api/prompt', '/api/view']) assert.ok(calls.some((a) => a.path === p), `${p} was called`);
+  assert.ok(calls.some((a) => a.path.startsWith('/api/jobs/')), 'the job status was polled');
   assert.equal((await sql.query('select prompt_id from cloud_jobs where task_id = $1', [taskId])).rows[0]?.prompt_id, res.body.output.provider_job_id);
 });
 
