@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { decideCloud, initialCloudState, enqueue } from '../../src/actors/cloud/decide.js';
+import { decideCloud, initialCloudState } from '../../src/actors/cloud/decide.js';
 import { decide as decideTask } from '../../src/actors/task/decide.js';
 import { decide as decideScheduler, initialState } from '../../src/actors/scheduler/decide.js';
 import { providerErrorFor } from '../../src/cloud/comfy-cloud.js';
