@@ -273,6 +273,16 @@ test('cancel reaches the provider: its job is interrupted and the task ends canc
   assert.equal((await t.http.get(`/r/tasks/${taskId}`, as(owner))).body.task_status, 'cancelled');
 });
 
+test('task_timeout: a cloud job that runs too long fails with a clear message and is interrupted at the provider', async () => {
+  const wf = await workflow(tinyGraph(400), { task_timeout: 1 });
+  const interrupted = cloud.waitFor('interrupt', undefined, 15_000);
+  const taskId = await run(wf);
+  const done = await waitTask(taskId, (x) => terminal.includes(x.task_status), 'terminal');
+  assert.equal(done.task_status, 'failed');
+  assert.match(done.task_error, /task timed out after 1 s/);
+  await interrupted;
+});
+
 test('the provider concurrency limit is respected: the second task waits on our side, then runs', async () => {
   const wf = await workflow(tinyGraph(25));
   const first = await run(wf);

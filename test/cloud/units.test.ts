@@ -59,13 +59,16 @@ test('task: cloud_accept pending -> provisioning (new epoch, no agent), cloud_st
   assert.equal(acc.transition?.patch.leaseEpoch, 1);
   assert.equal(acc.transition?.patch.agentId, null);
   assert.deepEqual(acc.reply, { ok: true, epoch: 1 });
+  assert.ok(acc.effects.some((e) => e.type === 'set_timer' && e.name === 'timeout'), 'task_timeout runs from the acceptance');
   assert.deepEqual(decideTask(task(), { type: 'cloud_accept' }, NOW, cfg).reply, { ok: false, status: 'pending' }, 'an agent task is never accepted by a provider');
   assert.deepEqual(decideTask(cloudTask({ status: 'cancelled' }), { type: 'cloud_accept' }, NOW, cfg).reply, { ok: false, status: 'cancelled' });
 
   const prov = cloudTask({ status: 'provisioning', leaseEpoch: 1 });
   const st = decideTask(prov, { type: 'cloud_start', epoch: 1 }, NOW, cfg);
   assert.equal(st.transition?.to, 'running');
-  assert.ok(st.effects.some((e) => e.type === 'set_timer' && e.name === 'timeout'));
+  const stuck = decideTask(prov, { type: 'timeout', epoch: 1 }, NOW, cfg);
+  assert.equal(stuck.transition?.to, 'failed', 'a job the provider never starts times out');
+  assert.deepEqual(stuck.transition?.from, ['provisioning']);
   assert.ok(decideTask(prov, { type: 'cloud_start', epoch: 0 }, NOW, cfg).stale, 'an old epoch is stale');
 
   const rej = decideTask(cloudTask({ status: 'waiting' }), { type: 'cloud_reject', error: 'bad key' }, NOW, cfg);

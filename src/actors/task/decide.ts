@@ -201,10 +201,11 @@ const handlers: Handler = {
     return failure(t, now, m.error, OPEN_AGENT, m.epoch);
   },
   timeout: (m, t, now, cfg) => {
-    if (t.status !== 'running' || m.epoch !== t.leaseEpoch) return { effects: [] };
+    const open = t.status === 'running' || (isCloud(t) && t.status === 'provisioning');
+    if (!open || m.epoch !== t.leaseEpoch) return { effects: [] };
     const s = timeoutMs(t, cfg) / 1000;
     const cancel: TaskEffect[] = t.agentId ? [{ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : cloudCancel(t);
-    return failure(t, now, `task timed out after ${s} s`, ['running'], m.epoch, cancel);
+    return failure(t, now, `task timed out after ${s} s`, [t.status], m.epoch, cancel);
   },
   agent_lost: (m, t, now) => agentLoss(m, t, now),
   grace_expired: (m, t, now) => agentLoss(m, t, now),
@@ -241,22 +242,23 @@ const handlers: Handler = {
       reply: { ok: true },
     };
   },
-  cloud_accept: (_m, t, now) => {
+  cloud_accept: (_m, t, now, cfg) => {
     if (!isCloud(t) || (t.status !== 'pending' && t.status !== 'waiting')) return { effects: [], reply: { ok: false, status: t.status } };
     const epoch = t.leaseEpoch + 1;
     return {
       transition: { taskId: t.id, from: SCHEDULABLE, epoch: t.leaseEpoch, to: 'provisioning', patch: { agentId: null, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, 'provisioning', now)] },
-      effects: [],
+      // the provider's acceptance is the cloud task's ACK: task_timeout runs from here (a job the
+      // provider never starts does not hold the task forever)
+      effects: [{ type: 'set_timer', name: 'timeout', ms: timeoutMs(t, cfg), msg: { type: 'timeout', epoch } }],
       reply: { ok: true, epoch },
     };
   },
-  cloud_start: (m, t, now, cfg) => {
+  cloud_start: (m, t, now) => {
     if (t.status === 'running' && m.epoch === t.leaseEpoch) return { effects: [] };
     if (!isCloud(t) || t.status !== 'provisioning' || m.epoch !== t.leaseEpoch) return { effects: [], stale: `cloud_start ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
-    const running = { ...t, status: 'running' as const, startedAt: now };
     return {
       transition: { taskId: t.id, from: ['provisioning'], epoch: m.epoch, to: 'running', patch: { startedAt: now }, events: [statusEvent(t, 'running', now)] },
-      effects: [{ type: 'set_timer', name: 'timeout', ms: timeoutMs(running, cfg), msg: { type: 'timeout', epoch: m.epoch } }],
+      effects: [],
     };
   },
   cloud_reject: (m, t, now) => {
