@@ -128,6 +128,16 @@ export class CloudDispatcherActor implements Actor<Protocols, typeof CLOUD_DISPA
       if (!r.ok) log.error({ task_id: taskId, err: r.error }, 'cloud job runner failed');
       if (later && r.ok && r.value.kind === 'later') log.info({ task_id: taskId, provider: this.provider, reason: r.value.reason, retry_in_ms: later.retryInMs }, 'cloud: provider busy, task stays queued');
       this.step({ type: 'ended', taskId, later });
+      this.refreshCapacity();
+    });
+  }
+
+  /** The team may have changed max_concurrent_jobs (PUT /cloud-providers): re-read it after each job. */
+  private refreshCapacity(): void {
+    this.ctx.reenterAfter(this.d.jobs.capacity(this.teamId, this.provider), (r) => {
+      if (!r.ok || r.value === null || r.value === this.s.capacity) return;
+      this.s.capacity = Math.max(1, r.value);
+      this.step({ type: 'kick' });
     });
   }
 }
