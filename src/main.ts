@@ -622,6 +622,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await agentGrpc.stop();
         clearInterval(schedulerWatch);
         await stopSweepers();
+        // cloud jobs stop being followed here (the provider's jobs go on; the next owner re-attaches)
+        cloudRunner.stop();
         await actors.shutdown();
         await cluster?.stop();
         sharedLimits?.stop();

@@ -40,8 +40,15 @@ async function buffer(body: NodeJS.ReadableStream): Promise<Buffer> {
 export class CloudRunner implements CloudJobsPort {
   /** Transient submission failures in a row, per task (a task fails after maxSubmitFailures). */
   private readonly submitFailures = new Map<string, number>();
+  /** Node shutdown: every job stops being followed here (the provider's jobs go on; the next start re-attaches). */
+  private readonly closing = new AbortController();
 
   constructor(private readonly o: CloudRunnerOptions) {}
+
+  /** Stops following every job (before the actor system shuts down, which waits for in-flight I/O). */
+  stop(): void {
+    this.closing.abort();
+  }
 
   private slug(provider: string): CloudProviderSlug {
     if (provider !== 'comfy_cloud') throw new Error(`unknown cloud provider ${provider}`);
@@ -67,7 +74,9 @@ export class CloudRunner implements CloudJobsPort {
     }
   }
 
-  async run(job: { teamId: string; provider: string; taskId: string; attempt: number; epoch: number | null }, cb: CloudJobCallbacks, signal: AbortSignal): Promise<CloudJobResult> {
+  async run(job: { teamId: string; provider: string; taskId: string; attempt: number; epoch: number | null }, cb: CloudJobCallbacks, jobSignal: AbortSignal): Promise<CloudJobResult> {
+    const signal = AbortSignal.any([jobSignal, this.closing.signal]);
+    if (signal.aborted) return { kind: 'stopped' };
     const log = this.o.logger.child({ task_id: job.taskId, team_id: job.teamId, provider: job.provider });
     const name = PROVIDER_NAMES[this.slug(job.provider)];
     let creds: CloudCredentials | null;

@@ -19,7 +19,7 @@ import { tinyGraph } from '../agents/helpers.js';
 
 const KEY = 'comfyui-crash-0123456789abcdef0123456789';
 
-test('SIGKILL the node while its cloud job runs; after the restart the task re-attaches to the same provider job and completes', { timeout: 120_000 }, async () => {
+async function scenario(sig: 'SIGKILL' | 'SIGTERM'): Promise<void> {
   const pki = makePki();
   const cloud = await startComfyStandin({ tickDelayMs: 40, cloud: { apiKey: KEY, tls: { key: pki.key.toString(), cert: pki.cert.toString() } } });
   const db = await createTestDatabase('cloudcrash');
@@ -43,7 +43,7 @@ test('SIGKILL the node while its cloud job runs; after the restart the task re-a
     const user = await registerUser(http);
     const as = { token: user.accessToken, team: user.teamId };
     assert.equal((await http.put('/cloud-providers/comfy_cloud', { api_key: KEY, base_url: cloud.url }, as)).status, 200);
-    const wf = await http.post('/workflows', { workflow_slug: 'cloud-crash', display_name: 'crash', workflow_json: tinyGraph(120), max_retries: 0, default_dispatch_target: 'comfy_cloud' }, as);
+    const wf = await http.post('/workflows', { workflow_slug: 'cloud-crash', display_name: 'crash', workflow_json: tinyGraph(sig === 'SIGTERM' ? 500 : 120), max_retries: 0, default_dispatch_target: 'comfy_cloud' }, as);
     assert.equal(wf.status, 200, wf.text);
     const run = await http.post(`/r/workflows/${wf.body.id}/run`, { parameters: {} }, as);
     assert.equal(run.status, 202, run.text);
@@ -59,8 +59,12 @@ test('SIGKILL the node while its cloud job runs; after the restart the task re-a
     };
     await waitTask((x) => x.task_status === 'running' && (x.progress?.step_current ?? 0) >= 3, 'running with progress');
     const promptsBefore = cloud.received.prompts.length;
-    node.child.kill('SIGKILL');
+    const stopping = Date.now();
+    node.child.kill(sig);
     await node.exit;
+    // a graceful stop does not wait for the provider's job: it stops following it
+    if (sig === 'SIGTERM') assert.ok(Date.now() - stopping < 10_000, `the node stopped in ${Date.now() - stopping} ms`);
+    assert.equal(cloud.received.interrupts, 0, 'the provider job was not cancelled by the stop');
     // the provider goes on executing while no node follows the job
     node = await serveChild(env);
     const done = await waitTask((x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal after restart', 60_000);
@@ -81,4 +85,8 @@ test('SIGKILL the node while its cloud job runs; after the restart the task re-a
     rmSync(dataDir, { recursive: true, force: true });
     pki.cleanup();
   }
-});
+}
+
+test('SIGKILL the node while its cloud job runs; after the restart the task re-attaches to the same provider job and completes', { timeout: 120_000 }, () => scenario('SIGKILL'));
+
+test('a graceful stop (SIGTERM) mid-job does not wait for the job nor cancel it; the restarted node re-attaches and completes it', { timeout: 120_000 }, () => scenario('SIGTERM'));
