@@ -113,7 +113,9 @@ async function vaultRotate(config: Config): Promise<number> {
     await db.migrate();
     const keyring = VaultKeyring.fromConfig({ keys: config.GANTRY_VAULT_KEYS, fallbackSecret: deploymentSecret(config.GANTRY_SECRET_KEY, dataDir, logger) });
     const n = await new VaultStore(db, keyring).rotate();
-    process.stdout.write(`re-encrypted ${n} vault credential(s) with key ${keyring.kids()[0] ?? ''}\n`);
+    const { CloudProviderStore } = await import('./cloud/store.js');
+    const k = await new CloudProviderStore(db, keyring).rotate();
+    process.stdout.write(`re-encrypted ${n} vault credential(s) and ${k} cloud provider key(s) with key ${keyring.kids()[0] ?? ''}\n`);
   } finally {
     await db.close();
   }

@@ -71,6 +71,13 @@ import { auditRoutes } from './edge/routes/audit.js';
 import { oidcRoutes } from './edge/routes/oidc.js';
 import { OidcLogin } from './identity/oidc.js';
 import { AuditRetention, AuditStore } from './persistence/audit.js';
+import { cloudProviderRoutes } from './edge/routes/cloud-providers.js';
+import { CloudProviderStore } from './cloud/store.js';
+import { CloudRunner } from './cloud/runner.js';
+import { ComfyCloudClient } from './cloud/comfy-cloud.js';
+import type { CloudProviderSlug } from './cloud/provider.js';
+import type { CloudCredentials } from './cloud/store.js';
+import { OutboundGuard } from './events/outbound.js';
 import { outboundCa } from './events/outbound.js';
 import { isUuid } from './shared/ids.js';
 import { badRequest } from './shared/errors.js';
@@ -227,6 +234,14 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       publishContainerChange(teamId);
     },
   };
+  // hosted cloud providers: team keys under the vault keyring, provider calls through the outbound guard
+  const vaultKeyring = VaultKeyring.fromConfig({ keys: config.GANTRY_VAULT_KEYS, fallbackSecret: deploymentSecret(config.GANTRY_SECRET_KEY, dataDir, logger) });
+  const cloudStore = new CloudProviderStore(db, vaultKeyring, () => clock.now());
+  const cloudGuard = new OutboundGuard({ allowlist: config.GANTRY_OUTBOUND_ALLOWLIST });
+  const cloudCa = outboundCa(config.GANTRY_OUTBOUND_CA_FILE);
+  const cloudClient = (_provider: CloudProviderSlug, c: CloudCredentials) =>
+    new ComfyCloudClient({ baseUrl: c.baseUrl, apiKey: c.apiKey, guard: cloudGuard, ca: cloudCa, pollMs: config.GANTRY_CLOUD_POLL_MS, timeoutMs: config.GANTRY_CLOUD_TIMEOUT_MS });
+  const cloudRunner = new CloudRunner({ store: cloudStore, tasks: taskStore, objects: objectStore, client: cloudClient, logger: logger.child({ component: 'cloud' }), busyRetryMs: config.GANTRY_CLOUD_BUSY_RETRY_MS });
   // operator/autoscaler metrics: PostgreSQL-derived gauges (cached per scrape) and this node's own
   let sseStreams = (): number => 0;
   const nodeMetrics = new NodeMetrics({
@@ -237,6 +252,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   });
   registerActors(actors, {
     metrics: nodeMetrics.tasks,
+    cloudJobs: cloudRunner,
     tasks: taskStore,
     agents: agentStore,
     transport: sessions,
@@ -403,7 +419,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   // gateway tunnels: on this node's agent streams, else forwarded to the node holding the stream
   const openTunnel: OpenTunnel = (agentId, teamId, open, h) => agentGrpc.openTunnel(agentId, teamId, open, h) ?? cluster?.openRemoteTunnel(agentId, teamId, open, h) ?? null;
   cluster?.setTunnelOpener((agentId, teamId, open, h) => agentGrpc.openTunnel(agentId, teamId, open, h));
-  const vault = new VaultStore(db, VaultKeyring.fromConfig({ keys: config.GANTRY_VAULT_KEYS, fallbackSecret: deploymentSecret(config.GANTRY_SECRET_KEY, dataDir, logger) }), () => clock.now());
+  const vault = new VaultStore(db, vaultKeyring, () => clock.now());
 
   // declared dead while paused and re-joined: the agent streams held here stay; their rows (moved to
   // the new member id) were marked offline by the fence, so each agent actor writes its status again
@@ -471,6 +487,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       events,
       outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
       now: () => clock.now(),
+      cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
     }),
   );
   edge.addAll(fileRoutes({ staging: files.staging }));
@@ -534,6 +551,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(withIdempotency(vaultRoutes({ vault }), taskQueries.idempotency));
   const auditStore = new AuditStore(db);
   edge.addAll(auditRoutes({ audit: auditStore }));
+  edge.addAll(cloudProviderRoutes({ store: cloudStore, guard: cloudGuard, client: cloudClient, defaultMaxConcurrentJobs: config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }));
   // MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the runtime routes above
   // through the edge's router
   if (config.GANTRY_MCP_ENABLED) {
@@ -636,11 +654,14 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
         await cluster?.leave();
         await liveEvents.stop();
         closeExternalAgents(liveEvents.guard);
+        closeExternalAgents(cloudGuard);
         sessions.stop();
         await agentGrpc.stop();
         clearInterval(schedulerWatch);
         await stopSweepers();
         await stopAuditRetention();
+        // cloud jobs stop being followed here (the provider's jobs go on; the next owner re-attaches)
+        cloudRunner.stop();
         await actors.shutdown();
         await cluster?.stop();
         sharedLimits?.stop();

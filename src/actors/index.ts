@@ -1,5 +1,5 @@
 import type { LocalActorSystem } from './runtime/system.js';
-import type { AgentStorePort, AgentTransportPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from './ports.js';
+import type { AgentStorePort, AgentTransportPort, CloudJobsPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from './ports.js';
 import { AgentMsg } from './agent/protocol.js';
 import { SchedulerMsg } from './scheduler/protocol.js';
 import { TaskMsg } from './task/protocol.js';
@@ -9,8 +9,11 @@ import { TeamSchedulerActor, SCHEDULER, parseSchedulerMsg } from './scheduler/sc
 import { AgentActor, AGENT, parseAgentMsg } from './agent/agent.actor.js';
 import { ContainerServiceMsg } from './container/protocol.js';
 import { ContainerServiceActor, CONTAINER_SERVICE, parseContainerServiceMsg } from './container/container.actor.js';
+import { CloudDispatcherMsg } from './cloud/protocol.js';
+import { CloudDispatcherActor, CLOUD_DISPATCHER, parseCloudDispatcherMsg } from './cloud/cloud.actor.js';
+import { cloudDispatcherId } from '../domain/tasks/record.js';
 
-export { TASK, SCHEDULER, AGENT, CONTAINER_SERVICE };
+export { TASK, SCHEDULER, AGENT, CONTAINER_SERVICE, CLOUD_DISPATCHER, cloudDispatcherId };
 
 export interface ActorDeps {
   tasks: TaskStorePort;
@@ -34,10 +37,12 @@ export interface ActorDeps {
   containerTickMs?: number;
   /** /metrics counters (absent: nothing counted). */
   metrics?: TaskMetricsPort;
+  /** Hosted cloud providers: runs provider jobs for the cloud dispatchers. */
+  cloudJobs: CloudJobsPort;
 }
 
 /** Each kind's zod message union: what the envelope codec (remoting) and wire decoders validate with. */
-export const messageSchemas: MessageSchemas<Protocols> = { task: TaskMsg, 'team-scheduler': SchedulerMsg, agent: AgentMsg, 'container-service': ContainerServiceMsg };
+export const messageSchemas: MessageSchemas<Protocols> = { task: TaskMsg, 'team-scheduler': SchedulerMsg, agent: AgentMsg, 'container-service': ContainerServiceMsg, 'cloud-dispatcher': CloudDispatcherMsg };
 
 /** The one JSON codec for envelopes of this service's actors. */
 export const envelopes = envelopeCodec<Protocols>(messageSchemas);
@@ -58,6 +63,10 @@ export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): 
   });
   sys.register(CONTAINER_SERVICE, (id, ctx) => new ContainerServiceActor(id, ctx, { store: d.containers, changes: d.containerChanges, agentGraceMs: d.agentGraceMs, tickMs: d.containerTickMs ?? 5_000 }), {
     parse: parseContainerServiceMsg,
+    idleMs: 10 * 60_000,
+  });
+  sys.register(CLOUD_DISPATCHER, (id, ctx) => new CloudDispatcherActor(id, ctx, { tasks: d.tasks, jobs: d.cloudJobs, askTimeoutMs: d.askTimeoutMs }), {
+    parse: parseCloudDispatcherMsg,
     idleMs: 10 * 60_000,
   });
 }
@@ -83,6 +92,8 @@ export async function recoverTasks(sys: LocalActorSystem<Protocols>, tasks: Task
     if (t.status === 'provisioning' || t.status === 'queued' || t.status === 'running') sys.tell({ kind: TASK, id: t.id }, { type: 'recover', graceMs });
   }
   for (const team of teams) sys.tell({ kind: SCHEDULER, id: team }, { type: 'kick' });
+  // cloud dispatchers re-attach to their provider jobs on activation
+  for (const d of new Set(open.filter((t) => t.dispatchTarget !== 'agent').map((t) => cloudDispatcherId(t.teamId, t.dispatchTarget)))) sys.tell({ kind: CLOUD_DISPATCHER, id: d }, { type: 'kick' });
   return open.length;
 }
 
@@ -96,7 +107,7 @@ export async function recoverOwned(
   sys: LocalActorSystem<Protocols>,
   tasks: TaskStorePort,
   graceMs: number,
-  owns: (ref: { kind: typeof TASK | typeof SCHEDULER; id: string }) => boolean,
+  owns: (ref: { kind: typeof TASK | typeof SCHEDULER | typeof CLOUD_DISPATCHER; id: string }) => boolean,
 ): Promise<number> {
   const open = await tasks.nonTerminal();
   const teams = new Set<string>();
@@ -111,5 +122,10 @@ export async function recoverOwned(
     }
   }
   for (const team of teams) sys.tell({ kind: SCHEDULER, id: team }, { type: 'kick' });
+  // the cloud dispatchers this node owns now: activated here, they re-attach to their provider jobs
+  for (const id of new Set(open.filter((t) => t.dispatchTarget !== 'agent').map((t) => cloudDispatcherId(t.teamId, t.dispatchTarget)))) {
+    const ref = { kind: CLOUD_DISPATCHER, id } as const;
+    if (owns(ref) && !sys.isActive(ref)) sys.tell(ref, { type: 'kick' });
+  }
   return n;
 }

@@ -10,6 +10,7 @@ import type { TaskMsg, TaskReplies } from './task/protocol.js';
 import type { SchedulerMsg, SchedulerReplies } from './scheduler/protocol.js';
 import type { AgentMsg, AgentReplies } from './agent/protocol.js';
 import type { ContainerServiceMsg, ContainerServiceReplies } from './container/protocol.js';
+import type { CloudDispatcherMsg, CloudDispatcherReplies } from './cloud/protocol.js';
 import type { InstanceState, ServiceInstance, ServiceRecord, ServiceStatus } from '../domain/containers/schema.js';
 
 export { TASK_STATUSES, TERMINAL_STATUSES, isTerminal, ACTOR_KINDS } from '../domain/tasks/record.js';
@@ -43,6 +44,7 @@ export interface Protocols {
   'team-scheduler': { msg: SchedulerMsg; replies: SchedulerReplies };
   agent: { msg: AgentMsg; replies: AgentReplies };
   'container-service': { msg: ContainerServiceMsg; replies: ContainerServiceReplies };
+  'cloud-dispatcher': { msg: CloudDispatcherMsg; replies: CloudDispatcherReplies };
 }
 
 /** The registry has exactly the kinds of the vocabulary (a kind added on one side only does not compile). */
@@ -215,4 +217,41 @@ export interface ContainerStorePort {
 /** Tells every node that a team's services or instances changed (gateway routing tables reload). */
 export interface ContainerChangesPort {
   changed(teamId: string): void;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hosted cloud providers (dispatch_target comfy_cloud)
+
+/** What a cloud job reports while it runs; the dispatcher turns each into a task message. */
+export interface CloudJobCallbacks {
+  /** The provider accepted the job: the task goes to provisioning; resolves with the task's new epoch, or null when it no longer wants the job (cancelled meanwhile). */
+  accepted(promptId: string): Promise<number | null>;
+  /** The provider reports execution: provisioning -> running. */
+  started(): void;
+  progress(p: TaskProgress): void;
+  /** Transient trouble (socket lost, a failed poll): logged. */
+  trouble(what: string): void;
+}
+
+export type CloudJobResult =
+  /** The outputs are in the object store; output is the task's completed output record. */
+  | { kind: 'completed'; output: Record<string, unknown> }
+  /** The job failed (provider error, bad workflow, bad key, no credits): error is what the user reads. */
+  | { kind: 'failed'; error: string }
+  /** The provider cannot take it now (busy, outage): the task stays queued on our side; try again after retryInMs. */
+  | { kind: 'later'; reason: string; retryInMs: number }
+  /** Stopped (cancel, passivation): nothing to record. */
+  | { kind: 'stopped' };
+
+/** Runs provider jobs for the cloud dispatcher (src/cloud/runner.ts implements it). */
+export interface CloudJobsPort {
+  /** The team's concurrency limit for the provider; null when the team has no key for it. */
+  capacity(teamId: string, provider: string): Promise<number | null>;
+  /**
+   * One job of a task, from submission (or re-attachment to a job the provider already accepted)
+   * to its outputs in the object store. Never throws: every ending is a CloudJobResult.
+   */
+  run(job: { teamId: string; provider: string; taskId: string; attempt: number; epoch: number | null }, cb: CloudJobCallbacks, signal: AbortSignal): Promise<CloudJobResult>;
+  /** Cancels the provider's job of the task, if one was submitted. */
+  cancel(teamId: string, provider: string, taskId: string): Promise<void>;
 }

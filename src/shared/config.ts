@@ -49,6 +49,12 @@ export const configSchema = z.object({
   GANTRY_INVOKE_MAX_RESPONSE_BYTES: int(32 * 1024 * 1024, 1024, 256 * 1024 * 1024),
   /** Credential vault keys: "kid:base64-32-bytes,..." (first encrypts; all decrypt). Unset: derived from the deployment secret. */
   GANTRY_VAULT_KEYS: optStr,
+  // hosted cloud providers (dispatch_target comfy_cloud): default concurrency per team key, job status poll interval, request timeout
+  GANTRY_CLOUD_MAX_CONCURRENT_JOBS: int(1, 1, 256),
+  GANTRY_CLOUD_POLL_MS: int(2_000, 50, 60_000),
+  GANTRY_CLOUD_TIMEOUT_MS: int(30_000, 100, 600_000),
+  // a busy or unavailable provider holds new submissions this long (times the failures in a row, up to 6)
+  GANTRY_CLOUD_BUSY_RETRY_MS: int(5_000, 10, 600_000),
   GANTRY_TASK_TIMEOUT_MAX_S: int(86_400, 1, 30 * 86_400),
   GANTRY_AGENT_GRACE_S: int(30, 1, 3600),
   /** A queued task not acknowledged by its agent within this goes back to waiting (dispatch is at-least-once). */

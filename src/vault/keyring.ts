@@ -141,3 +141,6 @@ export class VaultKeyring {
     return parts.length === 5 && parts[0] === VERSION && parts[1] ? parts[1] : null;
   }
 }
+
+/** The additional authenticated data of a team's cloud provider key (cloud_providers.key_enc): a row copied to another team or provider does not decrypt. */
+export const cloudProviderAad = (teamId: string, providerSlug: string): string => `gantry-cloud-provider\u0000${teamId.toLowerCase()}\u0000${providerSlug}`;

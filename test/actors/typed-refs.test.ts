@@ -83,6 +83,9 @@ test('a handler map must have exactly one handler per message type', () => {
     cancel: ok,
     recover: ok,
     get: ok,
+    cloud_accept: ok,
+    cloud_start: ok,
+    cloud_reject: ok,
   };
   // @ts-expect-error 'get' is missing
   const missing: Handlers<TaskMsg, [], number> = {
@@ -107,6 +110,6 @@ test('a handler map must have exactly one handler per message type', () => {
     // @ts-expect-error the ack handler does not get a finish message's fields
     ack: (m) => Object.keys(m.output).length,
   };
-  assert.equal(Object.keys(full).length, 16);
+  assert.equal(Object.keys(full).length, 19);
   assert.ok(missing && wrongMsg);
 });

@@ -128,6 +128,15 @@ const RESOURCES: Record<string, () => Promise<void>> = {
     ids.vaultCredentialId = (await ok(t.http.post('/vault/credentials', { display_name: 'xteam', header_name: 'X-Key', header_value: 'xteam-secret-value-123' }, asA()), 'POST /vault/credentials')).id;
     own.vaultCredentialId = (await ok(t.http.post('/vault/credentials', { display_name: 'xteam', header_name: 'X-Key', header_value: 'b-secret-value-12345' }, asB()), 'POST /vault/credentials (B)')).id;
   },
+  /**
+   * A's Comfy Cloud key (written to its table directly: PUT checks the key against the provider,
+   * which test/cloud stands in for). The path names a provider, not an id: B's PUT would set B's own
+   * key (excluded from the sweep below); B's DELETE must be 404 and leave A's key in place.
+   */
+  provider_slug: async () => {
+    await t.node.db.execute(`insert into cloud_providers (team_id, provider_slug, base_url, key_enc, key_id, key_prefix) values (?, 'comfy_cloud', 'https://cloud.comfy.org', 'v1.d0.x.y.z', 'd0', 'comfyui-')`, [a.teamId]);
+    ids.provider_slug = 'comfy_cloud';
+  },
   /** Registry items last: a team with custom nodes provisions its agents before running tasks. */
   modelId: async () => {
     const bytes = Buffer.from('xteam model bytes');
@@ -165,6 +174,7 @@ const READS = [
   '/containers/{serviceId}',
   '/r/containers/{serviceSlug}',
   '/vault/credentials/{vaultCredentialId}',
+  '/cloud-providers',
   '/teams/current/members',
   '/teams/current/invitations',
   '/credentials',
@@ -253,7 +263,8 @@ async function call(def: RouteDef, path: string, c: Caller): Promise<{ status: n
 }
 
 test("team B's callers get 404 on every id route addressing team A's resources, and A's resources are unchanged", { timeout: 90_000 }, async () => {
-  const routes = t.node.routes().filter((r) => r.auth.kinds !== 'public' && /\{\w+\}/.test(r.path));
+  // PUT /cloud-providers/{provider_slug} names a provider, not one of A's resources: B's PUT sets B's own key
+  const routes = t.node.routes().filter((r) => r.auth.kinds !== 'public' && /\{\w+\}/.test(r.path) && !(r.method === 'PUT' && r.path.endsWith('/cloud-providers/{provider_slug}')));
   assert.ok(routes.length >= 25, `id routes: ${routes.length}`);
   const beforeSweep = await snapshot();
   const failures: string[] = [];

@@ -116,6 +116,8 @@ export type SchedulerInput = SchedulerMsg | SchedulerResult;
 
 export type SchedulerEffect =
   | { type: 'assign'; taskId: string; agentId: string; provision: boolean; task: TaskRecord | undefined }
+  /** A task for a hosted cloud provider: handed to that provider's dispatcher (it queues and runs it). */
+  | { type: 'cloud'; task: TaskRecord }
   | { type: 'kick' }
   /** One statement for many tasks (TaskStorePort.loadMany): the answer comes back as `loaded`. */
   | { type: 'load'; token: number; ids: string[] }
@@ -186,6 +188,14 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
     s.toLoad.clear();
     for (const id of ids) s.loading.set(id, token);
     effects.push({ type: 'load', token, ids });
+  }
+  // tasks for a hosted cloud provider are not placed on agents: their dispatcher takes them (it keeps
+  // its own queue against the provider's concurrency limit and rebuilds it from PostgreSQL)
+  for (const t of [...s.queue.values()]) {
+    if (t.dispatchTarget === 'agent') continue;
+    s.queue.delete(t.id);
+    touch(s, t.id);
+    effects.push({ type: 'cloud', task: t });
   }
   if (s.queue.size === 0) return effects;
   // retries still in their backoff are not placed; a timer kicks a pass when the earliest is due

@@ -1,5 +1,5 @@
 import type { Actor, ActorContext, ReplyHandle } from '../runtime/system.js';
-import { SCHEDULER_KIND, TASK_KIND } from '../../domain/tasks/record.js';
+import { CLOUD_DISPATCHER_KIND, cloudDispatcherId, SCHEDULER_KIND, TASK_KIND } from '../../domain/tasks/record.js';
 import type { AgentStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from '../ports.js';
 import { endSpan, startSpan, traceparentOfSpan, tracingEnabled } from '../../shared/tracing.js';
 import { decide, initialState, statsOf, type SchedulerEffect, type SchedulerInput, type SchedulerState } from './decide.js';
@@ -122,6 +122,9 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
         this.ctx.system.tell({ kind: TASK_KIND, id: e.taskId }, { type: 'assign', agentId: e.agentId, provision: e.provision, ...(e.task ? { task: e.task } : {}), ...(traceparent ? { traceparent } : {}) });
         return;
       }
+      case 'cloud':
+        this.ctx.system.tell({ kind: CLOUD_DISPATCHER_KIND, id: cloudDispatcherId(this.teamId, e.task.dispatchTarget) }, { type: 'enqueue', task: e.task });
+        return;
       case 'kick':
         this.ctx.system.tell(this.ctx.self, { type: 'kick' });
         return;

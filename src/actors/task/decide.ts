@@ -2,6 +2,7 @@ import type { TransitionRequest } from '../ports.js';
 import { isTerminal, NON_TERMINAL, ON_AGENT, SCHEDULABLE, type TaskRecord, type TaskStatus } from '../../domain/tasks/record.js';
 import type { ServerToAgent } from '../task-record.js';
 import type { SchedulerMsg } from '../scheduler/protocol.js';
+import type { CloudDispatcherMsg } from '../cloud/protocol.js';
 import { dispatchTo, type Handlers } from '../runtime/handlers.js';
 import type { TaskMsg, TaskReply } from './protocol.js';
 
@@ -18,6 +19,8 @@ export type TaskEffect =
   | { type: 'set_timer'; name: string; ms: number; msg: TaskMsg }
   | { type: 'cancel_timer'; name: string }
   | { type: 'progress'; epoch: number }
+  /** To the task's cloud dispatcher (dispatch_target comfy_cloud). */
+  | { type: 'cloud'; msg: Extract<CloudDispatcherMsg, { type: 'resume' | 'cancel' }> }
   | { type: 'stop' };
 
 export interface Decision {
@@ -76,6 +79,10 @@ function failure(t: TaskRecord, now: number, error: string, from: readonly TaskS
 }
 
 type Handler = Handlers<TaskMsg, [t: TaskRecord, now: number, cfg: DecideConfig], Decision>;
+
+const isCloud = (t: TaskRecord): boolean => t.dispatchTarget !== 'agent';
+/** A cloud task's provider job is told to stop (cancel, timeout). */
+const cloudCancel = (t: TaskRecord): TaskEffect[] => (isCloud(t) ? [{ type: 'cloud', msg: { type: 'cancel', taskId: t.id } }] : []);
 
 /** Agent loss (reported by the agent actor, or its grace period ran out) before or after the ACK. */
 function agentLoss(m: Extract<TaskMsg, { type: 'agent_lost' | 'grace_expired' }>, t: TaskRecord, now: number): Decision {
@@ -194,10 +201,11 @@ const handlers: Handler = {
     return failure(t, now, m.error, OPEN_AGENT, m.epoch);
   },
   timeout: (m, t, now, cfg) => {
-    if (t.status !== 'running' || m.epoch !== t.leaseEpoch) return { effects: [] };
+    const open = t.status === 'running' || (isCloud(t) && t.status === 'provisioning');
+    if (!open || m.epoch !== t.leaseEpoch) return { effects: [] };
     const s = timeoutMs(t, cfg) / 1000;
-    const cancel: TaskEffect[] = t.agentId ? [{ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : [];
-    return failure(t, now, `task timed out after ${s} s`, ['running'], m.epoch, cancel);
+    const cancel: TaskEffect[] = t.agentId ? [{ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } }] : cloudCancel(t);
+    return failure(t, now, `task timed out after ${s} s`, [t.status], m.epoch, cancel);
   },
   agent_lost: (m, t, now) => agentLoss(m, t, now),
   grace_expired: (m, t, now) => agentLoss(m, t, now),
@@ -207,7 +215,10 @@ const handlers: Handler = {
   },
   recover: (m, t, now, cfg) => {
     const effects: TaskEffect[] = [];
-    if (OPEN_AGENT.includes(t.status)) {
+    if (isCloud(t) && OPEN_AGENT.includes(t.status)) {
+      // no agent to wait for: the dispatcher re-attaches to the provider's job (its prompt_id is in PostgreSQL)
+      effects.push({ type: 'cloud', msg: { type: 'resume', taskId: t.id, epoch: t.leaseEpoch } });
+    } else if (OPEN_AGENT.includes(t.status)) {
       effects.push({ type: 'set_timer', name: 'grace', ms: m.graceMs, msg: { type: 'grace_expired', epoch: t.leaseEpoch } });
       if (m.confirm && t.agentId) effects.push({ type: 'confirm_agent', agentId: t.agentId, epoch: t.leaseEpoch });
     }
@@ -223,12 +234,36 @@ const handlers: Handler = {
       effects.push({ type: 'tell_agent', agentId: t.agentId, msg: { type: 'cancel', taskId: t.id, attempt: t.attempt, epoch: t.leaseEpoch } });
       effects.push({ type: 'scheduler', msg: { type: 'slot_freed', taskId: t.id, agentId: t.agentId } });
     } else effects.push({ type: 'scheduler', msg: { type: 'task_removed', taskId: t.id } });
+    effects.push(...cloudCancel(t));
     effects.push({ type: 'stop' });
     return {
       transition: { taskId: t.id, from: NON_TERMINAL, to: 'cancelled', patch: { finishedAt: now }, events: [{ type: 'cancelled', data: { task_id: t.id, status: 'cancelled' } }] },
       effects,
       reply: { ok: true },
     };
+  },
+  cloud_accept: (_m, t, now, cfg) => {
+    if (!isCloud(t) || (t.status !== 'pending' && t.status !== 'waiting')) return { effects: [], reply: { ok: false, status: t.status } };
+    const epoch = t.leaseEpoch + 1;
+    return {
+      transition: { taskId: t.id, from: SCHEDULABLE, epoch: t.leaseEpoch, to: 'provisioning', patch: { agentId: null, leaseEpoch: epoch, queuedAt: now }, events: [statusEvent(t, 'provisioning', now)] },
+      // the provider's acceptance is the cloud task's ACK: task_timeout runs from here (a job the
+      // provider never starts does not hold the task forever)
+      effects: [{ type: 'set_timer', name: 'timeout', ms: timeoutMs(t, cfg), msg: { type: 'timeout', epoch } }],
+      reply: { ok: true, epoch },
+    };
+  },
+  cloud_start: (m, t, now) => {
+    if (t.status === 'running' && m.epoch === t.leaseEpoch) return { effects: [] };
+    if (!isCloud(t) || t.status !== 'provisioning' || m.epoch !== t.leaseEpoch) return { effects: [], stale: `cloud_start ${m.epoch} in ${t.status}/${t.leaseEpoch}` };
+    return {
+      transition: { taskId: t.id, from: ['provisioning'], epoch: m.epoch, to: 'running', patch: { startedAt: now }, events: [statusEvent(t, 'running', now)] },
+      effects: [],
+    };
+  },
+  cloud_reject: (m, t, now) => {
+    if (!isCloud(t) || (t.status !== 'pending' && t.status !== 'waiting')) return { effects: [], stale: `cloud_reject in ${t.status}` };
+    return failure(t, now, m.error, SCHEDULABLE, t.leaseEpoch);
   },
 };
 

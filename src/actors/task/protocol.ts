@@ -25,6 +25,11 @@ export const TaskMsg = z.discriminatedUnion('type', [
   // confirm: the actor moved to this cluster node while its agent may still run it: ask the agent actor (it answers with reattach)
   z.object({ type: z.literal('recover'), graceMs: z.number().int().nonnegative(), confirm: z.boolean().optional() }),
   z.object({ type: z.literal('get') }),
+  // hosted cloud (dispatch_target comfy_cloud): the provider accepted the job (pending|waiting -> provisioning),
+  // reports execution (provisioning -> running), or refused it before accepting (pending|waiting -> failed)
+  z.object({ type: z.literal('cloud_accept') }),
+  z.object({ type: z.literal('cloud_start'), epoch }),
+  z.object({ type: z.literal('cloud_reject'), error: z.string().max(10_000) }),
 ]);
 export type TaskMsg = z.infer<typeof TaskMsg>;
 export type TaskMsgType = TaskMsg['type'];
@@ -38,5 +43,8 @@ export interface TaskAck {
 export type AssignReply = { ok: true; epoch: number } | { ok: false; status: TaskStatus | 'missing' };
 
 /** The reply to each task message type (`get` answers the record; a missing task is a not_found error). */
-export type TaskReplies = { [T in TaskMsgType]: T extends 'get' ? TaskRecord : T extends 'assign' ? AssignReply : TaskAck };
+/** cloud_accept: the new epoch, or ok=false when the task no longer waits for the provider (cancelled meanwhile). */
+export type CloudAcceptReply = { ok: true; epoch: number } | { ok: false; status?: TaskStatus | 'missing' };
+
+export type TaskReplies = { [T in TaskMsgType]: T extends 'get' ? TaskRecord : T extends 'assign' ? AssignReply : T extends 'cloud_accept' ? CloudAcceptReply : TaskAck };
 export type TaskReply = TaskReplies[TaskMsgType];

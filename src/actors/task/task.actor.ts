@@ -1,6 +1,6 @@
 import type { ActorContext, Actor, ReplyHandle } from '../runtime/system.js';
 import { conflict, notFound } from '../../shared/errors.js';
-import { AGENT_KIND, SCHEDULER_KIND, TASK_KIND, type TaskRecord } from '../../domain/tasks/record.js';
+import { AGENT_KIND, CLOUD_DISPATCHER_KIND, cloudDispatcherId, SCHEDULER_KIND, TASK_KIND, type TaskRecord } from '../../domain/tasks/record.js';
 import type { EventBusPort, Protocols, TaskAssignment, TaskMetricsPort, TaskStorePort, TransitionRequest, TransitionResult } from '../ports.js';
 import { endSpan, spanLogFields, startSpan, traceparentOfSpan, tracingEnabled, withActive, type Span } from '../../shared/tracing.js';
 import { decide, retryDelayMs, type DecideConfig, type Decision, type TaskEffect } from './decide.js';
@@ -156,6 +156,7 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
       this.ctx.log.warn({ task_id: this.id, msg: m.type, from: req?.from, to: req?.to, current: res.current?.status }, 'fenced transition rejected');
       this.t = res.current;
       if (m.type === 'cancel' && this.t) return reply.reject(conflict('task_terminal', `task is already ${this.t.status}`));
+      if (m.type === 'cloud_accept') return reply.resolve({ ok: false, status: this.t?.status ?? 'missing' });
       if (m.type === 'assign') {
         if (this.t) this.ctx.system.tell({ kind: SCHEDULER, id: this.t.teamId }, { type: 'assign_rejected', taskId: this.id, agentId: m.agentId });
         return reply.resolve({ ok: false, status: this.t?.status ?? 'missing' });
@@ -199,6 +200,9 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
           break;
         case 'scheduler':
           this.ctx.system.tell({ kind: SCHEDULER, id: t.teamId }, e.msg);
+          break;
+        case 'cloud':
+          this.ctx.system.tell({ kind: CLOUD_DISPATCHER_KIND, id: cloudDispatcherId(t.teamId, t.dispatchTarget) }, e.msg);
           break;
         case 'set_timer':
           this.ctx.setTimer(e.name, e.ms, e.msg);

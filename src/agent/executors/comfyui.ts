@@ -27,7 +27,10 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as NodeReadableStream } from 'node:stream/web';
 import WebSocket from 'ws';
 import { ExecutorError, type ExecContext, type ExecOutput, type ExecResult, type Executor } from './types.js';
-import { clamp01, contentTypeFor, isRecord } from './util.js';
+import { contentTypeFor, isRecord } from './util.js';
+import { collectFileRefs, executionErrorMessage, historyStatus, ProgressTracker as SharedTracker, promptRejection, toApiGraph, type ComfyFileRef } from '../../protocol/comfyui.js';
+
+export { collectFileRefs, type ComfyFileRef };
 
 export interface ComfyUIOptions {
   /** e.g. http://127.0.0.1:8188 */
@@ -74,12 +77,6 @@ export interface ComfySystemStats {
   }>;
 }
 
-export interface ComfyFileRef {
-  filename: string;
-  subfolder: string;
-  type: string;
-}
-
 interface HistoryEntry {
   prompt?: unknown;
   outputs?: Record<string, unknown>;
@@ -114,22 +111,6 @@ class MessageQueue {
 }
 
 const sanitize = (s: string): string => s.replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 120);
-
-function describeNodeErrors(nodeErrors: unknown): string {
-  if (!isRecord(nodeErrors)) return '';
-  const parts: string[] = [];
-  for (const [id, ne] of Object.entries(nodeErrors)) {
-    if (!isRecord(ne)) continue;
-    const cls = typeof ne.class_type === 'string' ? ` (${ne.class_type})` : '';
-    const errs = Array.isArray(ne.errors) ? ne.errors : [];
-    for (const e of errs) {
-      if (!isRecord(e)) continue;
-      const msg = [e.message, e.details].filter((x) => typeof x === 'string' && x !== '').join(': ');
-      parts.push(`node ${id}${cls}: ${msg}`);
-    }
-  }
-  return parts.join('; ');
-}
 
 export class ComfyUIExecutor implements Executor {
   readonly name = 'comfyui';
@@ -323,13 +304,7 @@ export class ComfyUIExecutor implements Executor {
     }
     if (!res.ok) {
       const err = body.error;
-      const base = isRecord(err)
-        ? [err.message, err.details].filter((x) => typeof x === 'string' && x !== '').join(': ')
-        : typeof err === 'string'
-          ? err
-          : text.slice(0, 300);
-      const nodes = describeNodeErrors(body.node_errors);
-      const message = `ComfyUI rejected the workflow: ${base}${nodes ? ` (${nodes})` : ''}`;
+      const message = `ComfyUI rejected the workflow: ${promptRejection(body, text).message}`;
       throw new ExecutorError(res.status === 400 ? 'bad_input' : 'tool_error', message, {
         details: { status: res.status, error: err, node_errors: body.node_errors },
       });
@@ -339,7 +314,7 @@ export class ComfyUIExecutor implements Executor {
     ctx.log('comfyui: prompt queued', { prompt_id: promptId, number: body.number, client_id: clientId });
 
     // 3. follow execution
-    const tracker = new ProgressTracker(graph, ctx);
+    const tracker = new SharedTracker(graph, (p) => ctx.onProgress(p));
     const outcome = await this.follow(ctx, promptId, queue, tracker);
     if (outcome.kind === 'cancelled') throw new ExecutorError('cancelled', outcome.message, { details: { prompt_id: promptId } });
     if (outcome.kind === 'error') throw outcome.error;
@@ -356,7 +331,7 @@ export class ComfyUIExecutor implements Executor {
     ctx: ExecContext,
     promptId: string,
     queue: MessageQueue,
-    tracker: ProgressTracker,
+    tracker: SharedTracker,
   ): Promise<
     | { kind: 'success'; entry?: HistoryEntry }
     | { kind: 'error'; error: ExecutorError }
@@ -558,30 +533,13 @@ export class ComfyUIExecutor implements Executor {
 // ------------------------------------------------------------------ helpers
 
 function prepareGraph(workflow: unknown): Record<string, { class_type: string; inputs: Record<string, unknown> }> {
-  if (!isRecord(workflow)) throw new ExecutorError('bad_input', 'ComfyUI workflow must be an API-format graph object');
-  if (Array.isArray(workflow.nodes) && Array.isArray(workflow.links)) {
-    throw new ExecutorError('bad_input', "workflow is in ComfyUI's UI format; export it with 'Save (API Format)'");
-  }
-  const graph = structuredClone(workflow) as Record<string, unknown>;
-  const out: Record<string, { class_type: string; inputs: Record<string, unknown> }> = {};
-  for (const [id, node] of Object.entries(graph)) {
-    if (!isRecord(node) || typeof node.class_type !== 'string') {
-      throw new ExecutorError('bad_input', `workflow node ${id} has no class_type`);
-    }
-    if (node.inputs === undefined) node.inputs = {};
-    if (!isRecord(node.inputs)) throw new ExecutorError('bad_input', `workflow node ${id} has invalid inputs`);
-    out[id] = node as { class_type: string; inputs: Record<string, unknown> };
-  }
-  if (Object.keys(out).length === 0) throw new ExecutorError('bad_input', 'ComfyUI workflow has no nodes');
-  return out;
+  const g = toApiGraph(workflow);
+  if (!g.ok) throw new ExecutorError('bad_input', g.error);
+  return g.graph;
 }
 
 function errorFromExecutionError(data: Record<string, unknown>): ExecutorError {
-  const msg = String(data.exception_message ?? 'unknown error').trim();
-  const node = data.node_id !== undefined ? String(data.node_id) : '?';
-  const type = typeof data.node_type === 'string' ? ` (${data.node_type})` : '';
-  const exType = typeof data.exception_type === 'string' ? `${data.exception_type}: ` : '';
-  return new ExecutorError('tool_error', `ComfyUI error in node ${node}${type}: ${exType}${msg}`, {
+  return new ExecutorError('tool_error', executionErrorMessage(data), {
     details: {
       node_id: data.node_id,
       node_type: data.node_type,
@@ -597,106 +555,8 @@ function outcomeFromHistory(
   promptId: string,
 ): { kind: 'success'; entry?: HistoryEntry } | { kind: 'error'; error: ExecutorError } | { kind: 'cancelled'; message: string } {
   if (!entry) return { kind: 'error', error: new ExecutorError('tool_error', `ComfyUI finished prompt ${promptId} but has no history for it`) };
-  const status = entry.status;
-  const messages = Array.isArray(status?.messages) ? status.messages : [];
-  const find = (t: string): Record<string, unknown> | undefined => {
-    for (const m of messages) if (Array.isArray(m) && m[0] === t && isRecord(m[1])) return m[1];
-    return undefined;
-  };
-  const err = find('execution_error');
-  if (err) return { kind: 'error', error: errorFromExecutionError(err) };
-  const intr = find('execution_interrupted');
-  if (intr) return { kind: 'cancelled', message: `ComfyUI interrupted the prompt at node ${String(intr.node_id)}` };
-  if (status && status.status_str === 'error') {
-    return { kind: 'error', error: new ExecutorError('tool_error', `ComfyUI reported an error for prompt ${promptId}`) };
-  }
+  const st = historyStatus(entry);
+  if (st.kind === 'error') return { kind: 'error', error: st.data ? errorFromExecutionError(st.data) : new ExecutorError('tool_error', `ComfyUI reported an error for prompt ${promptId}`) };
+  if (st.kind === 'interrupted') return { kind: 'cancelled', message: `ComfyUI interrupted the prompt at node ${String(st.data.node_id)}` };
   return { kind: 'success', entry };
-}
-
-/** All {filename, subfolder, type} entries in a history `outputs` map; type 'output' first. */
-export function collectFileRefs(outputs: unknown): ComfyFileRef[] {
-  if (!isRecord(outputs)) return [];
-  const refs: ComfyFileRef[] = [];
-  const seen = new Set<string>();
-  const nodeIds = Object.keys(outputs).sort((a, b) => {
-    const na = Number(a);
-    const nb = Number(b);
-    return Number.isFinite(na) && Number.isFinite(nb) ? na - nb : a.localeCompare(b);
-  });
-  for (const id of nodeIds) {
-    const nodeOut = outputs[id];
-    if (!isRecord(nodeOut)) continue;
-    for (const value of Object.values(nodeOut)) {
-      if (!Array.isArray(value)) continue;
-      for (const item of value) {
-        if (!isRecord(item) || typeof item.filename !== 'string') continue;
-        const ref = {
-          filename: item.filename,
-          subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
-          type: typeof item.type === 'string' ? item.type : 'output',
-        };
-        const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
-        if (seen.has(key)) continue;
-        seen.add(key);
-        refs.push(ref);
-      }
-    }
-  }
-  const rank = (t: string): number => (t === 'output' ? 0 : t === 'temp' ? 1 : 2);
-  return refs.map((r, i) => ({ r, i })).sort((a, b) => rank(a.r.type) - rank(b.r.type) || a.i - b.i).map((x) => x.r);
-}
-
-/** Turns executing/progress/executed messages into ProgressTicks. */
-class ProgressTracker {
-  readonly total: number;
-  readonly executedOutputs: Record<string, unknown> = {};
-  private readonly done = new Set<string>();
-  private current: string | undefined;
-
-  constructor(
-    private readonly graph: Record<string, { class_type: string }>,
-    private readonly ctx: ExecContext,
-  ) {
-    this.total = Math.max(1, Object.keys(graph).length);
-  }
-
-  private label(node: string): string {
-    const cls = this.graph[node]?.class_type;
-    return cls ? `${node} (${cls})` : node;
-  }
-
-  private emit(node: string, value: number, max: number): void {
-    const within = max > 0 ? clamp01(value / max) : 0;
-    const completed = this.done.has(node) ? this.done.size : this.done.size + within;
-    this.ctx.onProgress({
-      progress: Math.min(0.99, clamp01(completed / this.total)),
-      step_current: Math.max(0, Math.floor(value)),
-      step_total: Math.max(0, Math.floor(max)),
-      current_node: this.label(node),
-    });
-  }
-
-  cached(nodes: string[]): void {
-    for (const n of nodes) this.done.add(n);
-  }
-
-  executing(node: string): void {
-    if (this.current !== undefined && this.current !== node) this.done.add(this.current);
-    this.current = node;
-    this.emit(node, 0, 1);
-  }
-
-  progress(node: string | undefined, value: number, max: number): void {
-    const n = node ?? this.current ?? '';
-    if (node !== undefined && this.current !== node) {
-      if (this.current !== undefined) this.done.add(this.current);
-      this.current = node;
-    }
-    this.emit(n, Number.isFinite(value) ? value : 0, Number.isFinite(max) ? max : 0);
-  }
-
-  executed(node: string, output: unknown): void {
-    this.done.add(node);
-    if (isRecord(output)) this.executedOutputs[node] = output;
-  }
 }

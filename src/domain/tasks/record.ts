@@ -74,10 +74,13 @@ export const TaskProgressSchema = z.object({
 export type TaskProgress = z.infer<typeof TaskProgressSchema>;
 
 /** The actor kinds (the `kind` of an actor address). */
-export const ACTOR_KINDS = ['task', 'team-scheduler', 'agent', 'container-service'] as const;
+export const ACTOR_KINDS = ['task', 'team-scheduler', 'agent', 'container-service', 'cloud-dispatcher'] as const;
 export const ActorKindSchema = z.enum(ACTOR_KINDS);
 export type ActorKind = z.infer<typeof ActorKindSchema>;
 export const TASK_KIND = 'task' satisfies ActorKind;
 export const SCHEDULER_KIND = 'team-scheduler' satisfies ActorKind;
 export const AGENT_KIND = 'agent' satisfies ActorKind;
 export const CONTAINER_SERVICE_KIND = 'container-service' satisfies ActorKind;
+export const CLOUD_DISPATCHER_KIND = 'cloud-dispatcher' satisfies ActorKind;
+/** The cloud dispatcher of a team and provider: one actor per (team, provider), id `<team>:<provider>`. */
+export const cloudDispatcherId = (teamId: string, provider: string): string => `${teamId}:${provider}`;

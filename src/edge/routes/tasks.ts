@@ -42,6 +42,8 @@ export interface TaskRouteDeps {
   events: EventBusPort;
   outputRetentionS: number;
   now: () => number;
+  /** Whether the team has a key for the hosted provider (dispatch_target comfy_cloud); absent = none. */
+  cloudConfigured?: (teamId: string, provider: string) => Promise<boolean>;
 }
 
 const runBody = z
@@ -99,10 +101,10 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     const resolved = resolveRunParameters({ toolType: def.tool_type, workflowJson: def.workflow_json, parameters: def.parameters, input, files, teamId: p.teamId, now: d.now() });
     const taskId = uuidv7();
     const dispatchTarget = body.dispatch_target ?? def.default_dispatch_target;
-    // hosted cloud dispatch is not available on this node yet: refuse rather than accept a task
-    // that could never leave `waiting`
-    if (dispatchTarget === 'comfy_cloud')
-      throw conflict('cloud_provider_not_configured', 'dispatch_target comfy_cloud needs a hosted cloud provider, and none is configured on this deployment; run on agents (dispatch_target "agent")');
+    // hosted cloud dispatch needs the team's key for the provider: refuse rather than accept a task
+    // that could never run
+    if (dispatchTarget !== 'agent' && !(await d.cloudConfigured?.(p.teamId, dispatchTarget)))
+      throw conflict('cloud_provider_not_configured', `dispatch_target ${dispatchTarget} needs this team's key for the provider: set it with PUT /cloud-providers/${dispatchTarget}, or run on agents (dispatch_target "agent")`);
     // tracing on: the submit is a span whose traceparent is stored with the row, so the spans made
     // after the 202 (scheduling, the agent's run, completion) are in this request's trace
     const span = startSpan('task submit', { attributes: { 'gantry.task.id': taskId, 'gantry.team.id': p.teamId, 'gantry.workflow.id': w.workflowId } });

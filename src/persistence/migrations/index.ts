@@ -9,6 +9,7 @@ import { Migration20261124000500_cluster_members } from './Migration202611240005
 import { Migration20261124000600_signing_keys } from './Migration20261124000600_signing_keys.js';
 import { Migration20261124000700_containers } from './Migration20261124000700_containers.js';
 import { Migration20261124000800_vault } from './Migration20261124000800_vault.js';
+import { Migration20261125000100_cloud_providers } from './Migration20261125000100_cloud_providers.js';
 import { Migration20261125000200_audit_sso } from './Migration20261125000200_audit_sso.js';
 import { Migration20261125000300_task_trace } from './Migration20261125000300_task_trace.js';
 
@@ -28,6 +29,7 @@ export const migrationsList = [
   { name: 'Migration20261124000600_signing_keys', class: Migration20261124000600_signing_keys },
   { name: 'Migration20261124000700_containers', class: Migration20261124000700_containers },
   { name: 'Migration20261124000800_vault', class: Migration20261124000800_vault },
+  { name: 'Migration20261125000100_cloud_providers', class: Migration20261125000100_cloud_providers },
   { name: 'Migration20261125000200_audit_sso', class: Migration20261125000200_audit_sso },
   { name: 'Migration20261125000300_task_trace', class: Migration20261125000300_task_trace },
 ];

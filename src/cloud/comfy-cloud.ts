@@ -1,0 +1,399 @@
+/**
+ * Comfy Cloud (https://cloud.comfy.org): ComfyUI's API under /api, authenticated by an X-API-Key
+ * header (the WebSocket by a token query parameter). What Gantry relies on (docs/api.md "Cloud
+ * providers"):
+ *
+ *   GET  /api/user                         the key check at PUT /cloud-providers (401 = bad key)
+ *   POST /api/upload/image                 multipart image, type=input, overwrite -> {name, subfolder, type}
+ *   POST /api/prompt {prompt}              -> {prompt_id}; 400 invalid workflow (node_errors), 401 bad key,
+ *                                          402 insufficient credits, 429 not paid / queue full, 5xx outage
+ *   GET  /ws?clientId=&token=              ComfyUI's messages (execution_start, executing, progress,
+ *                                          executed, execution_success/error/interrupted) for every job of the key
+ *   GET  /api/jobs/{id}                    {status: pending|in_progress|completed|failed|cancelled, outputs,
+ *                                          execution_error}: the authority on how a job ended (polled)
+ *   GET  /api/history_v2/{id}              {<id>: {outputs, status}}: the fallback when /api/jobs has no outputs
+ *   GET  /api/view?filename&subfolder&type 302 to a signed URL on another host: followed WITHOUT the key
+ *   POST /api/queue {delete: [id]}, POST /api/interrupt {prompt_id}   cancel
+ *
+ * Every connection goes through the OutboundGuard (base_url must pass it; TLS verified, extra CAs
+ * from GANTRY_OUTBOUND_CA_FILE). The key is sent only to base_url's origin and is never part of
+ * an error message or a log line (the WebSocket URL carrying it is never printed).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import WebSocket from 'ws';
+import type { OutboundGuard } from '../events/outbound.js';
+import { ExternalError, externalRequest } from '../gateway/external.js';
+import { collectFileRefs, executionErrorMessage, historyStatus, ProgressTracker, promptRejection, type ComfyFileRef } from '../protocol/comfyui.js';
+import { ProviderError, type CloudProviderClient, type FollowHandlers, type JobOutcome } from './provider.js';
+
+export interface ComfyCloudOptions {
+  baseUrl: string;
+  apiKey: string;
+  guard: OutboundGuard;
+  ca?: string[] | undefined;
+  /** Per request, until the response headers. Default 30 s. */
+  timeoutMs?: number;
+  /** Job status poll interval while following. Default 2 s. */
+  pollMs?: number;
+  /** WebSocket handshake timeout. Default 10 s. */
+  wsConnectTimeoutMs?: number;
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const NAME = 'Comfy Cloud';
+const MAX_JSON = 16 * 1024 * 1024;
+
+async function readAll(body: NodeJS.ReadableStream, limit = MAX_JSON): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of body as AsyncIterable<Buffer | string>) {
+    const b = typeof c === 'string' ? Buffer.from(c) : c;
+    n += b.length;
+    if (n > limit) throw new ProviderError('unavailable', `${NAME} answered more than ${limit} bytes`);
+    chunks.push(b);
+  }
+  return Buffer.concat(chunks);
+}
+
+const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
+  new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+
+/** A provider answer's reason in one line (never the request, never the key). */
+function reasonOf(text: string): string {
+  try {
+    const j = JSON.parse(text) as unknown;
+    if (isRecord(j)) {
+      const e = j.error;
+      if (isRecord(e) && typeof e.message === 'string') return e.message;
+      if (typeof e === 'string') return e;
+      if (typeof j.message === 'string') return j.message;
+      if (typeof j.detail === 'string') return j.detail;
+    }
+  } catch {
+    /* plain text */
+  }
+  return text.replace(/\s+/g, ' ').trim().slice(0, 300);
+}
+
+/** Maps a non-2xx provider status to what the user can do about it. */
+export function providerErrorFor(status: number, what: string, reason: string): ProviderError {
+  const r = reason ? `: ${reason}` : '';
+  if (status === 401 || status === 403) return new ProviderError('auth', `${NAME} rejected the API key (${status}${r}); set a valid key with PUT /cloud-providers/comfy_cloud`, status);
+  if (status === 402) return new ProviderError('credits', `${NAME} has no credits left for this account (402${r}); top up at platform.comfy.org, then run the task again`, status);
+  if (status === 429) return new ProviderError('busy', `${NAME} is at this account's limit (429${r})`, status);
+  if (status === 404) return new ProviderError('not_found', `${NAME} ${what} answered 404${r}`, status);
+  if (status >= 400 && status < 500) return new ProviderError('invalid', `${NAME} rejected the workflow (${status}${r})`, status);
+  return new ProviderError('unavailable', `${NAME} ${what} answered ${status}${r}`, status);
+}
+
+export class ComfyCloudClient implements CloudProviderClient {
+  private readonly base: string;
+  private readonly timeoutMs: number;
+  private readonly pollMs: number;
+  private readonly wsConnectTimeoutMs: number;
+  private readonly sockets = new Set<WebSocket>();
+
+  constructor(private readonly o: ComfyCloudOptions) {
+    this.base = o.baseUrl.replace(/\/+$/, '');
+    this.timeoutMs = o.timeoutMs ?? 30_000;
+    this.pollMs = o.pollMs ?? 2_000;
+    this.wsConnectTimeoutMs = o.wsConnectTimeoutMs ?? 10_000;
+  }
+
+  close(): void {
+    for (const ws of this.sockets) ws.terminate();
+    this.sockets.clear();
+  }
+
+  private async request(method: string, path: string, o: { body?: Buffer; headers?: Record<string, string>; signal?: AbortSignal | undefined } = {}) {
+    try {
+      return await externalRequest(this.o.guard, {
+        baseUrl: this.base,
+        path,
+        method,
+        headers: { accept: 'application/json', ...(o.headers ?? {}) },
+        body: o.body ?? null,
+        inject: { name: 'X-API-Key', value: this.o.apiKey },
+        timeoutMs: this.timeoutMs,
+        ...(this.o.ca ? { ca: this.o.ca } : {}),
+        ...(o.signal ? { signal: o.signal } : {}),
+      });
+    } catch (e) {
+      if (e instanceof ExternalError) {
+        if (e.code === 'aborted') throw e;
+        if (e.code === 'refused') throw new ProviderError('unavailable', `${NAME} at ${this.base} is not reachable from this deployment: ${e.message}`);
+        throw new ProviderError('unavailable', `${NAME} ${path.split('?')[0]} failed: ${e.code === 'timeout' ? `no answer within ${this.timeoutMs} ms` : e.message}`);
+      }
+      throw e;
+    }
+  }
+
+  private async json(method: string, path: string, what: string, o: { body?: unknown; signal?: AbortSignal | undefined } = {}): Promise<unknown> {
+    const res = await this.request(method, path, {
+      ...(o.body !== undefined ? { body: Buffer.from(JSON.stringify(o.body)), headers: { 'content-type': 'application/json' } } : {}),
+      signal: o.signal,
+    });
+    const text = (await readAll(res.body)).toString('utf8');
+    if (res.status < 200 || res.status >= 300) throw providerErrorFor(res.status, what, reasonOf(text));
+    try {
+      return text ? (JSON.parse(text) as unknown) : {};
+    } catch {
+      throw new ProviderError('unavailable', `${NAME} ${what} answered invalid JSON`);
+    }
+  }
+
+  async check(signal?: AbortSignal): Promise<ProviderError | null> {
+    try {
+      await this.json('GET', '/api/user', 'GET /api/user', { signal });
+      return null;
+    } catch (e) {
+      if (e instanceof ProviderError) return e;
+      throw e;
+    }
+  }
+
+  async upload(bytes: Buffer, fileName: string, signal?: AbortSignal): Promise<string> {
+    const form = new FormData();
+    form.append('image', new Blob([new Uint8Array(bytes)]), fileName);
+    form.append('type', 'input');
+    form.append('overwrite', 'true');
+    const req = new Request('http://form.invalid/', { method: 'POST', body: form });
+    const body = Buffer.from(await req.arrayBuffer());
+    const res = await this.request('POST', '/api/upload/image', { body, headers: { 'content-type': req.headers.get('content-type') ?? '' }, signal });
+    const text = (await readAll(res.body)).toString('utf8');
+    if (res.status < 200 || res.status >= 300) throw providerErrorFor(res.status, 'POST /api/upload/image', reasonOf(text));
+    let j: unknown;
+    try {
+      j = JSON.parse(text);
+    } catch {
+      j = null;
+    }
+    if (!isRecord(j) || typeof j.name !== 'string') throw new ProviderError('unavailable', `${NAME} /api/upload/image returned no file name`);
+    const sub = typeof j.subfolder === 'string' ? j.subfolder : '';
+    return sub ? `${sub}/${j.name}` : j.name;
+  }
+
+  async submit(graph: Record<string, unknown>, signal?: AbortSignal): Promise<string> {
+    const res = await this.request('POST', '/api/prompt', { body: Buffer.from(JSON.stringify({ prompt: graph })), headers: { 'content-type': 'application/json' }, signal });
+    const text = (await readAll(res.body)).toString('utf8');
+    let body: unknown = null;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      /* below */
+    }
+    if (res.status === 400) throw new ProviderError('invalid', `${NAME} rejected the workflow: ${promptRejection(body, text).message}`, 400);
+    if (res.status < 200 || res.status >= 300) throw providerErrorFor(res.status, 'POST /api/prompt', isRecord(body) ? promptRejection(body, text).message : reasonOf(text));
+    if (isRecord(body) && isRecord(body.error)) throw new ProviderError('invalid', `${NAME} rejected the workflow: ${promptRejection(body, text).message}`, res.status);
+    if (!isRecord(body) || typeof body.prompt_id !== 'string' || body.prompt_id === '') throw new ProviderError('unavailable', `${NAME} /api/prompt returned no prompt_id`);
+    return body.prompt_id;
+  }
+
+  /** GET /api/jobs/{id} as {status, outputs, error}; history_v2 when the job carries no outputs. */
+  async jobStatus(promptId: string, signal?: AbortSignal): Promise<{ status: string; outputs: unknown; error: Record<string, unknown> | null }> {
+    const j = await this.json('GET', `/api/jobs/${encodeURIComponent(promptId)}`, `GET /api/jobs/${promptId}`, { signal });
+    if (!isRecord(j) || typeof j.status !== 'string') throw new ProviderError('unavailable', `${NAME} /api/jobs/${promptId} answered without a status`);
+    return { status: j.status, outputs: j.outputs, error: isRecord(j.execution_error) ? j.execution_error : null };
+  }
+
+  private async historyOutputs(promptId: string, signal?: AbortSignal): Promise<{ outputs: unknown; status: ReturnType<typeof historyStatus> } | null> {
+    const j = await this.json('GET', `/api/history_v2/${encodeURIComponent(promptId)}`, `GET /api/history_v2/${promptId}`, { signal });
+    const entry = isRecord(j) ? j[promptId] : undefined;
+    if (!isRecord(entry)) return null;
+    return { outputs: entry.outputs, status: historyStatus(entry) };
+  }
+
+  private connectWs(onMessage: (type: string, data: Record<string, unknown>) => void, onClose: (why: string) => void): Promise<WebSocket> {
+    const url = `${this.base.replace(/^http/, 'ws')}/ws?clientId=${randomUUID()}&token=${encodeURIComponent(this.o.apiKey)}`;
+    return this.o.guard.checkUrl(url, ['wss:']).then(
+      () =>
+        new Promise<WebSocket>((resolve, reject) => {
+          const ws = new WebSocket(url, { handshakeTimeout: this.wsConnectTimeoutMs, lookup: this.o.guard.lookup as never, ...(this.o.ca ? { ca: this.o.ca } : {}) });
+          let opened = false;
+          ws.on('open', () => {
+            opened = true;
+            this.sockets.add(ws);
+            resolve(ws);
+          });
+          ws.on('unexpected-response', (_req, res) => {
+            // the handshake was refused (e.g. 401): the status, never the URL (it carries the key)
+            ws.terminate();
+            if (!opened) reject(new ProviderError(res.statusCode === 401 || res.statusCode === 403 ? 'auth' : 'unavailable', `${NAME} WebSocket refused (${res.statusCode ?? 0})`));
+          });
+          ws.on('message', (data, isBinary) => {
+            if (isBinary) return; // preview frames
+            try {
+              const m = JSON.parse(data.toString()) as unknown;
+              if (isRecord(m) && typeof m.type === 'string') onMessage(m.type, isRecord(m.data) ? m.data : {});
+            } catch {
+              /* not JSON */
+            }
+          });
+          ws.on('error', (err) => {
+            if (!opened) reject(new ProviderError('unavailable', `${NAME} WebSocket: ${err.message.replace(/token=[^&\s]*/g, 'token=***')}`));
+          });
+          ws.on('close', (code) => {
+            this.sockets.delete(ws);
+            if (opened) onClose(`WebSocket closed (${code})`);
+          });
+        }),
+    );
+  }
+
+  async follow(promptId: string, graph: Record<string, { class_type: string }>, h: FollowHandlers, signal: AbortSignal): Promise<JobOutcome> {
+    let started = false;
+    const start = (): void => {
+      if (started) return;
+      started = true;
+      h.onStarted();
+    };
+    const tracker = new ProgressTracker(graph, (p) => h.onProgress(p));
+    let wsOutcome: JobOutcome | 'success' | null = null;
+    let wake: (() => void) | null = null;
+    const poke = (): void => {
+      const w = wake;
+      wake = null;
+      w?.();
+    };
+    let ws: WebSocket | null = null;
+    let wsLost = false;
+    const onMessage = (type: string, data: Record<string, unknown>): void => {
+      if (data.prompt_id !== promptId) return;
+      switch (type) {
+        case 'execution_start':
+          start();
+          break;
+        case 'execution_cached':
+          start();
+          tracker.cached(Array.isArray(data.nodes) ? data.nodes.map(String) : []);
+          break;
+        case 'executing':
+          start();
+          if (data.node !== null && data.node !== undefined) tracker.executing(String(data.node));
+          break;
+        case 'progress':
+          start();
+          tracker.progress(typeof data.node === 'string' ? data.node : undefined, Number(data.value ?? 0), Number(data.max ?? 0));
+          break;
+        case 'executed':
+          tracker.executed(String(data.node), data.output);
+          break;
+        case 'execution_success':
+          wsOutcome = 'success';
+          poke();
+          break;
+        case 'execution_error':
+          wsOutcome = { kind: 'failed', error: executionErrorMessage(data, NAME) };
+          poke();
+          break;
+        case 'execution_interrupted':
+          wsOutcome = { kind: 'cancelled', message: `${NAME} interrupted the job at node ${String(data.node_id)}` };
+          poke();
+          break;
+      }
+    };
+    const openWs = async (): Promise<void> => {
+      try {
+        ws = await this.connectWs(onMessage, (why) => {
+          wsLost = true;
+          h.onTrouble(`${why}; following the job by polling /api/jobs`);
+          poke();
+        });
+        wsLost = false;
+      } catch (e) {
+        wsLost = true;
+        h.onTrouble(`${(e as Error).message}; following the job by polling /api/jobs`);
+      }
+    };
+    await openWs();
+    let failures = 0;
+    let nextWsTry = Date.now() + 10 * this.pollMs;
+    try {
+      for (;;) {
+        if (signal.aborted) return { kind: 'cancelled', message: 'task cancelled' };
+        // the job status is the authority (a message missed while the socket was down is not lost)
+        let st: Awaited<ReturnType<ComfyCloudClient['jobStatus']>> | null = null;
+        try {
+          st = await this.jobStatus(promptId, signal);
+          failures = 0;
+        } catch (e) {
+          if (signal.aborted) return { kind: 'cancelled', message: 'task cancelled' };
+          failures++;
+          if (e instanceof ProviderError && e.kind === 'auth') return { kind: 'failed', error: e.message };
+          if (e instanceof ProviderError && e.kind === 'not_found' && failures >= 5) return { kind: 'failed', error: `${NAME} no longer knows job ${promptId} (404)` };
+          h.onTrouble(`job status poll failed (${failures}): ${(e as Error).message}`);
+        }
+        const wo = wsOutcome as JobOutcome | 'success' | null;
+        if (st) {
+          if (st.status === 'in_progress' || st.status === 'executing' || st.status === 'running') start();
+          if (st.status === 'completed' || st.status === 'success') return this.completed(promptId, st.outputs, tracker, start, signal);
+          if (st.status === 'failed' || st.status === 'error' || st.status === 'non_retryable_error' || st.status === 'lost') {
+            if (st.error) return { kind: 'failed', error: executionErrorMessage(st.error, NAME) };
+            if (wo !== null && wo !== 'success' && wo.kind === 'failed') return wo;
+            return { kind: 'failed', error: `${NAME} reported job ${promptId} as ${st.status}` };
+          }
+          if (st.status === 'cancelled') return { kind: 'cancelled', message: `${NAME} cancelled job ${promptId}` };
+        } else if (wo === 'success') {
+          // the status endpoint is down but the socket said it finished: outputs from the executed messages
+          const refs = collectFileRefs(tracker.executedOutputs);
+          if (refs.length > 0) return this.completed(promptId, tracker.executedOutputs, tracker, start, signal);
+        }
+        if (wsLost && !signal.aborted && Date.now() >= nextWsTry) {
+          nextWsTry = Date.now() + 10 * this.pollMs;
+          await openWs();
+        }
+        // poll sooner when the socket reported an end; back off while the provider fails
+        const wait = wo ? Math.min(200, this.pollMs) : Math.min(this.pollMs * 2 ** Math.min(failures, 4), 30_000);
+        if (wait > 0)
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+            void sleep(wait, signal).then(resolve);
+          });
+        wake = null;
+      }
+    } finally {
+      (ws as WebSocket | null)?.close();
+    }
+  }
+
+  private async completed(promptId: string, outputs: unknown, tracker: ProgressTracker, start: () => void, signal: AbortSignal): Promise<JobOutcome> {
+    start();
+    let refs = collectFileRefs(outputs);
+    if (refs.length === 0) {
+      const hist = await this.historyOutputs(promptId, signal).catch(() => null);
+      refs = collectFileRefs(hist?.outputs);
+    }
+    if (refs.length === 0) refs = collectFileRefs(tracker.executedOutputs);
+    return { kind: 'completed', outputs: refs };
+  }
+
+  async download(ref: ComfyFileRef, signal?: AbortSignal): Promise<{ body: Readable; contentType: string | null; size: number | null }> {
+    const qs = new URLSearchParams({ filename: ref.filename, subfolder: ref.subfolder, type: ref.type });
+    // externalRequest follows the 302 to the signed URL and sends X-API-Key to base_url's origin only
+    const res = await this.request('GET', `/api/view?${qs.toString()}`, { signal, headers: { accept: '*/*' } });
+    if (res.status < 200 || res.status >= 300) {
+      const text = (await readAll(res.body, 64 * 1024).catch(() => Buffer.alloc(0))).toString('utf8');
+      throw providerErrorFor(res.status, `GET /api/view ${ref.filename}`, reasonOf(text));
+    }
+    const ct = res.headers['content-type'];
+    const len = res.headers['content-length'];
+    return { body: res.body as Readable, contentType: typeof ct === 'string' ? ct.split(';')[0]!.trim() : null, size: typeof len === 'string' && /^\d+$/.test(len) ? Number(len) : null };
+  }
+
+  async cancel(promptId: string): Promise<void> {
+    const errors: string[] = [];
+    await this.json('POST', '/api/queue', 'POST /api/queue', { body: { delete: [promptId] } }).catch((e: unknown) => errors.push((e as Error).message));
+    await this.json('POST', '/api/interrupt', 'POST /api/interrupt', { body: { prompt_id: promptId } }).catch((e: unknown) => errors.push((e as Error).message));
+    if (errors.length === 2) throw new ProviderError('unavailable', errors.join('; '));
+  }
+}

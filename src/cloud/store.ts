@@ -1,0 +1,126 @@
+/**
+ * SQL of the hosted cloud providers (tables cloud_providers and cloud_jobs). Every query takes the
+ * team id (team scope in the store layer): another team's key is simply not found. The API key is
+ * encrypted with the vault keyring before it is written (AES-256-GCM, bound to (team, provider)) and
+ * decrypted only by credentials(), the one way it leaves the store; every other read selects the
+ * columns without key_enc.
+ */
+import type { Database } from '../persistence/db.js';
+import { iso, q, type Q } from '../persistence/sql.js';
+import { cloudProviderAad, type VaultKeyring } from '../vault/keyring.js';
+
+export interface CloudProviderRow {
+  team_id: string;
+  provider_slug: string;
+  base_url: string;
+  key_id: string;
+  key_prefix: string;
+  max_concurrent_jobs: number;
+  provider_status: string;
+  last_checked_at: Date | null;
+  last_error: string;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** The record callers see: never the key. */
+export const cloudProviderRecord = (r: CloudProviderRow) => ({
+  provider_slug: r.provider_slug,
+  provider_status: r.provider_status as 'active' | 'invalid',
+  base_url: r.base_url,
+  key_prefix: r.key_prefix,
+  max_concurrent_jobs: Number(r.max_concurrent_jobs),
+  last_checked_at: r.last_checked_at ? iso(r.last_checked_at) : null,
+  last_error: r.last_error,
+  created_at: iso(r.created_at),
+  updated_at: iso(r.updated_at),
+});
+
+/** The first characters of a key, as providers show them (`comfyui-1a…`); short keys show nothing. */
+export const keyPrefix = (key: string): string => {
+  const chars = [...key];
+  if (chars.length >= 24) return chars.slice(0, 8).join('');
+  if (chars.length >= 12) return chars.slice(0, 4).join('');
+  return '';
+};
+
+const COLUMNS = 'team_id, provider_slug, base_url, key_id, key_prefix, max_concurrent_jobs, provider_status, last_checked_at, last_error, created_at, updated_at';
+
+export interface CloudCredentials {
+  apiKey: string;
+  baseUrl: string;
+  maxConcurrentJobs: number;
+}
+
+export class CloudProviderStore {
+  constructor(
+    private readonly db: Database,
+    readonly keyring: VaultKeyring,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  private get q(): Q {
+    return q(this.db);
+  }
+
+  /** Creates or replaces the team's key for the provider (encrypted under the active vault key); true when it was created. */
+  async put(p: { teamId: string; slug: string; apiKey: string; baseUrl: string; maxConcurrentJobs: number; createdBy: string | null }): Promise<boolean> {
+    const enc = this.keyring.encrypt(p.apiKey, cloudProviderAad(p.teamId, p.slug));
+    const at = new Date(this.now());
+    const r = await this.q<{ created: boolean }>(
+      `insert into cloud_providers (team_id, provider_slug, base_url, key_enc, key_id, key_prefix, max_concurrent_jobs, provider_status, last_checked_at, last_error, created_by, created_at, updated_at)
+       values (?, ?, ?, ?, ?, ?, ?, 'active', ?, '', ?, ?, ?)
+       on conflict (team_id, provider_slug) do update set base_url = excluded.base_url, key_enc = excluded.key_enc, key_id = excluded.key_id,
+         key_prefix = excluded.key_prefix, max_concurrent_jobs = excluded.max_concurrent_jobs, provider_status = 'active',
+         last_checked_at = excluded.last_checked_at, last_error = '', updated_at = excluded.updated_at
+       returning (xmax = 0) as created`,
+      [p.teamId, p.slug, p.baseUrl, enc, this.keyring.activeKid, keyPrefix(p.apiKey), p.maxConcurrentJobs, at, p.createdBy, at, at],
+    );
+    return r[0]?.created === true;
+  }
+
+  async list(teamId: string): Promise<CloudProviderRow[]> {
+    return this.q<CloudProviderRow>(`select ${COLUMNS} from cloud_providers where team_id = ? order by provider_slug`, [teamId]);
+  }
+
+  async get(teamId: string, slug: string): Promise<CloudProviderRow | null> {
+    return (await this.q<CloudProviderRow>(`select ${COLUMNS} from cloud_providers where team_id = ? and provider_slug = ?`, [teamId, slug]))[0] ?? null;
+  }
+
+  async delete(teamId: string, slug: string): Promise<boolean> {
+    return (await this.q('delete from cloud_providers where team_id = ? and provider_slug = ? returning team_id', [teamId, slug])).length === 1;
+  }
+
+  /** The decrypted key and settings (the dispatcher's only way to the key); null when the team has none. */
+  async credentials(teamId: string, slug: string): Promise<CloudCredentials | null> {
+    const r = (await this.q<{ key_enc: string; base_url: string; max_concurrent_jobs: number }>('select key_enc, base_url, max_concurrent_jobs from cloud_providers where team_id = ? and provider_slug = ?', [teamId, slug]))[0];
+    if (!r) return null;
+    return { apiKey: this.keyring.decrypt(r.key_enc, cloudProviderAad(teamId, slug)), baseUrl: r.base_url, maxConcurrentJobs: Number(r.max_concurrent_jobs) };
+  }
+
+  /** The provider answered a job with "bad key" (or it works again): shown by GET /cloud-providers. */
+  async markStatus(teamId: string, slug: string, ok: boolean, error: string): Promise<void> {
+    await this.q(`update cloud_providers set provider_status = ?, last_error = ?, last_checked_at = ? where team_id = ? and provider_slug = ?`, [ok ? 'active' : 'invalid', error.slice(0, 1000), new Date(this.now()), teamId, slug]);
+  }
+
+  /** Records the provider's job of a task (written once the provider accepted it). */
+  async recordJob(taskId: string, teamId: string, slug: string, promptId: string): Promise<void> {
+    await this.q(`insert into cloud_jobs (task_id, team_id, provider_slug, prompt_id) values (?, ?, ?, ?) on conflict (task_id) do update set prompt_id = excluded.prompt_id`, [taskId, teamId, slug, promptId]);
+  }
+
+  async jobOf(teamId: string, taskId: string): Promise<string | null> {
+    return (await this.q<{ prompt_id: string }>('select prompt_id from cloud_jobs where team_id = ? and task_id = ?', [teamId, taskId]))[0]?.prompt_id ?? null;
+  }
+
+  /** Re-encrypts keys not under the active vault key (after GANTRY_VAULT_KEYS got a new first key). */
+  async rotate(): Promise<number> {
+    const rows = await this.q<{ team_id: string; provider_slug: string; key_enc: string }>('select team_id, provider_slug, key_enc from cloud_providers where key_id <> ?', [this.keyring.activeKid]);
+    let n = 0;
+    for (const r of rows) {
+      const aad = cloudProviderAad(r.team_id, r.provider_slug);
+      const fresh = this.keyring.encrypt(this.keyring.decrypt(r.key_enc, aad), aad);
+      n += (await this.q('update cloud_providers set key_enc = ?, key_id = ? where team_id = ? and provider_slug = ? and key_enc = ? returning team_id', [fresh, this.keyring.activeKid, r.team_id, r.provider_slug, r.key_enc])).length;
+    }
+    return n;
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * Hosted cloud provider keys (docs/api.md "Cloud providers"): a team's API key for a provider that
+ * runs workflows with dispatch_target comfy_cloud. Management auth: user JWT or dk- of a team
+ * member, sk- rejected. Any member lists them (never the key); setting and deleting need admin.
+ *
+ *   PUT    /cloud-providers/{provider_slug}   {api_key, base_url?, max_concurrent_jobs?} -> the record
+ *          (the key is checked with one authenticated call to the provider first: 400 with its reason)
+ *   GET    /cloud-providers                   {provider_list} (status, base_url, key prefix, last check; never the key)
+ *   DELETE /cloud-providers/{provider_slug}   {is_success}
+ */
+import { z } from 'zod';
+import { badGateway, badRequest, notFound } from '../../shared/errors.js';
+import { OutboundRefused, type OutboundGuard } from '../../events/outbound.js';
+import { CLOUD_PROVIDER_SLUGS, DEFAULT_BASE_URLS, PROVIDER_NAMES, type CloudProviderClient, type CloudProviderSlug } from '../../cloud/provider.js';
+import { cloudProviderRecord, type CloudCredentials, type CloudProviderStore } from '../../cloud/store.js';
+import type { Ctx, RouteDef } from '../http.js';
+import type { RouteAuth } from '../principal.js';
+import { parseBody, teamPrincipalOf } from '../params.js';
+
+const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
+const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
+
+/** PUT /cloud-providers/{provider_slug} body. Messages never quote the key. */
+export const cloudProviderPutBody = z
+  .object({
+    api_key: z
+      .string({ error: 'must be a string' })
+      .min(8, 'must be at least 8 characters')
+      .max(4096, 'must be at most 4096 characters')
+      .refine((v) => /^[\x21-\x7e]+$/.test(v), 'must be printable ASCII without spaces'),
+    base_url: z.string().max(2048).url('must be an absolute https:// URL').optional(),
+    max_concurrent_jobs: z.number().int().min(1).max(256).optional(),
+  })
+  .strict();
+
+/** One provider record (GET /cloud-providers items and the PUT response). */
+export const cloudProviderView = z.object({
+  provider_slug: z.enum(CLOUD_PROVIDER_SLUGS),
+  provider_status: z.enum(['active', 'invalid']),
+  base_url: z.string(),
+  key_prefix: z.string(),
+  max_concurrent_jobs: z.number().int(),
+  last_checked_at: z.string().nullable(),
+  last_error: z.string(),
+  created_at: z.string(),
+  updated_at: z.string(),
+});
+
+export const cloudProviderListResponse = z.object({ provider_list: z.array(cloudProviderView) });
+
+export interface CloudProviderRouteDeps {
+  store: CloudProviderStore;
+  guard: OutboundGuard;
+  client: (provider: CloudProviderSlug, c: CloudCredentials) => CloudProviderClient;
+  /** GANTRY_CLOUD_MAX_CONCURRENT_JOBS: the default when the body does not say. */
+  defaultMaxConcurrentJobs: number;
+}
+
+function slugOf(c: Ctx): CloudProviderSlug {
+  const s = c.params.provider_slug ?? '';
+  if (!(CLOUD_PROVIDER_SLUGS as readonly string[]).includes(s)) throw notFound(`cloud provider ${JSON.stringify(s.slice(0, 64))} (known: ${CLOUD_PROVIDER_SLUGS.join(', ')})`, 'cloud_provider_unknown');
+  return s as CloudProviderSlug;
+}
+
+export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
+  return [
+    {
+      method: 'PUT',
+      path: '/cloud-providers/{provider_slug}',
+      auth: MANAGE,
+      handler: async (c) => {
+        const slug = slugOf(c);
+        const b = parseBody(cloudProviderPutBody, c.body);
+        const p = teamPrincipalOf(c);
+        const baseUrl = (b.base_url ?? DEFAULT_BASE_URLS[slug]).replace(/\/+$/, '');
+        try {
+          await d.guard.checkUrl(baseUrl);
+        } catch (e) {
+          if (e instanceof OutboundRefused) throw badRequest('invalid_parameter', `base_url: ${e.message}`);
+          throw e;
+        }
+        // one authenticated call: a key the provider refuses is never stored
+        const client = d.client(slug, { apiKey: b.api_key, baseUrl, maxConcurrentJobs: 1 });
+        let problem;
+        try {
+          problem = await client.check();
+        } finally {
+          client.close();
+        }
+        if (problem) {
+          if (problem.kind === 'unavailable') throw badGateway('cloud_provider_unreachable', `${PROVIDER_NAMES[slug]} could not check the key: ${problem.message}`);
+          throw badRequest('cloud_provider_key_invalid', problem.message);
+        }
+        const created = await d.store.put({ teamId: p.teamId, slug, apiKey: b.api_key, baseUrl, maxConcurrentJobs: b.max_concurrent_jobs ?? d.defaultMaxConcurrentJobs, createdBy: p.userId ?? null });
+        c.log.info({ provider_slug: slug, created }, 'cloud provider key set');
+        const row = await d.store.get(p.teamId, slug);
+        if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
+        return cloudProviderRecord(row);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/cloud-providers',
+      auth: READ,
+      handler: async (c) => ({ provider_list: (await d.store.list(teamPrincipalOf(c).teamId)).map(cloudProviderRecord) }),
+    },
+    {
+      method: 'DELETE',
+      path: '/cloud-providers/{provider_slug}',
+      auth: MANAGE,
+      handler: async (c) => {
+        const slug = slugOf(c);
+        if (!(await d.store.delete(teamPrincipalOf(c).teamId, slug))) throw notFound('cloud provider', 'cloud_provider_not_found');
+        c.log.info({ provider_slug: slug }, 'cloud provider key deleted');
+        return { is_success: true };
+      },
+    },
+  ];
+}

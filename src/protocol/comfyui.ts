@@ -1,0 +1,190 @@
+/**
+ * ComfyUI's protocol as both ends of Gantry speak it: the agent's comfyui executor (a local
+ * ComfyUI) and the server's cloud dispatcher (Comfy Cloud, the same API under /api). Pure helpers,
+ * no I/O: the API-format graph check, the history/outputs layout, the messages of execution errors
+ * and prompt validation errors, and the progress tracker that turns WebSocket messages
+ * (executing, progress, executed, execution_cached) into Gantry progress ticks.
+ */
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const clamp01 = (n: number): number => (Number.isFinite(n) ? Math.min(1, Math.max(0, n)) : 0);
+
+export type ApiGraph = Record<string, { class_type: string; inputs: Record<string, unknown> }>;
+
+/** A deep copy of an API-format graph, or the reason it is not one. */
+export function toApiGraph(workflow: unknown): { ok: true; graph: ApiGraph } | { ok: false; error: string } {
+  if (!isRecord(workflow)) return { ok: false, error: 'ComfyUI workflow must be an API-format graph object' };
+  if (Array.isArray(workflow.nodes) && Array.isArray(workflow.links)) return { ok: false, error: "workflow is in ComfyUI's UI format; export it with 'Save (API Format)'" };
+  const graph = structuredClone(workflow) as Record<string, unknown>;
+  const out: ApiGraph = {};
+  for (const [id, node] of Object.entries(graph)) {
+    if (!isRecord(node) || typeof node.class_type !== 'string') return { ok: false, error: `workflow node ${id} has no class_type` };
+    if (node.inputs === undefined) node.inputs = {};
+    if (!isRecord(node.inputs)) return { ok: false, error: `workflow node ${id} has invalid inputs` };
+    out[id] = node as { class_type: string; inputs: Record<string, unknown> };
+  }
+  if (Object.keys(out).length === 0) return { ok: false, error: 'ComfyUI workflow has no nodes' };
+  return { ok: true, graph: out };
+}
+
+export interface ComfyFileRef {
+  filename: string;
+  subfolder: string;
+  type: string;
+}
+
+/** All {filename, subfolder, type} entries in a history `outputs` map; type 'output' first. */
+export function collectFileRefs(outputs: unknown): ComfyFileRef[] {
+  if (!isRecord(outputs)) return [];
+  const refs: ComfyFileRef[] = [];
+  const seen = new Set<string>();
+  const nodeIds = Object.keys(outputs).sort((a, b) => {
+    const na = Number(a);
+    const nb = Number(b);
+    return Number.isFinite(na) && Number.isFinite(nb) ? na - nb : a.localeCompare(b);
+  });
+  for (const id of nodeIds) {
+    const nodeOut = outputs[id];
+    if (!isRecord(nodeOut)) continue;
+    for (const value of Object.values(nodeOut)) {
+      if (!Array.isArray(value)) continue;
+      for (const item of value) {
+        if (!isRecord(item) || typeof item.filename !== 'string') continue;
+        const ref = {
+          filename: item.filename,
+          subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
+          type: typeof item.type === 'string' ? item.type : 'output',
+        };
+        const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        refs.push(ref);
+      }
+    }
+  }
+  const rank = (t: string): number => (t === 'output' ? 0 : t === 'temp' ? 1 : 2);
+  return refs
+    .map((r, i) => ({ r, i }))
+    .sort((a, b) => rank(a.r.type) - rank(b.r.type) || a.i - b.i)
+    .map((x) => x.r);
+}
+
+/** The node_errors of a rejected prompt as one line: `node 3 (KSampler): Value not in list: ...; ...`. */
+export function describeNodeErrors(nodeErrors: unknown): string {
+  if (!isRecord(nodeErrors)) return '';
+  const parts: string[] = [];
+  for (const [id, ne] of Object.entries(nodeErrors)) {
+    if (!isRecord(ne)) continue;
+    const cls = typeof ne.class_type === 'string' ? ` (${ne.class_type})` : '';
+    const errs = Array.isArray(ne.errors) ? ne.errors : [];
+    for (const e of errs) {
+      if (!isRecord(e)) continue;
+      const msg = [e.message, e.details].filter((x) => typeof x === 'string' && x !== '').join(': ');
+      parts.push(`node ${id}${cls}: ${msg}`);
+    }
+  }
+  return parts.join('; ');
+}
+
+/** The message of a rejected POST /prompt body ({error: {type, message, details} | string, node_errors}). */
+export function promptRejection(body: unknown, fallbackText: string): { type: string; message: string } {
+  const b = isRecord(body) ? body : {};
+  const err = b.error;
+  const type = isRecord(err) && typeof err.type === 'string' ? err.type : '';
+  const base = isRecord(err)
+    ? [err.message, err.details].filter((x) => typeof x === 'string' && x !== '').join(': ')
+    : typeof err === 'string'
+      ? err
+      : typeof b.message === 'string'
+        ? b.message
+        : fallbackText.slice(0, 300);
+  const nodes = describeNodeErrors(b.node_errors);
+  return { type, message: `${base}${nodes ? ` (${nodes})` : ''}` };
+}
+
+/** The message of an execution_error payload: `ComfyUI error in node 3 (KSampler): RuntimeError: ...`. */
+export function executionErrorMessage(data: Record<string, unknown>, who = 'ComfyUI'): string {
+  const msg = String(data.exception_message ?? 'unknown error').trim();
+  const node = data.node_id !== undefined ? String(data.node_id) : '?';
+  const type = typeof data.node_type === 'string' ? ` (${data.node_type})` : '';
+  const exType = typeof data.exception_type === 'string' ? `${data.exception_type}: ` : '';
+  return `${who} error in node ${node}${type}: ${exType}${msg}`;
+}
+
+/** The outcome recorded in a history entry's status.messages (execution_error / execution_interrupted / success). */
+export function historyStatus(entry: unknown): { kind: 'success' } | { kind: 'error'; data: Record<string, unknown> | null } | { kind: 'interrupted'; data: Record<string, unknown> } {
+  const status = isRecord(entry) && isRecord(entry.status) ? entry.status : null;
+  const messages = Array.isArray(status?.messages) ? status.messages : [];
+  const find = (t: string): Record<string, unknown> | undefined => {
+    for (const m of messages) if (Array.isArray(m) && m[0] === t && isRecord(m[1])) return m[1];
+    return undefined;
+  };
+  const err = find('execution_error');
+  if (err) return { kind: 'error', data: err };
+  const intr = find('execution_interrupted');
+  if (intr) return { kind: 'interrupted', data: intr };
+  if (status && status.status_str === 'error') return { kind: 'error', data: null };
+  return { kind: 'success' };
+}
+
+export interface ProgressTick {
+  progress: number;
+  step_current: number;
+  step_total: number;
+  current_node: string;
+}
+
+/** Turns executing/progress/executed/execution_cached messages into progress ticks. */
+export class ProgressTracker {
+  readonly total: number;
+  readonly executedOutputs: Record<string, unknown> = {};
+  private readonly done = new Set<string>();
+  private current: string | undefined;
+
+  constructor(
+    private readonly graph: Record<string, { class_type: string }>,
+    private readonly onProgress: (p: ProgressTick) => void,
+  ) {
+    this.total = Math.max(1, Object.keys(graph).length);
+  }
+
+  private label(node: string): string {
+    const cls = this.graph[node]?.class_type;
+    return cls ? `${node} (${cls})` : node;
+  }
+
+  private emit(node: string, value: number, max: number): void {
+    const within = max > 0 ? clamp01(value / max) : 0;
+    const completed = this.done.has(node) ? this.done.size : this.done.size + within;
+    this.onProgress({
+      progress: Math.min(0.99, clamp01(completed / this.total)),
+      step_current: Math.max(0, Math.floor(value)),
+      step_total: Math.max(0, Math.floor(max)),
+      current_node: this.label(node),
+    });
+  }
+
+  cached(nodes: string[]): void {
+    for (const n of nodes) this.done.add(n);
+  }
+
+  executing(node: string): void {
+    if (this.current !== undefined && this.current !== node) this.done.add(this.current);
+    this.current = node;
+    this.emit(node, 0, 1);
+  }
+
+  progress(node: string | undefined, value: number, max: number): void {
+    const n = node ?? this.current ?? '';
+    if (node !== undefined && this.current !== node) {
+      if (this.current !== undefined) this.done.add(this.current);
+      this.current = node;
+    }
+    this.emit(n, Number.isFinite(value) ? value : 0, Number.isFinite(max) ? max : 0);
+  }
+
+  executed(node: string, output: unknown): void {
+    this.done.add(node);
+    if (isRecord(output)) this.executedOutputs[node] = output;
+  }
+}
