@@ -5,7 +5,9 @@
  * decrypted only by credentials(), the one way it leaves the store; every other read selects the
  * columns without key_enc.
  */
+import { audited } from '../persistence/audit.js';
 import type { Database } from '../persistence/db.js';
+import type { AuditNote } from '../shared/audit.js';
 import { iso, q, type Q } from '../persistence/sql.js';
 import { cloudProviderAad, type VaultKeyring } from '../vault/keyring.js';
 
@@ -64,10 +66,11 @@ export class CloudProviderStore {
   }
 
   /** Creates or replaces the team's key for the provider (encrypted under the active vault key); true when it was created. */
-  async put(p: { teamId: string; slug: string; apiKey: string; baseUrl: string; maxConcurrentJobs: number; createdBy: string | null }): Promise<boolean> {
+  async put(p: { teamId: string; slug: string; apiKey: string; baseUrl: string; maxConcurrentJobs: number; createdBy: string | null }, audit?: AuditNote): Promise<boolean> {
     const enc = this.keyring.encrypt(p.apiKey, cloudProviderAad(p.teamId, p.slug));
     const at = new Date(this.now());
-    const r = await this.q<{ created: boolean }>(
+    return audited(this.db, audit, async (tq, record) => {
+    const r = await tq<{ created: boolean }>(
       `insert into cloud_providers (team_id, provider_slug, base_url, key_enc, key_id, key_prefix, max_concurrent_jobs, provider_status, last_checked_at, last_error, created_by, created_at, updated_at)
        values (?, ?, ?, ?, ?, ?, ?, 'active', ?, '', ?, ?, ?)
        on conflict (team_id, provider_slug) do update set base_url = excluded.base_url, key_enc = excluded.key_enc, key_id = excluded.key_id,
@@ -76,7 +79,11 @@ export class CloudProviderStore {
        returning (xmax = 0) as created`,
       [p.teamId, p.slug, p.baseUrl, enc, this.keyring.activeKid, keyPrefix(p.apiKey), p.maxConcurrentJobs, at, p.createdBy, at, at],
     );
-    return r[0]?.created === true;
+    const created = r[0]?.created === true;
+    // the audit entry records whether the key was new, never the key (nor its prefix)
+    await record({ details: { created, base_url: p.baseUrl } });
+    return created;
+    });
   }
 
   async list(teamId: string): Promise<CloudProviderRow[]> {
@@ -87,8 +94,12 @@ export class CloudProviderStore {
     return (await this.q<CloudProviderRow>(`select ${COLUMNS} from cloud_providers where team_id = ? and provider_slug = ?`, [teamId, slug]))[0] ?? null;
   }
 
-  async delete(teamId: string, slug: string): Promise<boolean> {
-    return (await this.q('delete from cloud_providers where team_id = ? and provider_slug = ? returning team_id', [teamId, slug])).length === 1;
+  async delete(teamId: string, slug: string, audit?: AuditNote): Promise<boolean> {
+    return audited(this.db, audit, async (tq, record) => {
+      const gone = (await tq('delete from cloud_providers where team_id = ? and provider_slug = ? returning team_id', [teamId, slug])).length === 1;
+      if (gone) await record();
+      return gone;
+    });
   }
 
   /** The decrypted key and settings (the dispatcher's only way to the key); null when the team has none. */

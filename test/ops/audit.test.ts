@@ -11,6 +11,12 @@ import { startTestNode, type TestNode } from '../helpers/node.js';
 import { addMember, emailToken, registerUser, type TestUser } from '../helpers/identity.js';
 import { comfyBody, uniqueSlug } from '../workflows-api/fixtures.js';
 import { q } from '../../src/persistence/sql.js';
+import { startComfyStandin, type ComfyStandin } from '../fixtures/comfyui-standin.js';
+import { makePki, type Pki } from '../events/helpers.js';
+
+const CLOUD_KEY = 'zq7-cloudkey-0123456789abcdef0123456789abcdef';
+let pki: Pki;
+let cloud: ComfyStandin;
 
 let t: TestNode;
 let owner: TestUser;
@@ -20,7 +26,10 @@ let stranger: TestUser;
 let team: string;
 
 before(async () => {
-  t = await startTestNode({}, 'audit');
+  // the cloud provider routes check the key against a provider: the ComfyUI stand-in in cloud mode
+  pki = makePki();
+  cloud = await startComfyStandin({ cloud: { apiKey: CLOUD_KEY, tls: { key: pki.key.toString(), cert: pki.cert.toString() } } });
+  t = await startTestNode({ GANTRY_OUTBOUND_CA_FILE: pki.caFile }, 'audit');
   owner = await registerUser(t.http);
   admin = await registerUser(t.http);
   member = await registerUser(t.http);
@@ -31,6 +40,8 @@ before(async () => {
 });
 after(async () => {
   await t?.stop();
+  await cloud?.close();
+  pki?.cleanup();
 });
 
 const sql = <T = Record<string, any>>(s: string, p: unknown[] = []): Promise<T[]> => q(t.node.db)<T>(s, p);
@@ -171,6 +182,12 @@ test('every management write route appends exactly one entry with the right acto
   for (const op of ['deploy', 'stop', 'start', 'undeploy'] as const) await expectOne(A, 'POST', `/containers/{serviceId}/${op}`, `/containers/${svc.id}/${op}`, undefined, `container.${op}`, { targetId: svc.id });
   await expectOne(A, 'DELETE', '/containers/{serviceId}', `/containers/${svc.id}`, undefined, 'container.delete', { targetId: svc.id });
   await expectOne(A, 'DELETE', '/vault/credentials/{vaultCredentialId}', `/vault/credentials/${vc.id}`, undefined, 'vault_credential.delete', { targetId: vc.id });
+
+  // ---- cloud provider keys: the entry never carries the key (nor its prefix)
+  await expectOne(A, 'PUT', '/cloud-providers/{provider_slug}', '/cloud-providers/comfy_cloud', { api_key: CLOUD_KEY, base_url: cloud.url }, 'cloud_provider.set', { targetId: 'comfy_cloud' });
+  const keyRows = await sql(`select action, details::text as d from audit_log where details::text like ?`, [`%${CLOUD_KEY.slice(0, 8)}%`]);
+  assert.deepEqual(keyRows, [], 'no cloud key in the audit log');
+  await expectOne(A, 'DELETE', '/cloud-providers/{provider_slug}', '/cloud-providers/comfy_cloud', undefined, 'cloud_provider.delete', { targetId: 'comfy_cloud' });
 
   // ---- agents
   const agentId = randomUUID();

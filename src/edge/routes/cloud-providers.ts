@@ -15,7 +15,7 @@ import { CLOUD_PROVIDER_SLUGS, DEFAULT_BASE_URLS, PROVIDER_NAMES, type CloudProv
 import { cloudProviderRecord, type CloudCredentials, type CloudProviderStore } from '../../cloud/store.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { parseBody, teamPrincipalOf } from '../params.js';
+import { auditOf, parseBody, teamPrincipalOf } from '../params.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -91,7 +91,7 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
           if (problem.kind === 'unavailable') throw badGateway('cloud_provider_unreachable', `${PROVIDER_NAMES[slug]} could not check the key: ${problem.message}`);
           throw badRequest('cloud_provider_key_invalid', problem.message);
         }
-        const created = await d.store.put({ teamId: p.teamId, slug, apiKey: b.api_key, baseUrl, maxConcurrentJobs: b.max_concurrent_jobs ?? d.defaultMaxConcurrentJobs, createdBy: p.userId ?? null });
+        const created = await d.store.put({ teamId: p.teamId, slug, apiKey: b.api_key, baseUrl, maxConcurrentJobs: b.max_concurrent_jobs ?? d.defaultMaxConcurrentJobs, createdBy: p.userId ?? null }, auditOf(c, 'cloud_provider.set', 'cloud_provider', slug));
         c.log.info({ provider_slug: slug, created }, 'cloud provider key set');
         const row = await d.store.get(p.teamId, slug);
         if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
@@ -110,7 +110,7 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const slug = slugOf(c);
-        if (!(await d.store.delete(teamPrincipalOf(c).teamId, slug))) throw notFound('cloud provider', 'cloud_provider_not_found');
+        if (!(await d.store.delete(teamPrincipalOf(c).teamId, slug, auditOf(c, 'cloud_provider.delete', 'cloud_provider', slug)))) throw notFound('cloud provider', 'cloud_provider_not_found');
         c.log.info({ provider_slug: slug }, 'cloud provider key deleted');
         return { is_success: true };
       },
