@@ -1539,6 +1539,8 @@ export interface components {
         Success: {
             /** @constant */
             is_success: true;
+        } & {
+            [key: string]: unknown;
         };
         ParameterDef: {
             key: string;
@@ -1741,17 +1743,20 @@ export interface components {
         PresignedUpload: {
             /** @description the value of a file parameter in a run */
             file_key: string;
-            upload_url: string;
+            /** @description null when upload_mode is multipart (files above the single-part cap: JWT callers use /uploads/multipart/*) */
+            upload_url: string | null;
             /** @description send every header verbatim with the PUT */
             upload_headers: {
                 [key: string]: string;
             };
+            /** @enum {string} */
+            upload_mode?: "single" | "multipart";
         } & {
             [key: string]: unknown;
         };
         StoragePresign: {
             storage_key: string;
-            upload_url: string;
+            upload_url: string | null;
             upload_headers: {
                 [key: string]: string;
             };
