@@ -15,6 +15,7 @@ import { promisify } from 'node:util';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { ResponseValidator } from '../helpers/openapi-validate.js';
 import { docPath } from '../../src/edge/openapi/build.js';
+import { deliveryBody } from '../../src/events/store.js';
 import { DOC_FILE, TYPES_FILE, docText, typesOf } from '../../scripts/openapi-gen.js';
 
 const root = new URL('../..', import.meta.url).pathname;
@@ -95,6 +96,16 @@ test('real responses match: a run, a task, a list, an error (through the validat
   const bad = await t.http.post('/auth/login', { email_address: '' });
   assert.equal(bad.status, 400);
   assert.equal(typeof bad.body.error_code, 'string');
+});
+
+test('a webhook delivery body (the dispatcher\'s own serializer) matches the documented WebhookPayload', () => {
+  const v = new ResponseValidator(doc);
+  const taskId = '0190a5c4-7b1e-7000-8000-000000000002';
+  const completed = JSON.parse(deliveryBody({ id: 1, taskId, teamId: 't', type: 'completed', data: { task_id: taskId, status: 'completed', completed_at: '2026-01-01T00:00:00.000Z', output: { storage_key: 'k', image_count: 1 } }, createdAt: 0 }));
+  assert.equal(v.checkComponent('WebhookPayload', completed), null);
+  const failed = JSON.parse(deliveryBody({ id: 2, taskId, teamId: 't', type: 'failed', data: { task_id: taskId, status: 'failed', error: 'boom', timestamp: '2026-01-01T00:00:00.000Z' }, createdAt: 0 }));
+  assert.equal(v.checkComponent('WebhookPayload', failed), null);
+  assert.match(v.checkComponent('WebhookPayload', { ...failed, extra: 1 }) ?? '', /additional/);
 });
 
 test('/docs serves the API reference (Scalar, from the node itself)', async () => {

@@ -55,6 +55,13 @@ export class ResponseValidator {
     return v;
   }
 
+  /** null when value matches the named component schema (e.g. TaskEventProgress, WebhookPayload); else why not. */
+  checkComponent(name: string, value: unknown): string | null {
+    if (!this.doc.components.schemas[name]) return `no component ${name}`;
+    const v = this.validator({ $ref: `#/components/schemas/${name}` });
+    return v(value) ? null : `${name}: ${this.ajv.errorsText(v.errors, { separator: '; ' })}; value ${JSON.stringify(value).slice(0, 400)}`;
+  }
+
   /** null when the response matches the document (or the route is not documented); else why not. */
   check(method: string, fullPath: string, status: number, contentType: string, body: unknown): string | null {
     const m = this.router.find('ANY', fullPath);

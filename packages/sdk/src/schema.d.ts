@@ -6004,7 +6004,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
+                /** @description sha256= and the hex HMAC-SHA256 of the raw body keyed with the signing_secret */
                 "X-Webhook-Signature-256": string;
+                /** @description the event_type */
+                "X-Webhook-Event": "task.completed" | "task.failed";
+                /** @description the delivery id (the same on every attempt of one delivery) */
+                "X-Webhook-Delivery": string;
+                /** @description 1 for the first attempt */
+                "X-Webhook-Attempt": string;
             };
             path?: never;
             cookie?: never;
@@ -6028,7 +6035,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
+                /** @description sha256= and the hex HMAC-SHA256 of the raw body keyed with the signing_secret */
                 "X-Webhook-Signature-256": string;
+                /** @description the event_type */
+                "X-Webhook-Event": "task.completed" | "task.failed";
+                /** @description the delivery id (the same on every attempt of one delivery) */
+                "X-Webhook-Delivery": string;
+                /** @description 1 for the first attempt */
+                "X-Webhook-Attempt": string;
             };
             path?: never;
             cookie?: never;
