@@ -122,6 +122,16 @@ test('SDK: webhook signature verification (WebCrypto HMAC-SHA256, sha256=<hex>)'
   assert.equal(await verifyWebhookSignature(secret, body, 'sha256=zz'), false);
 });
 
+test('SDK bundles for the browser (esbuild, platform browser: no Node built-in is reachable)', async () => {
+  const { build } = await import('esbuild');
+  const r = await build({ entryPoints: [new URL('../../packages/sdk/src/index.ts', import.meta.url).pathname], bundle: true, platform: 'browser', format: 'esm', write: false, logLevel: 'silent', metafile: true });
+  assert.equal(r.errors.length, 0);
+  const inputs = Object.keys(r.metafile.inputs);
+  assert.ok(inputs.some((i) => i.includes('openapi-fetch')) && inputs.some((i) => i.includes('eventsource-parser')), inputs.join(', '));
+  assert.ok(!inputs.some((i) => i.startsWith('node:')), inputs.join(', '));
+  assert.ok((r.outputFiles[0]?.text.length ?? 0) > 1000);
+});
+
 test('SDK main entry imports nothing Node-only (it runs in browsers)', () => {
   const dir = join(new URL('../../packages/sdk/src', import.meta.url).pathname);
   for (const f of readdirSync(dir).filter((n) => n.endsWith('.ts'))) {
