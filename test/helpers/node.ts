@@ -55,7 +55,11 @@ export class HttpClient {
       // every response of a documented route must match the node's OpenAPI document
       const v = await validatorFor(this.baseUrl);
       const problem = v?.check(method, new URL(url).pathname, res.status, res.headers.get('content-type') ?? '', parsed) ?? null;
-      if (problem) throw new Error(`OpenAPI document mismatch: ${problem}`);
+      if (problem) {
+        // also on stderr: a test that swallows request errors must not hide a mismatch
+        process.stderr.write(`OpenAPI document mismatch: ${problem}\n`);
+        throw new Error(`OpenAPI document mismatch: ${problem}`);
+      }
     }
     return { status: res.status, body: parsed as T, headers: res.headers, text };
   }
