@@ -95,6 +95,32 @@ test('SDK: register, login, workflow, upload, runAndWait with a simulated agent,
   assert.ok(resumed.every((e) => Number(e.id) > Number(first.id)), `resumed ids ${resumed.map((e) => e.id).join(',')} after ${first.id}`);
   assert.equal(resumed.at(-1)!.type, 'completed');
 
+  // a dropped stream is resumed: the first connection is cut after its first message; the iterator
+  // reconnects by itself with Last-Event-ID and gets the rest, without duplicates
+  const sent: Array<string | null> = [];
+  let cut = false;
+  const flaky = createClient({
+    baseUrl: t.baseUrl,
+    token: tokens.access_token,
+    teamId,
+    fetch: async (input, init) => {
+      const res = await fetch(input, init);
+      if (!String(input instanceof Request ? input.url : input).endsWith('/events')) return res;
+      sent.push(new Headers(init?.headers).get('last-event-id'));
+      if (cut) return res;
+      cut = true;
+      const text = await res.text();
+      const firstMessage = text.slice(0, text.indexOf('\n\n', text.indexOf('data:')) + 2);
+      return new Response(firstMessage, { status: 200, headers: res.headers });
+    },
+  });
+  const viaDrop: TaskEvent[] = [];
+  for await (const e of flaky.events(task_id, { lastEventId: first.id!, reconnectDelayMs: 10 })) viaDrop.push(e);
+  assert.equal(sent.length, 2, 'one reconnect');
+  assert.equal(sent[0], first.id);
+  assert.equal(sent[1], viaDrop[0]!.id, 'the reconnect resumes after the last event seen');
+  assert.deepEqual(viaDrop.map((e) => e.id), resumed.map((e) => e.id), 'the same events, none twice');
+
   // the result downloads (a PNG from the simulate executor)
   assert.ok(result.download_url);
   const png = Buffer.from(await (await gantry.download(result.download_url)).arrayBuffer());
