@@ -5,6 +5,8 @@
 FROM node:20-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
+# the SDK workspace (packages/sdk): the CLI's client commands are built on it
+COPY packages/sdk/package.json ./packages/sdk/
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
 FROM node:20-slim
@@ -23,6 +25,7 @@ COPY package.json package-lock.json tsconfig.json ./
 COPY bin ./bin
 COPY proto ./proto
 COPY src ./src
+COPY packages ./packages
 USER 10001:10001
 VOLUME ["/var/lib/gantry"]
 # HTTP (REST, SSE, /storage), agent gRPC, node-to-node gRPC (cluster mode)

@@ -5,6 +5,7 @@ import { createLogger, type Logger } from './shared/logger.js';
 import { Database } from './persistence/db.js';
 import { assertPortFree, lockDataDir } from './shared/startup.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
+import { openApiRoutes } from './edge/routes/openapi.js';
 import { createRateLimits, SharedRateLimits } from './edge/rate-limits.js';
 import { withIdempotency } from './edge/idempotency.js';
 import { RedisWindowCounter } from './cluster/rate-limit-redis.js';
@@ -569,6 +570,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute([nodeMetrics.registry]));
   edge.addAll(pageRoutes('/api/v1'));
+  edge.addAll(openApiRoutes({ routes: () => edge.routes(), basePath: '/api/v1', version: packageVersion() }));
   if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
   const http = await edge
     .listen()

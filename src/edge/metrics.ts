@@ -29,6 +29,7 @@ export function metricsRoute(extra: client.Registry[] = []): RouteDef {
     method: 'GET',
     path: '/metrics',
     absolute: true,
+    doc: { summary: 'Prometheus metrics', tags: ['system'], responses: { 200: { contentType: 'text/plain' } } },
     auth: { kinds: 'public' },
     stream: async (_c, res) => {
       const parts = await Promise.all([registry, ...extra].map((r) => r.metrics()));

@@ -26,7 +26,7 @@ test('gantry vault rotate re-encrypts with the new active key; the value is unch
     cwd: root,
     env: { ...process.env, DATABASE_URL: t.db.url, GANTRY_DATA_DIR: t.dataDir, GANTRY_SECRET_KEY: SECRET_KEY, GANTRY_VAULT_KEYS: newKey, LOG_LEVEL: 'silent' },
   });
-  assert.match(run.stdout, /re-encrypted 1 vault credential\(s\) with key k2/);
+  assert.match(run.stdout, /re-encrypted 1 vault credential\(s\) and 0 cloud provider key\(s\) with key k2/);
   const rows = await t.node.db.execute<{ key_id: string }>('select key_id from vault_credentials', []);
   assert.deepEqual(rows.map((r) => r.key_id), ['k2']);
   const store = new VaultStore(t.node.db, VaultKeyring.fromConfig({ keys: newKey, fallbackSecret: SECRET_KEY }));

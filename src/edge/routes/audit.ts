@@ -7,6 +7,7 @@
  *   GET /audit-log   {audit_list, page_meta}  ?current_page, per_page, action, actor, target_type, target_id, since, until
  */
 import { z } from 'zod';
+import * as D from '../openapi/schemas.js';
 import { auditView, type AuditStore } from '../../persistence/audit.js';
 import { AUDIT_ACTOR_KINDS } from '../../shared/audit.js';
 import { fromZodIssues } from '../../shared/errors.js';
@@ -39,7 +40,7 @@ export const AuditLogQuery = z.strictObject({
   until: z.iso.datetime({ offset: true }).optional(),
 });
 
-export const AuditEntrySchema = z.object({
+export const AuditEntrySchema = D.named('AuditEntry', z.object({
   id: z.uuid(),
   team_id: z.uuid(),
   actor_kind: z.enum(AUDIT_ACTOR_KINDS),
@@ -53,7 +54,7 @@ export const AuditEntrySchema = z.object({
   outcome: z.literal('succeeded'),
   details: z.record(z.string(), z.unknown()),
   created_at: z.iso.datetime(),
-});
+}));
 
 export const AuditLogResponse = z.object({
   audit_list: z.array(AuditEntrySchema),
@@ -66,6 +67,7 @@ export function auditRoutes(d: { audit: AuditStore }): RouteDef[] {
       method: 'GET',
       path: '/audit-log',
       auth: ADMIN,
+      doc: { summary: "The team's audit log, newest first (admin or owner)", tags: ['audit'], query: AuditLogQuery.omit({ current_page: true, per_page: true }), paged: true, responses: { 200: AuditLogResponse } },
       handler: async (c) => {
         const pg = parsePage(c.query);
         const parsed = AuditLogQuery.safeParse(Object.fromEntries(c.query));

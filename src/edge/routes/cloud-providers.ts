@@ -16,6 +16,7 @@ import { cloudProviderRecord, type CloudCredentials, type CloudProviderStore } f
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, parseBody, teamPrincipalOf } from '../params.js';
+import * as D from '../openapi/schemas.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -34,7 +35,9 @@ export const cloudProviderPutBody = z
   .strict();
 
 /** One provider record (GET /cloud-providers items and the PUT response). */
-export const cloudProviderView = z.object({
+export const cloudProviderView = D.named(
+  'CloudProvider',
+  z.object({
   provider_slug: z.enum(CLOUD_PROVIDER_SLUGS),
   provider_status: z.enum(['active', 'invalid']),
   base_url: z.string(),
@@ -44,7 +47,8 @@ export const cloudProviderView = z.object({
   last_error: z.string(),
   created_at: z.string(),
   updated_at: z.string(),
-});
+  }),
+);
 
 export const cloudProviderListResponse = z.object({ provider_list: z.array(cloudProviderView) });
 
@@ -68,6 +72,7 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
       method: 'PUT',
       path: '/cloud-providers/{provider_slug}',
       auth: MANAGE,
+      doc: { summary: "Set the team's key for a hosted cloud provider (checked against the provider first)", tags: ['cloud providers'], body: cloudProviderPutBody, responses: { 200: cloudProviderView }, errors: [404, 502] },
       handler: async (c) => {
         const slug = slugOf(c);
         const b = parseBody(cloudProviderPutBody, c.body);
@@ -102,12 +107,14 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
       method: 'GET',
       path: '/cloud-providers',
       auth: READ,
+      doc: { summary: "The team's cloud provider keys (status, base_url, key prefix; never the key)", tags: ['cloud providers'], responses: { 200: cloudProviderListResponse } },
       handler: async (c) => ({ provider_list: (await d.store.list(teamPrincipalOf(c).teamId)).map(cloudProviderRecord) }),
     },
     {
       method: 'DELETE',
       path: '/cloud-providers/{provider_slug}',
       auth: MANAGE,
+      doc: { summary: "Remove the team's key for a hosted cloud provider", tags: ['cloud providers'], responses: { 200: D.Success }, errors: [404] },
       handler: async (c) => {
         const slug = slugOf(c);
         if (!(await d.store.delete(teamPrincipalOf(c).teamId, slug, auditOf(c, 'cloud_provider.delete', 'cloud_provider', slug)))) throw notFound('cloud provider', 'cloud_provider_not_found');

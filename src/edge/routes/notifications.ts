@@ -13,6 +13,8 @@ import { parsePage, pageMeta } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, teamPrincipalOf, uuidParam } from '../params.js';
+import * as D from '../openapi/schemas.js';
+import { z } from 'zod';
 
 const AUTH: RouteAuth = { kinds: ['user', 'device'], team: true };
 
@@ -27,6 +29,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
     {
       method: 'GET',
       path: '/notifications',
+      doc: { summary: 'List notifications', tags: ['notifications'], paged: true, query: z.object({ unread_only: z.enum(['true', 'false']).optional() }), responses: { 200: z.looseObject({ notification_list: z.array(D.Notification), page_meta: D.PageMeta, unread_count: z.int() }) } },
       auth: AUTH,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -40,6 +43,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
     {
       method: 'PATCH',
       path: '/notifications/{notificationId}/read',
+      doc: { summary: 'Mark a notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);
@@ -51,6 +55,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
     {
       method: 'POST',
       path: '/notifications/read-all',
+      doc: { summary: 'Mark every notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);

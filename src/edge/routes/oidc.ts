@@ -45,6 +45,7 @@ export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; r
       method: 'GET',
       path: '/auth/oidc/{providerId}/start',
       auth: PUBLIC,
+      doc: { summary: 'Start an OpenID Connect login (302 to the provider)', tags: ['auth'], query: OidcStartQuery, responses: { 302: { description: "Redirect to the provider's authorization endpoint; sets the binding cookie", headers: { Location: "the provider's authorization URL", 'Set-Cookie': 'the HttpOnly binding cookie' } } }, errors: [400, 404, 429, 502] },
       handler: async (c) => {
         d.rateLimit(c.ip);
         const q = OidcStartQuery.safeParse(Object.fromEntries(c.query));
@@ -58,6 +59,7 @@ export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; r
       method: 'GET',
       path: '/auth/oidc/{providerId}/callback',
       auth: PUBLIC,
+      doc: { summary: "The provider's redirect back: a one-time sso_code (JSON, or 302 to return_to)", tags: ['auth'], responses: { 200: OidcCallbackResponse, 302: { description: 'Redirect to return_to with sso_code (or sso_error)', headers: { Location: 'return_to?sso_code=...' } } }, errors: [400, 401, 403, 404, 409, 502] },
       handler: async (c) => {
         try {
           const r = await d.oidc.callback(c.params.providerId ?? '', c.rawQuery, c.headers.cookie, { requestId: c.requestId, ip: c.ip });
@@ -78,6 +80,7 @@ export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; r
       method: 'POST',
       path: '/auth/oidc/exchange',
       auth: PUBLIC,
+      doc: { summary: 'Exchange a one-time sso_code for the token pair', tags: ['auth'], body: OidcExchangeBody, responses: { 200: OidcExchangeResponse }, errors: [401, 429] },
       handler: async (c) => {
         d.rateLimit(c.ip);
         return d.oidc.exchange(parseBody(OidcExchangeBody, c.body).sso_code);
