@@ -66,6 +66,7 @@ export const configSchema = z.object({
   GANTRY_EMAIL_VERIFICATION_REQUIRED: bool(false),
   GANTRY_OAUTH_PROVIDERS: optStr,
   GANTRY_MCP_ENABLED: bool(true),
+  GANTRY_CONSOLE_ENABLED: bool(true),
   GANTRY_AUTO_TEAM: bool(true),
   GANTRY_MANUAL_TEAM_CREATION: bool(true),
   GANTRY_MAX_USERS: int(0, 0, 10_000_000),
