@@ -1,7 +1,7 @@
 /** The console shell: routes, the signed-in layout (navigation, team switcher) and the session guard. */
 import { useEffect, useState } from 'preact/hooks';
 import { api, Ctx, session, type AppCtx, type Me } from './session.ts';
-import { match, navigate, useLocation } from './router.ts';
+import { match, navigate, Redirect, useLocation } from './router.ts';
 import { ErrorBox, errorText } from './ui.tsx';
 import { GantryError } from './api.ts';
 import { LoginPage, RegisterPage } from './pages/auth.tsx';
@@ -55,16 +55,12 @@ export function App() {
   const { path } = useLocation();
   const s = useSession();
   if (path === '/login' || path === '/register') {
-    if (s.tokens) {
-      navigate('/workflows', true);
-      return null;
-    }
+    if (s.tokens) return <Redirect to="/workflows" />;
     return path === '/login' ? <LoginPage /> : <RegisterPage />;
   }
   if (!s.tokens) {
     const next = path === '/' ? '' : `?next=${encodeURIComponent(path + location.search)}`;
-    navigate(`/login${next}`, true);
-    return null;
+    return <Redirect to={`/login${next}`} />;
   }
   return <SignedIn path={path} />;
 }
@@ -97,10 +93,7 @@ function SignedIn({ path }: { path: string }) {
   }, [tick]);
   useEffect(() => setMenuOpen(false), [path]);
 
-  if (path === '/') {
-    navigate('/workflows', true);
-    return null;
-  }
+  if (path === '/') return <Redirect to="/workflows" />;
   if (error) return <main class="auth"><ErrorBox error={error} /></main>;
   if (!me || !s.teamId) return <main class="auth" aria-busy="true"><p>Loading…</p></main>;
 

@@ -28,9 +28,12 @@ document.addEventListener('click', (ev) => {
 
 export function useLocation(): { path: string; query: URLSearchParams } {
   const [, set] = useState(0);
+  const rendered = location.pathname + location.search;
   useEffect(() => {
     const l = (): void => set((n) => n + 1);
     listeners.add(l);
+    // a child's effect (Redirect) may have navigated before this subscription existed
+    if (location.pathname + location.search !== rendered) l();
     return () => void listeners.delete(l);
   }, []);
   return { path: location.pathname, query: new URLSearchParams(location.search) };
@@ -49,4 +52,10 @@ export function match(pattern: string, path: string): Record<string, string> | n
     else if (seg !== val) return null;
   }
   return out;
+}
+
+/** Replaces the location after render (a navigation during render would not re-render the router). */
+export function Redirect({ to }: { to: string }): null {
+  useEffect(() => navigate(to, true), [to]);
+  return null;
 }

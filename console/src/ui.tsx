@@ -121,6 +121,7 @@ export function useAction(): { busy: boolean; error: unknown; run: (fn: () => Pr
   return { busy, error, run, setError };
 }
 
+/** A short form of an id: the last 8 characters (UUIDv7s made close in time share their first ones). */
 export function short(id: string | null | undefined): string {
-  return id ? id.slice(0, 8) : '—';
+  return id ? id.slice(-8) : '—';
 }
