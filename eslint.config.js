@@ -72,6 +72,13 @@ export default tseslint.config(
     },
   },
   {
+    // the SDK runs in browsers: no Node built-ins, nothing of the server
+    files: ['packages/sdk/src/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ group: ['node:*', 'fs', 'path', 'crypto', 'http', 'https', 'stream', 'buffer', 'os', 'child_process', '**/src/**'], message: 'the SDK runs in browsers: web APIs only' }] }],
+    },
+  },
+  {
     files: ['src/**/*.ts'],
     rules: { 'import-x/no-cycle': ['error', { maxDepth: 10, ignoreExternal: true }] },
   },

@@ -4,4 +4,4 @@ import { register } from 'tsx/esm/api';
 import { fileURLToPath } from 'node:url';
 
 register();
-await import(fileURLToPath(new URL('../src/cli.ts', import.meta.url)));
+await import(fileURLToPath(new URL('../src/cli/main.ts', import.meta.url)));

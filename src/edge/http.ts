@@ -11,6 +11,7 @@ import { checkPairs, parseJsonBody, parseQuery } from '../shared/input-hygiene.j
 import { createBodyChannel } from '../storage/local-http.js';
 import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
 import { refusalResponse, type RequestRateLimits } from './rate-limits.js';
+import type { RouteDoc } from './openapi/types.js';
 
 const EMPTY = Buffer.alloc(0);
 /** Control characters other than HTAB are invalid in a field value (RFC 9110 §5.5). */
@@ -69,6 +70,8 @@ export interface RouteDef {
   absolute?: boolean;
   /** Extra tag for the route table test and docs. */
   tag?: string;
+  /** OpenAPI documentation of the route (src/edge/openapi/types.ts; docs/api.md "OpenAPI document"). */
+  doc?: RouteDoc;
 }
 
 export interface EdgeOptions {
@@ -393,6 +396,11 @@ export class HttpEdge {
 
   addAll(defs: RouteDef[]): void {
     for (const d of defs) this.add(d);
+  }
+
+  /** Every route added so far, with its full path (the OpenAPI document is built from this). */
+  routes(): ReadonlyArray<RouteDef> {
+    return this.defs;
   }
 
   /** Called when shutdown starts (SSE streams close themselves through this). */

@@ -28,6 +28,7 @@ export function metricsRoute(): RouteDef {
     method: 'GET',
     path: '/metrics',
     absolute: true,
+    doc: { summary: 'Prometheus metrics', tags: ['system'], responses: { 200: { contentType: 'text/plain' } } },
     auth: { kinds: 'public' },
     stream: async (_c, res) => {
       const body = await registry.metrics();

@@ -81,7 +81,7 @@ test('`gantry serve` on a busy HTTP port: one line on stderr and exit 78', async
   const dataDir = mkdtempSync(join(tmpdir(), 'gantry-listen-cli-'));
   try {
     const port = first.node.httpPort;
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'serve'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
       cwd: new URL('../..', import.meta.url).pathname,
       env: { ...singleNode(), DATABASE_URL: db.url, GANTRY_DATA_DIR: dataDir, GANTRY_HTTP_HOST: '127.0.0.1', GANTRY_HTTP_PORT: String(port), GANTRY_GRPC_HOST: '127.0.0.1', GANTRY_GRPC_PORT: '0', LOG_LEVEL: 'warn' },
       stdio: ['ignore', 'ignore', 'pipe'],

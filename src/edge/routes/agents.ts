@@ -14,6 +14,7 @@ import { notFound } from '../../shared/errors.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
+import * as D from '../openapi/schemas.js';
 
 const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
@@ -48,12 +49,12 @@ export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
   };
   return [
     // sk- callers get system_stats reduced to {gpu_count, vram_total_gb, gpu_utilization_percent} (api-decisions)
-    { method: 'GET', path: '/r/agents', auth: RUNTIME, handler: async (c) => list(c, c.principal?.kind === 'integration') },
-    { method: 'GET', path: '/agents', auth: READ, handler: async (c) => list(c, false) },
-    { method: 'GET', path: '/agents/{agentId}', auth: READ, handler: async (c) => agentJson(await load(c), false) },
+    { method: 'GET', path: '/r/agents', auth: RUNTIME, doc: { summary: 'List the team\'s agents (runtime)', tags: ['runtime', 'agents'], paged: true, responses: { 200: D.pageOf('agent_list', D.Agent) } }, handler: async (c) => list(c, c.principal?.kind === 'integration') },
+    { method: 'GET', path: '/agents', auth: READ, doc: { summary: 'List agents', tags: ['agents'], paged: true, responses: { 200: D.pageOf('agent_list', D.Agent) } }, handler: async (c) => list(c, false) },
+    { method: 'GET', path: '/agents/{agentId}', auth: READ, doc: { summary: 'Get an agent', tags: ['agents'], responses: { 200: D.Agent } }, handler: async (c) => agentJson(await load(c), false) },
     {
       method: 'DELETE',
-      path: '/agents/{agentId}',
+      path: '/agents/{agentId}', doc: { summary: 'Delete an agent (ends its stream, releases its tasks)', tags: ['agents'], responses: { 200: D.Success } },
       auth: ADMIN,
       handler: async (c) => {
         const row = await load(c);
@@ -64,7 +65,7 @@ export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/agents/{agentId}/tunnel',
+      path: '/agents/{agentId}/tunnel', doc: { summary: 'Agent tunnel status', tags: ['agents'], responses: { 200: D.TunnelStatus } },
       auth: READ,
       handler: async (c) => {
         const row = await load(c);

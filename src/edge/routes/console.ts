@@ -186,10 +186,12 @@ export function consoleRoutes(o: ConsoleRouteOptions): RouteDef[] {
     send(ctx, res, f, 'public, max-age=31536000, immutable');
   };
 
-  const page = (path: string): RouteDef => ({ method: 'GET', path, absolute: true, auth: { kinds: 'public' }, tag: 'console', stream: serveIndex });
+  // the console's files are not API operations: left out of the OpenAPI document
+  const doc = { summary: 'the web console', tags: ['console'], responses: {}, hidden: true };
+  const page = (path: string): RouteDef => ({ method: 'GET', path, absolute: true, auth: { kinds: 'public' }, tag: 'console', doc, stream: serveIndex });
   return [
     page('/'),
     ...CONSOLE_SECTIONS.map((s) => page(`/${s}/*`)),
-    { method: 'GET', path: '/assets/*', absolute: true, auth: { kinds: 'public' }, tag: 'console', stream: serveAsset },
+    { method: 'GET', path: '/assets/*', absolute: true, auth: { kinds: 'public' }, tag: 'console', doc, stream: serveAsset },
   ];
 }

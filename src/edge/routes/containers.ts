@@ -25,6 +25,7 @@ import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
 import type { Gateway } from './gateway.js';
+import * as D from '../openapi/schemas.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -63,6 +64,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     method: 'POST',
     path: `/containers/{serviceId}/${name}`,
     auth: MANAGE,
+    doc: { summary: `${name[0]!.toUpperCase()}${name.slice(1)} a container service`, tags: ['containers'], responses: { 200: D.ServiceOp }, errors: [409] },
     handler: async (c) => {
       const s = await load(c);
       const r = await d.actors.ask({ kind: CONTAINER_SERVICE, id: s.id }, { type: 'op', op: name });
@@ -78,7 +80,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/containers',
+      path: '/containers', doc: { summary: 'Create a container service', tags: ['containers'], body: CreateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(CreateServiceBody, c.body);
@@ -89,10 +91,10 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
         return { id };
       },
     },
-    { method: 'GET', path: '/containers', auth: READ, handler: list },
+    { method: 'GET', path: '/containers', auth: READ, handler: list, doc: { summary: 'List container services', tags: ['containers'], paged: true, responses: { 200: D.pageOf('container_list', D.ContainerService) } } },
     {
       method: 'GET',
-      path: '/containers/{serviceId}',
+      path: '/containers/{serviceId}', doc: { summary: 'Get a container service (with instance_list)', tags: ['containers'], responses: { 200: D.ContainerService } },
       auth: READ,
       handler: async (c) => {
         const s = await load(c);
@@ -101,7 +103,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     },
     {
       method: 'PUT',
-      path: '/containers/{serviceId}',
+      path: '/containers/{serviceId}', doc: { summary: 'Update a container service (any field but service_type)', tags: ['containers'], body: UpdateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(UpdateServiceBody, c.body);
@@ -127,7 +129,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/containers/{serviceId}',
+      path: '/containers/{serviceId}', doc: { summary: 'Delete a container service (created, stopped or failed)', tags: ['containers'], responses: { 200: D.Success }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const s = await load(c);
@@ -140,10 +142,10 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     op('start'),
     op('stop'),
     op('undeploy'),
-    { method: 'GET', path: '/r/containers', auth: RUNTIME, handler: list },
+    { method: 'GET', path: '/r/containers', auth: RUNTIME, handler: list, doc: { summary: 'List container services (runtime)', tags: ['runtime', 'containers'], paged: true, responses: { 200: D.pageOf('container_list', D.ContainerService) } } },
     {
       method: 'GET',
-      path: '/r/containers/{serviceSlug}',
+      path: '/r/containers/{serviceSlug}', doc: { summary: 'Get a container service by slug (runtime)', tags: ['runtime', 'containers'], responses: { 200: D.ContainerService } },
       auth: RUNTIME,
       stream: async (c, res) => {
         // /r/containers/{slug}/ (trailing slash): the container's own root, through the proxy

@@ -7,7 +7,7 @@ import type { RouteDef } from '../http.js';
  * requests for graceful shutdown, an unexpected exception, body echo, the pagination helper).
  */
 export function debugRoutes(): RouteDef[] {
-  return [
+  return hide([
     { method: 'POST', path: '/_debug/echo', auth: { kinds: 'public' }, handler: async (c) => ({ body: c.body ?? null }) },
     {
       method: 'GET',
@@ -39,5 +39,8 @@ export function debugRoutes(): RouteDef[] {
         return paged('item_list', items, p, total);
       },
     },
-  ];
+  ]);
 }
+
+/** Debug routes are left out of the OpenAPI document. */
+const hide = (defs: RouteDef[]): RouteDef[] => defs.map((d) => ({ ...d, doc: { hidden: true, summary: d.path, tags: ['debug'], responses: {} } }));

@@ -5,6 +5,8 @@ import type { FileStaging, PresignResult } from '../../files/staging.js';
 import type { StagePurpose } from '../../files/keys.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth, TeamPrincipal } from '../principal.js';
+import * as D from '../openapi/schemas.js';
+import { presignBodySchema } from '../../files/staging.js';
 
 const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
 
@@ -31,5 +33,5 @@ export const presignHandler =
     presignReply(await staging.presign(callerOf(c), purpose, staging.parseBody(c.body)), keyField);
 
 export function fileRoutes(d: { staging: FileStaging }): RouteDef[] {
-  return [{ method: 'POST', path: '/r/files/presign', auth: RUNTIME, handler: presignHandler(d.staging, 'input', 'file_key') }];
+  return [{ method: 'POST', path: '/r/files/presign', auth: RUNTIME, doc: { summary: 'Stage an input file: a presigned PUT (file_key is the value of a file parameter)', tags: ['runtime', 'files'], body: presignBodySchema, responses: { 200: D.PresignedUpload }, errors: [413] }, handler: presignHandler(d.staging, 'input', 'file_key') }];
 }

@@ -30,6 +30,7 @@ import { toHttpError, statusLine } from '../error-map.js';
 import type { Ctx, RouteDef, StreamResponse, UpgradeRequest, WebSocketHandler } from '../http.js';
 import type { Authenticator, RouteAuth, TeamPrincipal } from '../principal.js';
 import { parseBody, teamPrincipalOf } from '../params.js';
+import * as D from '../openapi/schemas.js';
 
 const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
 const MEMBERS: RouteAuth = { kinds: ['user', 'device'], team: true };
@@ -114,9 +115,9 @@ export class Gateway {
   routes(): RouteDef[] {
     const max = this.d.maxBodyBytes;
     return [
-      { method: 'ANY', path: '/r/containers/{serviceSlug}/*', auth: RUNTIME, maxBodyBytes: max, stream: (c, res) => this.proxy(c, res, this.restOf(c, `/r/containers/`)), tag: 'gateway' },
-      { method: 'POST', path: '/r/invoke/{serviceSlug}', auth: RUNTIME, maxBodyBytes: Math.ceil(max * 1.4), handler: (c) => this.invoke(c), tag: 'gateway' },
-      { method: 'ANY', path: '/agents/{agentId}/tunnel/*', auth: MEMBERS, maxBodyBytes: max, stream: (c, res) => this.agentProxy(c, res, this.restOf(c, `/agents/`, 2)), tag: 'gateway' },
+      { method: 'ANY', path: '/r/containers/{serviceSlug}/*', auth: RUNTIME, maxBodyBytes: max, doc: { summary: 'Transparent proxy to a running container service (status and body relayed unchanged)', tags: ['runtime', 'containers'], rawBodyType: '*/*', responses: { 200: { description: 'The container\'s own response', contentType: '*/*' } }, errors: [502, 503] }, stream: (c, res) => this.proxy(c, res, this.restOf(c, `/r/containers/`)), tag: 'gateway' },
+      { method: 'POST', path: '/r/invoke/{serviceSlug}', auth: RUNTIME, maxBodyBytes: Math.ceil(max * 1.4), doc: { summary: 'Structured call to a running container service', tags: ['runtime', 'containers'], body: InvokeBody, responses: { 200: D.InvokeResult }, errors: [502, 503] }, handler: (c) => this.invoke(c), tag: 'gateway' },
+      { method: 'ANY', path: '/agents/{agentId}/tunnel/*', auth: MEMBERS, maxBodyBytes: max, doc: { summary: 'Proxy to the local port an agent exposes (its tunnel)', tags: ['agents'], rawBodyType: '*/*', responses: { 200: { description: 'The agent-side response', contentType: '*/*' } }, errors: [502, 503] }, stream: (c, res) => this.agentProxy(c, res, this.restOf(c, `/agents/`, 2)), tag: 'gateway' },
     ];
   }
 

@@ -4,6 +4,7 @@ import type { RouteDef, TeamCtx } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parsePage } from '../../shared/pagination.js';
 import type { IdentityService } from '../../identity/service.js';
+import * as D from '../openapi/schemas.js';
 
 /** Parses a JSON body with a strict zod schema; a failure is a 400 naming the field. */
 
@@ -40,7 +41,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/auth/register',
+      path: '/auth/register', doc: { summary: 'Register an account (creates the personal team)', tags: ['auth'], body: S.register, responses: { 200: D.IdResult }, errors: [403, 409, 429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('register', c.ip);
@@ -49,7 +50,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/login',
+      path: '/auth/login', doc: { summary: 'Log in', tags: ['auth'], body: S.login, responses: { 200: D.TokenPair }, errors: [401, 429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('login', c.ip);
@@ -58,7 +59,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/refresh',
+      path: '/auth/refresh', doc: { summary: 'Rotate a refresh token', tags: ['auth'], body: S.refresh, responses: { 200: D.TokenPair }, errors: [401, 429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('refresh', c.ip);
@@ -67,7 +68,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/logout',
+      path: '/auth/logout', doc: { summary: 'Log out (revokes the refresh token family)', tags: ['auth'], body: S.refresh, responses: { 200: D.Success } },
       auth: USER,
       handler: async (c) => {
         await svc.logout(principalOf(c), parseBody(S.refresh, c.body));
@@ -76,7 +77,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/password/forgot',
+      path: '/auth/password/forgot', doc: { summary: 'Request a password reset email', tags: ['auth'], body: S.forgot, responses: { 200: D.Success }, errors: [429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('forgot', c.ip);
@@ -86,7 +87,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/password/reset',
+      path: '/auth/password/reset', doc: { summary: 'Reset a password with the emailed token', tags: ['auth'], body: S.reset, responses: { 200: D.Success }, errors: [429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('forgot', c.ip);
@@ -96,7 +97,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/email/verify',
+      path: '/auth/email/verify', doc: { summary: 'Verify an email address', tags: ['auth'], body: S.verify, responses: { 200: D.Success } },
       auth: PUBLIC,
       handler: async (c) => {
         await svc.verifyEmail(parseBody(S.verify, c.body));
@@ -105,7 +106,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/device/revoke',
+      path: '/auth/device/revoke', doc: { summary: 'Revoke the calling dk- credential (and agent credentials minted with it)', tags: ['auth'], responses: { 200: D.Success } },
       auth: { kinds: ['device'] },
       handler: async (c) => {
         await svc.deviceRevoke(principalOf(c));
@@ -114,7 +115,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/desktop/pair/start',
+      path: '/desktop/pair/start', doc: { summary: 'Start device pairing (anonymous)', tags: ['auth'], body: S.pairStart, responses: { 200: D.PairStart }, errors: [429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('pair_start', c.ip);
@@ -123,7 +124,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/desktop/pair/confirm',
+      path: '/desktop/pair/confirm', doc: { summary: 'Confirm a pairing code (user JWT + X-Team-ID)', tags: ['auth'], body: S.pairConfirm, responses: { 200: D.Success }, errors: [409, 429] },
       auth: JWT_TEAM,
       handler: async (c) => {
         svc.rateLimit('pair_confirm', c.ip);
@@ -133,30 +134,30 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/desktop/pair/poll',
+      path: '/desktop/pair/poll', doc: { summary: 'Poll a pairing (anonymous); the credential is returned once', tags: ['auth'], body: S.pairPoll, responses: { 200: D.PairPoll } },
       auth: PUBLIC,
       handler: async (c) => svc.pairPoll(parseBody(S.pairPoll, c.body)),
     },
     {
       method: 'POST',
-      path: '/credentials',
+      path: '/credentials', doc: { summary: 'Create an sk- or ak- credential (value shown once)', tags: ['credentials'], body: S.credential, responses: { 200: D.CredentialCreated } },
       auth: JWT_TEAM,
       handler: async (c) => {
         const b = parseBody(S.credential, c.body);
         return svc.createCredential(teamPrincipalOf(c), { credential_type: b.credential_type, display_name: b.display_name, expires_in_days: b.expires_in_days ?? undefined });
       },
     },
-    { method: 'GET', path: '/credentials', auth: JWT_TEAM, handler: async (c) => svc.listCredentials(teamPrincipalOf(c), parsePage(c.query)) },
+    { method: 'GET', path: '/credentials', auth: JWT_TEAM, doc: { summary: 'List credentials (never the value)', tags: ['credentials'], paged: true, responses: { 200: D.pageOf('credential_list', D.Credential) } }, handler: async (c) => svc.listCredentials(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'DELETE',
-      path: '/credentials/{credentialId}',
+      path: '/credentials/{credentialId}', doc: { summary: 'Revoke a credential', tags: ['credentials'], responses: { 200: D.Success } },
       auth: JWT_TEAM,
       handler: async (c) => {
         await svc.revokeCredential(teamPrincipalOf(c), uuidParam(c, 'credentialId'));
         return { is_success: true };
       },
     },
-    { method: 'GET', path: '/users/me', auth: USER, handler: async (c) => svc.me(principalOf(c)) },
+    { method: 'GET', path: '/users/me', auth: USER, doc: { summary: 'The caller\'s profile, teams and feature flags', tags: ['auth'], responses: { 200: D.UserProfile } }, handler: async (c) => svc.me(principalOf(c)) },
   ];
 }
 
@@ -169,6 +170,7 @@ export function identityDebugRoutes(): RouteDef[] {
     {
       method: 'GET',
       path: '/_debug/r/whoami',
+      doc: { hidden: true, summary: 'debug', tags: ['debug'], responses: {} },
       auth: { kinds: ['user', 'integration', 'device'], team: true },
       tag: 'runtime',
       handler: async (c) => {

@@ -87,5 +87,5 @@ export function mcpRoutes(d: { endpoint: McpEndpoint; maxBodyBytes: number; publ
       await ex.close();
     }
   };
-  return (['POST', 'GET', 'DELETE'] as const).map((method) => ({ method, path: '/mcp', auth: MCP_AUTH, maxBodyBytes: d.maxBodyBytes, stream: serve, tag: 'mcp' }));
+  return (['POST', 'GET', 'DELETE'] as const).map((method) => ({ method, path: '/mcp', auth: MCP_AUTH, maxBodyBytes: d.maxBodyBytes, stream: serve, tag: 'mcp', doc: { summary: `MCP Streamable HTTP (${method})`, description: 'Model Context Protocol endpoint (sk- only): 15 tools wrapping the runtime operations.', tags: ['mcp'], rawBodyType: method === 'POST' ? 'application/json' : undefined, responses: { 200: { description: 'JSON-RPC response or an event stream', contentType: method === 'DELETE' ? undefined : 'text/event-stream' } } } }));
 }

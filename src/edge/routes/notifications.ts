@@ -13,6 +13,8 @@ import { parsePage, pageMeta } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { teamPrincipalOf, uuidParam } from '../params.js';
+import * as D from '../openapi/schemas.js';
+import { z } from 'zod';
 
 const AUTH: RouteAuth = { kinds: ['user', 'device'], team: true };
 
@@ -26,7 +28,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
   return [
     {
       method: 'GET',
-      path: '/notifications',
+      path: '/notifications', doc: { summary: 'List notifications', tags: ['notifications'], paged: true, query: z.object({ unread_only: z.enum(['true', 'false']).optional() }), responses: { 200: z.looseObject({ notification_list: z.array(D.Notification), page_meta: D.PageMeta, unread_count: z.int() }) } },
       auth: AUTH,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -39,7 +41,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
     },
     {
       method: 'PATCH',
-      path: '/notifications/{notificationId}/read',
+      path: '/notifications/{notificationId}/read', doc: { summary: 'Mark a notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);
@@ -49,7 +51,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
     },
     {
       method: 'POST',
-      path: '/notifications/read-all',
+      path: '/notifications/read-all', doc: { summary: 'Mark every notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);

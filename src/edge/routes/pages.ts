@@ -91,6 +91,7 @@ form.addEventListener("submit", function (ev) {
 const sha256 = (s: string): string => `'sha256-${createHash('sha256').update(s, 'utf8').digest('base64')}'`;
 
 interface Page {
+  title: string;
   html: string;
   csp: string;
 }
@@ -124,7 +125,7 @@ ${bodyHtml}
     "object-src 'none'",
     "frame-ancestors 'none'",
   ].join('; ');
-  return { html, csp };
+  return { title, html, csp };
 }
 
 function serve(path: string, p: Page): RouteDef {
@@ -134,6 +135,7 @@ function serve(path: string, p: Page): RouteDef {
     absolute: true,
     auth: { kinds: 'public' },
     tag: 'page',
+    doc: { summary: p.title, tags: ['pages'], responses: { 200: { contentType: 'text/html' } } },
     stream: async (_c, res) => {
       res.writeHead(200, {
         'Content-Type': 'text/html; charset=utf-8',

@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import type { LocalObjectStore } from '../../storage/local.js';
 import { LOCAL_STORAGE_PATH } from '../../storage/local.js';
 import { handleLocalStorageRequest } from '../../storage/local-http.js';
+import type { RouteDoc } from '../openapi/types.js';
 import type { RouteDef } from '../http.js';
 
 /**
@@ -10,6 +11,12 @@ import type { RouteDef } from '../http.js';
  */
 /** S3's single-PUT limit; the signed Content-Length is what bounds each request. */
 const MAX_SINGLE_PUT = 5 * 1024 * 1024 * 1024;
+
+const STORAGE_DOC: Record<'GET' | 'HEAD' | 'PUT', RouteDoc> = {
+  GET: { summary: 'Download an object (signed URL from a result or presign)', tags: ['storage'], responses: { 200: { contentType: 'application/octet-stream' }, 206: { contentType: 'application/octet-stream' } }, errors: [403, 404] },
+  HEAD: { summary: 'Object metadata (signed URL)', tags: ['storage'], responses: { 200: { description: 'Headers only' } }, errors: [403, 404] },
+  PUT: { summary: 'Upload to a presigned URL (send every upload_headers entry verbatim)', tags: ['storage'], rawBodyType: 'application/octet-stream', responses: { 200: { description: 'Stored' } }, errors: [403, 412, 413] },
+};
 
 export function storageRoutes(store: LocalObjectStore): RouteDef[] {
   const serve = async (c: Parameters<NonNullable<RouteDef['stream']>>[0], res: Parameters<NonNullable<RouteDef['stream']>>[1]): Promise<void> => {
@@ -40,5 +47,5 @@ export function storageRoutes(store: LocalObjectStore): RouteDef[] {
     else res.end(body);
   };
   const base = LOCAL_STORAGE_PATH.replace(/\/+$/, '');
-  return (['GET', 'HEAD', 'PUT'] as const).map((method) => ({ method, path: `${base}/*`, absolute: true, auth: { kinds: 'public' as const }, maxBodyBytes: MAX_SINGLE_PUT, stream: serve, tag: 'storage' }));
+  return (['GET', 'HEAD', 'PUT'] as const).map((method) => ({ method, path: `${base}/*`, absolute: true, auth: { kinds: 'public' as const }, maxBodyBytes: MAX_SINGLE_PUT, stream: serve, tag: 'storage', doc: STORAGE_DOC[method] }));
 }

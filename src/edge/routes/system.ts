@@ -1,5 +1,6 @@
 import type { Config } from '../../shared/config.js';
 import { Reply, type RouteDef } from '../http.js';
+import * as D from '../openapi/schemas.js';
 
 export interface SystemDeps {
   config: Config;
@@ -10,7 +11,7 @@ export function systemRoutes(d: SystemDeps): RouteDef[] {
   return [
     {
       method: 'GET',
-      path: '/server-info',
+      path: '/server-info', doc: { summary: 'Public server info', tags: ['system'], responses: { 200: D.ServerInfo } },
       auth: { kinds: 'public' },
       handler: async () => ({
         registration_enabled: d.config.GANTRY_REGISTRATION_ENABLED,
@@ -18,10 +19,10 @@ export function systemRoutes(d: SystemDeps): RouteDef[] {
         oauth_providers: d.config.oauthProviders,
       }),
     },
-    { method: 'GET', path: '/healthz', absolute: true, auth: { kinds: 'public' }, handler: async () => ({ status: 'ok' }) },
+    { method: 'GET', path: '/healthz', absolute: true, auth: { kinds: 'public' }, doc: { summary: 'Liveness', tags: ['system'], responses: { 200: D.Health } }, handler: async () => ({ status: 'ok' }) },
     {
       method: 'GET',
-      path: '/readyz',
+      path: '/readyz', doc: { summary: 'Readiness (database, cluster)', tags: ['system'], responses: { 200: D.Readiness, 503: { description: 'Not ready', schema: D.Readiness } } },
       absolute: true,
       auth: { kinds: 'public' },
       handler: async () => {

@@ -13,6 +13,8 @@ import { conflict, gone, invalidParameter, notFound, unavailable } from '../../s
 import { isUuid, uuidv7 } from '../../shared/ids.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import { Reply, type Ctx, type RouteDef } from '../http.js';
+import type { RouteDoc } from '../openapi/types.js';
+import * as D from '../openapi/schemas.js';
 import type { RouteAuth } from '../principal.js';
 
 export const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
@@ -53,6 +55,15 @@ const runBody = z
 import { TASK_STATUSES as TASK_STATUS } from '../../domain/tasks/record.js';
 
 
+
+const RUN_DOC: RouteDoc = {
+  summary: 'Run a workflow',
+  tags: ['runtime', 'tasks'],
+  body: runBody,
+  headers: { 'Idempotency-Key': 'a retry with the same key and request replays the first answer (no new task); the same key with another request is 409' },
+  responses: { 202: { description: 'Accepted: the task is committed', schema: D.RunAccepted } },
+  errors: [409],
+};
 
 export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
   /**
@@ -138,11 +149,11 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
   };
 
   return [
-    { method: 'POST', path: '/r/workflows/{workflowId}/run', auth: RUNTIME, handler: async (c) => run(c, { id: uuidParam(c, 'workflowId') }) },
-    { method: 'POST', path: '/r/workflows/slug/{workflowSlug}/run', auth: RUNTIME, handler: async (c) => run(c, parseSlugRef(c.params.workflowSlug ?? '')) },
+    { method: 'POST', path: '/r/workflows/{workflowId}/run', auth: RUNTIME, doc: RUN_DOC, handler: async (c) => run(c, { id: uuidParam(c, 'workflowId') }) },
+    { method: 'POST', path: '/r/workflows/slug/{workflowSlug}/run', auth: RUNTIME, doc: { ...RUN_DOC, summary: 'Run a workflow by slug (slug@version pins a snapshot)' }, handler: async (c) => run(c, parseSlugRef(c.params.workflowSlug ?? '')) },
     {
       method: 'GET',
-      path: '/r/tasks',
+      path: '/r/tasks', doc: { summary: 'List tasks', tags: ['runtime', 'tasks'], paged: true, query: z.object({ task_status: z.enum(TASK_STATUS).optional(), workflow_id: z.uuid().optional() }), responses: { 200: D.pageOf('task_list', D.Task) } },
       auth: RUNTIME,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -154,10 +165,10 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
         return paged('task_list', r.rows.map(taskView), pg, r.total);
       },
     },
-    { method: 'GET', path: '/r/tasks/{taskId}', auth: RUNTIME, handler: async (c) => taskView(await loadTask(c)) },
+    { method: 'GET', path: '/r/tasks/{taskId}', auth: RUNTIME, doc: { summary: 'Get a task', tags: ['runtime', 'tasks'], responses: { 200: D.Task } }, handler: async (c) => taskView(await loadTask(c)) },
     {
       method: 'GET',
-      path: '/r/tasks/{taskId}/result',
+      path: '/r/tasks/{taskId}/result', doc: { summary: 'Get a completed task\'s result (download links)', tags: ['runtime', 'tasks'], responses: { 200: D.TaskResult }, errors: [409, 410] },
       auth: RUNTIME,
       handler: async (c) => {
         const row = await loadTask(c);
@@ -172,7 +183,7 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/r/tasks/{taskId}/cancel',
+      path: '/r/tasks/{taskId}/cancel', doc: { summary: 'Cancel a task that is not terminal', tags: ['runtime', 'tasks'], responses: { 200: D.Success }, errors: [409] },
       auth: RUNTIME,
       handler: async (c) => {
         const row = await loadTask(c);

@@ -4,6 +4,7 @@ import type { RouteAuth } from '../principal.js';
 import { parsePage } from '../../shared/pagination.js';
 import type { IdentityService } from '../../identity/service.js';
 import { parseBody, principalOf, teamPrincipalOf, uuidParam } from '../params.js';
+import * as D from '../openapi/schemas.js';
 
 const S = {
   team: z.strictObject({ display_name: z.string().trim().min(1).max(255) }),
@@ -19,40 +20,40 @@ const team = (role: 'member' | 'admin' | 'owner'): RouteAuth => ({ kinds: ['user
 /** Teams, members, invitations and ownership transfer. Roles: owner > admin > member. */
 export function teamRoutes(svc: IdentityService): RouteDef[] {
   const routes: RouteDef[] = [
-    { method: 'POST', path: '/teams', auth: USER, handler: async (c) => svc.createTeam(principalOf(c), parseBody(S.team, c.body)) },
-    { method: 'GET', path: '/teams', auth: USER, handler: async (c) => svc.listTeams(principalOf(c), parsePage(c.query)) },
-    { method: 'GET', path: '/teams/current', auth: team('member'), handler: async (c) => svc.currentTeam(teamPrincipalOf(c)) },
-    { method: 'PUT', path: '/teams/current', auth: team('admin'), handler: async (c) => svc.updateTeam(teamPrincipalOf(c), parseBody(S.team, c.body)) },
+    { method: 'POST', path: '/teams', auth: USER, doc: { summary: 'Create a team', tags: ['teams'], body: S.team, responses: { 200: D.IdResult } }, handler: async (c) => svc.createTeam(principalOf(c), parseBody(S.team, c.body)) },
+    { method: 'GET', path: '/teams', auth: USER, doc: { summary: 'List the caller\'s teams', tags: ['teams'], paged: true, responses: { 200: D.pageOf('team_list', D.Team) } }, handler: async (c) => svc.listTeams(principalOf(c), parsePage(c.query)) },
+    { method: 'GET', path: '/teams/current', auth: team('member'), doc: { summary: 'The current team', tags: ['teams'], responses: { 200: D.Team } }, handler: async (c) => svc.currentTeam(teamPrincipalOf(c)) },
+    { method: 'PUT', path: '/teams/current', auth: team('admin'), doc: { summary: 'Rename the current team', tags: ['teams'], body: S.team, responses: { 200: D.IdResult } }, handler: async (c) => svc.updateTeam(teamPrincipalOf(c), parseBody(S.team, c.body)) },
     {
       method: 'DELETE',
-      path: '/teams/current',
+      path: '/teams/current', doc: { summary: 'Delete the current team (owner)', tags: ['teams'], responses: { 200: D.Success }, errors: [409] },
       auth: team('owner'),
       handler: async (c) => {
         await svc.deleteTeam(teamPrincipalOf(c));
         return { is_success: true };
       },
     },
-    { method: 'GET', path: '/teams/current/members', auth: team('member'), handler: async (c) => svc.members(teamPrincipalOf(c), parsePage(c.query)) },
+    { method: 'GET', path: '/teams/current/members', auth: team('member'), doc: { summary: 'List members', tags: ['teams'], paged: true, responses: { 200: D.pageOf('member_list', D.Member) } }, handler: async (c) => svc.members(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'PUT',
-      path: '/teams/current/members/{userId}',
+      path: '/teams/current/members/{userId}', doc: { summary: 'Change a member\'s role', tags: ['teams'], body: S.role, responses: { 200: D.AnyObject }, errors: [409] },
       auth: team('admin'),
       handler: async (c) => svc.setMemberRole(teamPrincipalOf(c), uuidParam(c, 'userId'), parseBody(S.role, c.body).member_role),
     },
     {
       method: 'DELETE',
-      path: '/teams/current/members/{userId}',
+      path: '/teams/current/members/{userId}', doc: { summary: 'Remove a member (or leave)', tags: ['teams'], responses: { 200: D.Success }, errors: [409] },
       auth: team('member'),
       handler: async (c) => {
         await svc.removeMember(teamPrincipalOf(c), uuidParam(c, 'userId'));
         return { is_success: true };
       },
     },
-    { method: 'POST', path: '/teams/current/invitations', auth: team('admin'), handler: async (c) => svc.invite(teamPrincipalOf(c), parseBody(S.invite, c.body)) },
-    { method: 'GET', path: '/teams/current/invitations', auth: team('admin'), handler: async (c) => svc.invitations(teamPrincipalOf(c), parsePage(c.query)) },
+    { method: 'POST', path: '/teams/current/invitations', auth: team('admin'), doc: { summary: 'Invite by email', tags: ['teams'], body: S.invite, responses: { 200: D.IdResult }, errors: [409] }, handler: async (c) => svc.invite(teamPrincipalOf(c), parseBody(S.invite, c.body)) },
+    { method: 'GET', path: '/teams/current/invitations', auth: team('admin'), doc: { summary: 'List pending invitations', tags: ['teams'], paged: true, responses: { 200: D.pageOf('invitation_list', D.Invitation) } }, handler: async (c) => svc.invitations(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'DELETE',
-      path: '/teams/current/invitations/{invitationId}',
+      path: '/teams/current/invitations/{invitationId}', doc: { summary: 'Revoke an invitation', tags: ['teams'], responses: { 200: D.Success } },
       auth: team('admin'),
       handler: async (c) => {
         await svc.revokeInvitation(teamPrincipalOf(c), uuidParam(c, 'invitationId'));
@@ -61,7 +62,7 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/invitations/accept',
+      path: '/invitations/accept', doc: { summary: 'Accept an invitation', tags: ['teams'], body: S.accept, responses: { 200: D.Success }, errors: [409, 410] },
       auth: USER,
       handler: async (c) => {
         await svc.acceptInvitation(principalOf(c), parseBody(S.accept, c.body));
@@ -70,7 +71,7 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/teams/current/transfer',
+      path: '/teams/current/transfer', doc: { summary: 'Transfer ownership to an existing member (owner)', tags: ['teams'], body: S.transfer, responses: { 200: D.Success }, errors: [409] },
       auth: team('owner'),
       handler: async (c) => {
         await svc.transfer(teamPrincipalOf(c), parseBody(S.transfer, c.body).new_owner_id.toLowerCase());

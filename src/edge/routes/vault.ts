@@ -18,6 +18,7 @@ import { vaultCredentialView, type VaultStore } from '../../vault/store.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
+import * as D from '../openapi/schemas.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -58,7 +59,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/vault/credentials',
+      path: '/vault/credentials', doc: { summary: 'Store an outbound credential (header name and value)', tags: ['vault'], body: createBody, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(createBody, c.body);
@@ -70,7 +71,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/vault/credentials',
+      path: '/vault/credentials', doc: { summary: 'List vault credentials (never the value)', tags: ['vault'], paged: true, responses: { 200: D.pageOf('credential_list', D.VaultCredential) } },
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -80,7 +81,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/vault/credentials/{vaultCredentialId}',
+      path: '/vault/credentials/{vaultCredentialId}', doc: { summary: 'Get a vault credential (never the value)', tags: ['vault'], responses: { 200: D.VaultCredential } },
       auth: READ,
       handler: async (c) => {
         const r = await vault.get(teamPrincipalOf(c).teamId, credentialId(c));
@@ -90,7 +91,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'PUT',
-      path: '/vault/credentials/{vaultCredentialId}',
+      path: '/vault/credentials/{vaultCredentialId}', doc: { summary: 'Update a vault credential', tags: ['vault'], body: updateBody, responses: { 200: D.IdResult } },
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);
@@ -103,7 +104,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/vault/credentials/{vaultCredentialId}',
+      path: '/vault/credentials/{vaultCredentialId}', doc: { summary: 'Delete a vault credential', tags: ['vault'], responses: { 200: D.Success }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);

@@ -20,6 +20,7 @@ import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parseBody, teamPrincipalOf, uuidParam } from '../params.js';
+import * as D from '../openapi/schemas.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -58,7 +59,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/webhooks',
+      path: '/webhooks', doc: { summary: 'Create a webhook (https only)', tags: ['webhooks'], body: createBody, responses: { 200: D.IdResult } },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(createBody, c.body);
@@ -70,7 +71,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/webhooks',
+      path: '/webhooks', doc: { summary: 'List webhooks', tags: ['webhooks'], paged: true, responses: { 200: D.pageOf('webhook_list', D.Webhook) } },
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -78,10 +79,10 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
         return paged('webhook_list', r.rows.map((w) => webhookView(w, false)), pg, r.total);
       },
     },
-    { method: 'GET', path: '/webhooks/{webhookId}', auth: MANAGE, handler: async (c) => webhookView(await load(c), true) },
+    { method: 'GET', path: '/webhooks/{webhookId}', auth: MANAGE, doc: { summary: 'Get a webhook (with signing_secret)', tags: ['webhooks'], responses: { 200: D.WebhookDetail } }, handler: async (c) => webhookView(await load(c), true) },
     {
       method: 'PUT',
-      path: '/webhooks/{webhookId}',
+      path: '/webhooks/{webhookId}', doc: { summary: 'Update a webhook (webhook_status disables deliveries)', tags: ['webhooks'], body: updateBody, responses: { 200: D.IdResult } },
       auth: MANAGE,
       handler: async (c) => {
         const id = uuidParam(c, 'webhookId');
@@ -99,7 +100,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/webhooks/{webhookId}',
+      path: '/webhooks/{webhookId}', doc: { summary: 'Delete a webhook', tags: ['webhooks'], responses: { 200: D.Success } },
       auth: MANAGE,
       handler: async (c) => {
         if (!(await live.store.deleteWebhook(teamPrincipalOf(c).teamId, uuidParam(c, 'webhookId')))) throw notFound('webhook', 'webhook_not_found');
@@ -108,7 +109,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/webhooks/{webhookId}/deliveries',
+      path: '/webhooks/{webhookId}/deliveries', doc: { summary: 'List a webhook\'s deliveries', tags: ['webhooks'], paged: true, query: z.object({ delivery_status: z.enum(['pending', 'delivering', 'succeeded', 'failed']).optional() }), responses: { 200: D.pageOf('delivery_list', D.WebhookDelivery) } },
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -121,7 +122,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver',
+      path: '/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver', doc: { summary: 'Redeliver a delivery', tags: ['webhooks'], responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const w = await load(c);

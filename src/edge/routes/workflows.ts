@@ -11,8 +11,10 @@ import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { invalidParameter, notFound, type AppError } from '../../shared/errors.js';
 import { paged, parsePage } from '../../shared/pagination.js';
-import { parseWorkflowCreate, parseWorkflowUpdate, TOOL_TYPES, WORKFLOW_STATUSES, type ToolType, type WorkflowStatus } from '../../domain/workflows/schema.js';
+import { parseWorkflowCreate, parseWorkflowUpdate, workflowCreateSchema, workflowUpdateSchema, TOOL_TYPES, WORKFLOW_STATUSES, type ToolType, type WorkflowStatus } from '../../domain/workflows/schema.js';
 import { parseSlugRef, WORKFLOW_NOT_FOUND, type WorkflowListFilter, type WorkflowRecord, type WorkflowStore } from '../../persistence/workflow-store.js';
+import * as D from '../openapi/schemas.js';
+import { z } from 'zod';
 
 export interface WorkflowRouteDeps {
   workflows: WorkflowStore;
@@ -21,6 +23,9 @@ export interface WorkflowRouteDeps {
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
 const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: true };
+
+const LIST_QUERY = z.object({ workflow_status: z.enum(WORKFLOW_STATUSES).optional(), tool_type: z.enum(TOOL_TYPES).optional() });
+const WORKFLOW_PAGE = D.pageOf('workflow_list', D.Workflow);
 
 const workflowNotFound = (): AppError => notFound('workflow', WORKFLOW_NOT_FOUND);
 
@@ -105,11 +110,11 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
 
   return [
     // ---- management ----
-    { method: 'GET', path: '/workflows', auth: READ, handler: list },
-    { method: 'POST', path: '/workflows', auth: MANAGE, handler: create('created') },
+    { method: 'GET', path: '/workflows', auth: READ, handler: list, doc: { summary: 'List workflows', tags: ['workflows'], paged: true, query: LIST_QUERY, responses: { 200: WORKFLOW_PAGE } } },
+    { method: 'POST', path: '/workflows', auth: MANAGE, handler: create('created'), doc: { summary: 'Create a workflow', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] } },
     {
       method: 'POST',
-      path: '/workflows/import',
+      path: '/workflows/import', doc: { summary: 'Import a workflow (the export shape)', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       // The export shape is the create shape: same validation, new id, version 1.
       handler: async (ctx) => {
@@ -118,10 +123,10 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
         return { id: r.id };
       },
     },
-    { method: 'GET', path: '/workflows/{workflowId}', auth: READ, handler: getById },
+    { method: 'GET', path: '/workflows/{workflowId}', auth: READ, handler: getById, doc: { summary: 'Get a workflow', tags: ['workflows'], responses: { 200: D.Workflow } } },
     {
       method: 'PUT',
-      path: '/workflows/{workflowId}',
+      path: '/workflows/{workflowId}', doc: { summary: 'Update a workflow (bumps version, writes a snapshot)', tags: ['workflows'], body: workflowUpdateSchema, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
@@ -133,7 +138,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/workflows/{workflowId}',
+      path: '/workflows/{workflowId}', doc: { summary: 'Delete a workflow', tags: ['workflows'], responses: { 200: D.Success } },
       auth: MANAGE,
       handler: async (ctx) => {
         if (!(await store.delete(teamOf(ctx), uuidParam(ctx, 'workflowId')))) throw workflowNotFound();
@@ -142,7 +147,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/workflows/{workflowId}/snapshots',
+      path: '/workflows/{workflowId}/snapshots', doc: { summary: 'List a workflow\'s snapshots', tags: ['workflows'], paged: true, responses: { 200: D.pageOf('snapshot_list', D.Snapshot) } },
       auth: READ,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
@@ -155,7 +160,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/workflows/{workflowId}/export',
+      path: '/workflows/{workflowId}/export', doc: { summary: 'Export a workflow (the create shape)', tags: ['workflows'], query: z.object({ version: z.int().min(1).optional() }), responses: { 200: D.WorkflowExport } },
       auth: READ,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
@@ -166,11 +171,11 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     },
 
     // ---- runtime discovery ----
-    { method: 'GET', path: '/r/workflows', auth: RUNTIME, handler: list },
-    { method: 'GET', path: '/r/workflows/{workflowId}', auth: RUNTIME, handler: getById },
+    { method: 'GET', path: '/r/workflows', auth: RUNTIME, handler: list, doc: { summary: 'List workflows (runtime)', tags: ['runtime', 'workflows'], paged: true, query: LIST_QUERY, responses: { 200: WORKFLOW_PAGE } } },
+    { method: 'GET', path: '/r/workflows/{workflowId}', auth: RUNTIME, handler: getById, doc: { summary: 'Get a workflow (runtime)', tags: ['runtime', 'workflows'], responses: { 200: D.Workflow } } },
     {
       method: 'GET',
-      path: '/r/workflows/slug/{workflowSlug}',
+      path: '/r/workflows/slug/{workflowSlug}', doc: { summary: 'Get a workflow by slug (slug or slug@version)', tags: ['runtime', 'workflows'], responses: { 200: D.Workflow } },
       auth: RUNTIME,
       handler: async (ctx) => {
         const ref = parseSlugRef(ctx.params.workflowSlug ?? '');
