@@ -1,9 +1,9 @@
 /** The console shell: routes, the signed-in layout (navigation, team switcher) and the session guard. */
 import { useEffect, useState } from 'preact/hooks';
-import { api, Ctx, session, type AppCtx, type Me } from './session.ts';
+import { api, Ctx, data, session, type AppCtx, type Me } from './session.ts';
 import { match, navigate, Redirect, useLocation } from './router.ts';
 import { ErrorBox, errorText } from './ui.tsx';
-import { GantryError } from './api.ts';
+import { GantryError } from '@gantry/sdk';
 import { LoginPage, RegisterPage } from './pages/auth.tsx';
 import { WorkflowsPage, WorkflowPage } from './pages/workflows.tsx';
 import { TasksPage, TaskPage } from './pages/tasks.tsx';
@@ -74,11 +74,11 @@ function SignedIn({ path }: { path: string }) {
   const [menuOpen, setMenuOpen] = useState(false);
   useEffect(() => {
     let stop = false;
-    Promise.all([api.get<Me>('/users/me'), api.list<{ id: string; member_role: string }>('/teams', 'team', { per_page: 100 })])
+    Promise.all([data(api.GET('/users/me')), data(api.GET('/teams', { params: { query: { per_page: 100 } } }))])
       .then(([m, teams]) => {
         if (stop) return;
         setMe(m);
-        setRoles(Object.fromEntries(teams.items.map((t) => [t.id, t.member_role])));
+        setRoles(Object.fromEntries(teams.team_list.map((t) => [t.id, String(t.member_role)])));
         const cur = session.get().teamId;
         if (!cur || !m.team_list.some((t) => t.id === cur)) session.setTeam(m.team_list[0]?.id ?? null);
       })
@@ -111,7 +111,7 @@ function SignedIn({ path }: { path: string }) {
   const ctx: AppCtx = { me, teamId: s.teamId, role: roles[s.teamId] ?? 'member', reloadMe: () => setTick((n) => n + 1) };
   const signOut = (): void => {
     const t = session.get().tokens;
-    if (t) void api.post('/auth/logout', { refresh_token: t.refresh_token }).catch(() => undefined);
+    if (t) void api.POST('/auth/logout', { body: { refresh_token: t.refresh_token } }).catch(() => undefined);
     session.setTokens(null);
   };
   return (

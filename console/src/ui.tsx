@@ -1,7 +1,7 @@
 /** Shared pieces: data loading hooks, error and status display, time formatting, pagination. */
 import type { ComponentChildren } from 'preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { GantryError } from './api.ts';
+import { GantryError } from '@gantry/sdk';
 
 export interface Async<T> {
   data: T | undefined;

@@ -1,6 +1,6 @@
 /** The agent fleet: status, GPU, VRAM, labels, current task, last seen; refreshed every 3 seconds. */
 import { useState } from 'preact/hooks';
-import { api } from '../session.ts';
+import { api, data } from '../session.ts';
 import { ErrorBox, fmtTime, Notice, Pager, short, Status, useAsync } from '../ui.tsx';
 
 interface Agent {
@@ -19,7 +19,7 @@ interface Agent {
 
 export function AgentsPage() {
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => api.list<Agent>('/agents', 'agent', { current_page: page, per_page: 50 }, signal), [page], 3000);
+  const list = useAsync((signal) => data(api.GET('/agents', { params: { query: { current_page: page, per_page: 50 } }, signal })).then((b) => ({ items: b.agent_list as unknown as Agent[], page_meta: b.page_meta })), [page], 3000);
   return (
     <>
       <h1>Agents</h1>

@@ -1,11 +1,11 @@
 /** Sign in and register (public pages). */
 import { useState } from 'preact/hooks';
-import { api, session } from '../session.ts';
+import { api, data, session } from '../session.ts';
 import { navigate } from '../router.ts';
 import { ErrorBox, useAction } from '../ui.tsx';
 
 async function signIn(email: string, password: string): Promise<void> {
-  const t = await api.post<{ access_token: string; refresh_token: string }>('/auth/login', { email_address: email, password });
+  const t = await data(api.POST('/auth/login', { body: { email_address: email, password } }));
   session.setTokens({ access_token: t.access_token, refresh_token: t.refresh_token });
 }
 
@@ -50,7 +50,7 @@ export function RegisterPage() {
     ev.preventDefault();
     void a
       .run(async () => {
-        await api.post('/auth/register', f);
+        await api.POST('/auth/register', { body: f });
         await signIn(f.email_address, f.password);
       })
       .then((ok) => ok && afterSignIn());

@@ -1,6 +1,6 @@
 /** Credentials: create an sk- (integration) or ak- (agent) with its value shown once, list, revoke. */
 import { useState } from 'preact/hooks';
-import { api, useApp } from '../session.ts';
+import { api, data, useApp } from '../session.ts';
 import { ErrorBox, fmtTime, Notice, Pager, useAction, useAsync } from '../ui.tsx';
 
 interface Credential {
@@ -17,7 +17,7 @@ interface Credential {
 export function CredentialsPage() {
   const { role } = useApp();
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => api.list<Credential>('/credentials', 'credential', { current_page: page, per_page: 50 }, signal), [page]);
+  const list = useAsync((signal) => data(api.GET('/credentials', { params: { query: { current_page: page, per_page: 50 } }, signal })).then((b) => ({ items: b.credential_list as unknown as Credential[], page_meta: b.page_meta })), [page]);
   const [f, setF] = useState({ credential_type: 'integration', display_name: '', expires_in_days: '' });
   const [created, setCreated] = useState<{ value: string; name: string } | null>(null);
   const create = useAction();
@@ -25,9 +25,9 @@ export function CredentialsPage() {
   const submit = (ev: Event): void => {
     ev.preventDefault();
     void create.run(async () => {
-      const body: Record<string, unknown> = { credential_type: f.credential_type, display_name: f.display_name };
-      if (f.expires_in_days) body.expires_in_days = Number(f.expires_in_days);
-      const r = await api.post<{ credential_value: string }>('/credentials', body);
+      const r = await data(
+        api.POST('/credentials', { body: { credential_type: f.credential_type as 'integration' | 'agent', display_name: f.display_name, ...(f.expires_in_days ? { expires_in_days: Number(f.expires_in_days) } : {}) } }),
+      );
       setCreated({ value: r.credential_value, name: f.display_name });
       setF({ ...f, display_name: '' });
       list.reload();
@@ -114,7 +114,7 @@ export function CredentialsPage() {
                       aria-label={`Revoke ${c.display_name}`}
                       onClick={() => {
                         if (!confirm(`Revoke ${c.display_name}? Requests with it fail from now on.`)) return;
-                        void revoke.run(() => api.del(`/credentials/${c.id}`)).then(() => list.reload());
+                        void revoke.run(() => api.DELETE('/credentials/{credentialId}', { params: { path: { credentialId: c.id } } })).then(() => list.reload());
                       }}
                     >
                       Revoke

@@ -1,6 +1,6 @@
 /** Members of the current team and its invitations. */
 import { useState } from 'preact/hooks';
-import { api, useApp } from '../session.ts';
+import { api, data, useApp } from '../session.ts';
 import { ErrorBox, fmtTime, Status, useAction, useAsync } from '../ui.tsx';
 
 interface Member {
@@ -23,13 +23,13 @@ interface Invitation {
 export function MembersPage() {
   const { role, me } = useApp();
   const admin = role === 'admin' || role === 'owner';
-  const members = useAsync((signal) => api.list<Member>('/teams/current/members', 'member', { per_page: 100 }, signal), []);
-  const invitations = useAsync((signal) => (admin ? api.list<Invitation>('/teams/current/invitations', 'invitation', { per_page: 100 }, signal) : Promise.resolve(null)), [admin]);
+  const members = useAsync((signal) => data(api.GET('/teams/current/members', { params: { query: { per_page: 100 } }, signal })).then((b) => ({ items: b.member_list as unknown as Member[] })), []);
+  const invitations = useAsync((signal) => (admin ? data(api.GET('/teams/current/invitations', { params: { query: { per_page: 100 } }, signal })).then((b) => ({ items: b.invitation_list as unknown as Invitation[] })) : Promise.resolve(null)), [admin]);
   const [f, setF] = useState({ email_address: '', member_role: 'member' });
   const act = useAction();
   const invite = (ev: Event): void => {
     ev.preventDefault();
-    void act.run(() => api.post('/teams/current/invitations', f)).then((ok) => {
+    void act.run(() => api.POST('/teams/current/invitations', { body: { email_address: f.email_address, member_role: f.member_role as 'admin' | 'member' } })).then((ok) => {
       if (!ok) return;
       setF({ ...f, email_address: '' });
       invitations.reload();
@@ -60,7 +60,7 @@ export function MembersPage() {
                   <td>{m.email_address}</td>
                   <td>
                     {admin && m.member_role !== 'owner' && m.user_id !== me.id ? (
-                      <select aria-label={`Role of ${m.display_name}`} value={m.member_role} onChange={(e) => void act.run(() => api.put(`/teams/current/members/${m.user_id}`, { member_role: e.currentTarget.value })).then(() => members.reload())}>
+                      <select aria-label={`Role of ${m.display_name}`} value={m.member_role} onChange={(e) => void act.run(() => api.PUT('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } }, body: { member_role: e.currentTarget.value as 'admin' | 'member' } })).then(() => members.reload())}>
                         <option value="admin">admin</option>
                         <option value="member">member</option>
                       </select>
@@ -76,7 +76,7 @@ export function MembersPage() {
                         class="danger"
                         onClick={() => {
                           if (!confirm(m.user_id === me.id ? 'Leave this team?' : `Remove ${m.display_name} from the team?`)) return;
-                          void act.run(() => api.del(`/teams/current/members/${m.user_id}`)).then(() => members.reload());
+                          void act.run(() => api.DELETE('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } } })).then(() => members.reload());
                         }}
                       >
                         {m.user_id === me.id ? 'Leave' : 'Remove'}
@@ -134,7 +134,7 @@ export function MembersPage() {
                       <td>{fmtTime(i.expires_at)}</td>
                       <td>
                         {i.invitation_status === 'pending' ? (
-                          <button type="button" class="danger" aria-label={`Revoke the invitation of ${i.email_address}`} onClick={() => void act.run(() => api.del(`/teams/current/invitations/${i.id}`)).then(() => invitations.reload())}>
+                          <button type="button" class="danger" aria-label={`Revoke the invitation of ${i.email_address}`} onClick={() => void act.run(() => api.DELETE('/teams/current/invitations/{invitationId}', { params: { path: { invitationId: i.id } } })).then(() => invitations.reload())}>
                             Revoke
                           </button>
                         ) : null}

@@ -1,6 +1,6 @@
 /** The user's notifications in the current team: list (refreshed), mark read, mark all read. */
 import { useState } from 'preact/hooks';
-import { api } from '../session.ts';
+import { api, data } from '../session.ts';
 import { ErrorBox, fmtTime, Notice, Pager, useAction, useAsync } from '../ui.tsx';
 
 interface Notification {
@@ -20,8 +20,8 @@ export function NotificationsPage() {
   const [unreadOnly, setUnreadOnly] = useState(false);
   const list = useAsync(
     async (signal) => {
-      const b = await api.get<{ notification_list: Notification[]; page_meta: { current_page: number; per_page: number; total_count: number }; unread_count: number }>('/notifications', { current_page: page, per_page: 20, unread_only: unreadOnly ? 'true' : undefined }, signal);
-      return b;
+      const b = await data(api.GET('/notifications', { params: { query: { current_page: page, per_page: 20, ...(unreadOnly ? { unread_only: 'true' as const } : {}) } }, signal }));
+      return { ...b, notification_list: b.notification_list as unknown as Notification[] };
     },
     [page, unreadOnly],
     5000,
@@ -36,7 +36,7 @@ export function NotificationsPage() {
           <input type="checkbox" checked={unreadOnly} onChange={(e) => (setUnreadOnly(e.currentTarget.checked), setPage(1))} /> Unread only
         </label>{' '}
         <span role="status">{list.data ? `${list.data.unread_count} unread` : ''}</span>{' '}
-        <button type="button" disabled={act.busy || !list.data?.unread_count} onClick={() => void act.run(() => api.post('/notifications/read-all')).then(() => list.reload())}>
+        <button type="button" disabled={act.busy || !list.data?.unread_count} onClick={() => void act.run(() => api.POST('/notifications/read-all')).then(() => list.reload())}>
           Mark all read
         </button>
       </p>
@@ -52,7 +52,7 @@ export function NotificationsPage() {
             <p class="actions">
               {n.task_id ? <a href={`/tasks/${n.task_id}`}>Open task</a> : null} {n.webhook_id ? <a href={`/webhooks/${n.webhook_id}`}>Open webhook</a> : null}{' '}
               {!n.is_read ? (
-                <button type="button" disabled={act.busy} aria-label={`Mark "${n.title}" read`} onClick={() => void act.run(() => api.patch(`/notifications/${n.id}/read`)).then(() => list.reload())}>
+                <button type="button" disabled={act.busy} aria-label={`Mark "${n.title}" read`} onClick={() => void act.run(() => api.PATCH('/notifications/{notificationId}/read', { params: { path: { notificationId: n.id } } })).then(() => list.reload())}>
                   Mark read
                 </button>
               ) : null}

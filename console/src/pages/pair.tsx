@@ -12,7 +12,7 @@ export function PairPage() {
   const submit = (ev: Event): void => {
     ev.preventDefault();
     const c = code.trim();
-    void a.run(() => api.post('/desktop/pair/confirm', { user_code: c })).then((ok) => {
+    void a.run(() => api.POST('/desktop/pair/confirm', { body: { user_code: c } })).then((ok) => {
       if (!ok) return;
       setDone(c.toUpperCase());
       setCode('');

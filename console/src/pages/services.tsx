@@ -1,6 +1,6 @@
 /** Container services: the team's services and a service's page (instances, deploy/start/stop/undeploy). */
 import { useState } from 'preact/hooks';
-import { api, useApp } from '../session.ts';
+import { api, data, useApp } from '../session.ts';
 import { ErrorBox, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
 
 interface Service {
@@ -24,7 +24,7 @@ interface Service {
 
 export function ServicesPage() {
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => api.list<Service>('/containers', 'container', { current_page: page, per_page: 50 }, signal), [page], 5000);
+  const list = useAsync((signal) => data(api.GET('/containers', { params: { query: { current_page: page, per_page: 50 } }, signal })).then((b) => ({ items: b.container_list as unknown as Service[], page_meta: b.page_meta })), [page], 5000);
   return (
     <>
       <h1>Container services</h1>
@@ -75,12 +75,12 @@ export function ServicesPage() {
 export function ServicePage({ id }: { id: string }) {
   const { role } = useApp();
   const admin = role === 'admin' || role === 'owner';
-  const svc = useAsync((signal) => api.get<Service>(`/containers/${encodeURIComponent(id)}`, undefined, signal), [id], 3000);
+  const svc = useAsync((signal) => data(api.GET('/containers/{serviceId}', { params: { path: { serviceId: id } }, signal })).then((x) => x as unknown as Service), [id], 3000);
   const act = useAction();
   const s = svc.data;
   if (svc.error && !s) return <ErrorBox error={svc.error} />;
   if (!s) return <p aria-busy="true">Loading…</p>;
-  const op = (name: string) => () => void act.run(() => api.post(`/containers/${s.id}/${name}`)).then(() => svc.reload());
+  const op = (name: 'deploy' | 'start' | 'stop' | 'undeploy') => () => void act.run(() => api.POST(`/containers/{serviceId}/${name}`, { params: { path: { serviceId: s.id } } })).then(() => svc.reload());
   return (
     <>
       <p class="crumbs">

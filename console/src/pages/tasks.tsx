@@ -1,6 +1,7 @@
 /** Tasks: a live list with filters, and a task's page (SSE progress, events, result preview, cancel, retry chain). */
 import { useEffect, useState } from 'preact/hooks';
-import { api } from '../session.ts';
+import type { Schemas } from '@gantry/sdk';
+import { api, data, sdk } from '../session.ts';
 import { navigate, useLocation } from '../router.ts';
 import { ErrorBox, errorText, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
 
@@ -40,7 +41,7 @@ export function TasksPage() {
   const status = query.get('task_status') ?? '';
   const workflowId = query.get('workflow_id') ?? '';
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => api.list<Task>('/r/tasks', 'task', { task_status: status, workflow_id: workflowId, current_page: page, per_page: 20 }, signal), [status, workflowId, page], 3000);
+  const list = useAsync((signal) => data(api.GET('/r/tasks', { params: { query: { ...(status ? { task_status: status as Schemas['TaskStatus'] } : {}), ...(workflowId ? { workflow_id: workflowId } : {}), current_page: page, per_page: 20 } }, signal })).then((b) => ({ items: b.task_list as unknown as Task[], page_meta: b.page_meta })), [status, workflowId, page], 3000);
   const setFilter = (k: string, v: string): void => {
     const q = new URLSearchParams(location.search);
     if (v) q.set(k, v);
@@ -161,22 +162,23 @@ export function TaskPage({ id }: { id: string }) {
     setResultError(null);
     setError(null);
     const refresh = (): Promise<void> =>
-      api.get<Task>(`/r/tasks/${encodeURIComponent(id)}`, undefined, ac.signal).then((t) => {
-        if (!ac.signal.aborted) setTask(t);
+      data(api.GET('/r/tasks/{taskId}', { params: { path: { taskId: id } }, signal: ac.signal })).then((t) => {
+        if (!ac.signal.aborted) setTask(t as unknown as Task);
       });
     const run = async (): Promise<void> => {
       await refresh();
       setStreamState('live');
-      for await (const ev of api.taskEvents(id, { signal: ac.signal, lastEventId: '0' })) {
-        const d = ev.data;
-        setLog((l) => [...l.slice(-199), { id: ev.id, event: ev.event, text: describe(ev.event, d), at: String(d.timestamp ?? d.completed_at ?? new Date().toISOString()) }]);
+      for await (const ev of sdk.events(id, { signal: ac.signal, lastEventId: '0' })) {
+        const d = ev.data as Record<string, any>;
+        const event: string = ev.type;
+        setLog((l) => [...l.slice(-199), { id: ev.id ?? null, event, text: describe(event, d), at: String(d.timestamp ?? d.completed_at ?? new Date().toISOString()) }]);
         setTask((t) => {
           if (!t) return t;
-          if (ev.event === 'progress') return { ...t, task_status: 'running', progress: { progress: Number(d.progress), step_current: d.step_current, step_total: d.step_total, current_node: d.current_node ?? '', stage: d.stage, message: d.message } };
-          if (ev.event === 'status' || TERMINAL.has(ev.event)) return { ...t, task_status: String(d.status ?? ev.event), ...(d.retry_task_id ? { retry_task_id: String(d.retry_task_id) } : {}), ...(ev.event === 'failed' ? { task_error: String(d.error ?? '') } : {}) };
+          if (event === 'progress') return { ...t, task_status: 'running', progress: { progress: Number(d.progress), step_current: d.step_current, step_total: d.step_total, current_node: d.current_node ?? '', stage: d.stage, message: d.message } };
+          if (event === 'status' || TERMINAL.has(event)) return { ...t, task_status: String(d.status ?? event), ...(d.retry_task_id ? { retry_task_id: String(d.retry_task_id) } : {}), ...(event === 'failed' ? { task_error: String(d.error ?? '') } : {}) };
           return t;
         });
-        if (TERMINAL.has(ev.event)) await refresh();
+        if (TERMINAL.has(event)) await refresh();
       }
       if (!ac.signal.aborted) setStreamState('ended');
     };
@@ -191,7 +193,7 @@ export function TaskPage({ id }: { id: string }) {
   const status = task?.task_status;
   useEffect(() => {
     if (status !== 'completed') return;
-    api.get<Result>(`/r/tasks/${encodeURIComponent(id)}/result`).then(setResult, setResultError);
+    data(api.GET('/r/tasks/{taskId}/result', { params: { path: { taskId: id } } })).then((r) => setResult(r as unknown as Result), setResultError);
   }, [id, status]);
 
   if (!task) return error ? <ErrorBox error={error} /> : <p aria-busy="true">Loading…</p>;
@@ -223,7 +225,7 @@ export function TaskPage({ id }: { id: string }) {
           {` · stream ${streamState}`}
         </p>
         {!TERMINAL.has(task.task_status) ? (
-          <button type="button" class="danger" disabled={cancel.busy} onClick={() => void cancel.run(() => api.post(`/r/tasks/${encodeURIComponent(id)}/cancel`))}>
+          <button type="button" class="danger" disabled={cancel.busy} onClick={() => void cancel.run(() => sdk.cancel(id))}>
             Cancel task
           </button>
         ) : null}

@@ -1,6 +1,6 @@
 /** Webhooks: create, enable/disable, delete; a webhook's page with its signing secret, delivery log and redeliver. */
 import { useState } from 'preact/hooks';
-import { api } from '../session.ts';
+import { api, data } from '../session.ts';
 import { navigate } from '../router.ts';
 import { ErrorBox, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
 
@@ -31,14 +31,14 @@ const EVENTS = ['task.completed', 'task.failed'];
 
 export function WebhooksPage() {
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => api.list<Webhook>('/webhooks', 'webhook', { current_page: page, per_page: 50 }, signal), [page]);
+  const list = useAsync((signal) => data(api.GET('/webhooks', { params: { query: { current_page: page, per_page: 50 } }, signal })).then((b) => ({ items: b.webhook_list as unknown as Webhook[], page_meta: b.page_meta })), [page]);
   const [f, setF] = useState({ display_name: '', webhook_url: 'https://', events: new Set(EVENTS) });
   const create = useAction();
   const toggle = useAction();
   const submit = (ev: Event): void => {
     ev.preventDefault();
     void create.run(async () => {
-      const r = await api.post<{ id: string }>('/webhooks', { display_name: f.display_name, webhook_url: f.webhook_url, webhook_events: [...f.events] });
+      const r = await data(api.POST('/webhooks', { body: { display_name: f.display_name, webhook_url: f.webhook_url, webhook_events: [...f.events] as Array<'task.completed' | 'task.failed'> } }));
       navigate(`/webhooks/${r.id}`);
     });
   };
@@ -112,7 +112,7 @@ export function WebhooksPage() {
                       type="button"
                       disabled={toggle.busy}
                       aria-label={`${w.webhook_status === 'active' ? 'Disable' : 'Enable'} ${w.display_name}`}
-                      onClick={() => void toggle.run(() => api.put(`/webhooks/${w.id}`, { webhook_status: w.webhook_status === 'active' ? 'disabled' : 'active' })).then(() => list.reload())}
+                      onClick={() => void toggle.run(() => api.PUT('/webhooks/{webhookId}', { params: { path: { webhookId: w.id } }, body: { webhook_status: w.webhook_status === 'active' ? 'disabled' : 'active' } })).then(() => list.reload())}
                     >
                       {w.webhook_status === 'active' ? 'Disable' : 'Enable'}
                     </button>
@@ -129,9 +129,9 @@ export function WebhooksPage() {
 }
 
 export function WebhookPage({ id }: { id: string }) {
-  const hook = useAsync((signal) => api.get<Webhook>(`/webhooks/${encodeURIComponent(id)}`, undefined, signal), [id]);
+  const hook = useAsync((signal) => data(api.GET('/webhooks/{webhookId}', { params: { path: { webhookId: id } }, signal })).then((x) => x as unknown as Webhook), [id]);
   const [page, setPage] = useState(1);
-  const deliveries = useAsync((signal) => api.list<Delivery>(`/webhooks/${encodeURIComponent(id)}/deliveries`, 'delivery', { current_page: page, per_page: 20 }, signal), [id, page], 5000);
+  const deliveries = useAsync((signal) => data(api.GET('/webhooks/{webhookId}/deliveries', { params: { path: { webhookId: id }, query: { current_page: page, per_page: 20 } }, signal })).then((b) => ({ items: b.delivery_list as unknown as Delivery[], page_meta: b.page_meta })), [id, page], 5000);
   const act = useAction();
   const [showSecret, setShowSecret] = useState(false);
   const w = hook.data;
@@ -165,7 +165,7 @@ export function WebhookPage({ id }: { id: string }) {
         </dd>
       </dl>
       <p class="actions">
-        <button type="button" disabled={act.busy} onClick={() => void act.run(() => api.put(`/webhooks/${w.id}`, { webhook_status: w.webhook_status === 'active' ? 'disabled' : 'active' })).then(() => hook.reload())}>
+        <button type="button" disabled={act.busy} onClick={() => void act.run(() => api.PUT('/webhooks/{webhookId}', { params: { path: { webhookId: w.id } }, body: { webhook_status: w.webhook_status === 'active' ? 'disabled' : 'active' } })).then(() => hook.reload())}>
           {w.webhook_status === 'active' ? 'Disable' : 'Enable'}
         </button>{' '}
         <button
@@ -174,7 +174,7 @@ export function WebhookPage({ id }: { id: string }) {
           disabled={act.busy}
           onClick={() => {
             if (!confirm(`Delete ${w.display_name} and its delivery log?`)) return;
-            void act.run(() => api.del(`/webhooks/${w.id}`)).then((ok) => ok && navigate('/webhooks'));
+            void act.run(() => api.DELETE('/webhooks/{webhookId}', { params: { path: { webhookId: w.id } } })).then((ok) => ok && navigate('/webhooks'));
           }}
         >
           Delete
@@ -221,7 +221,7 @@ export function WebhookPage({ id }: { id: string }) {
                       {d.error ? <small class="problem"> {d.error}</small> : null}
                     </td>
                     <td>
-                      <button type="button" disabled={act.busy || w.webhook_status !== 'active'} onClick={() => void act.run(() => api.post(`/webhooks/${w.id}/deliveries/${d.id}/redeliver`)).then(() => deliveries.reload())}>
+                      <button type="button" disabled={act.busy || w.webhook_status !== 'active'} onClick={() => void act.run(() => api.POST('/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver', { params: { path: { webhookId: w.id, deliveryId: d.id } } })).then(() => deliveries.reload())}>
                         Redeliver
                       </button>
                     </td>

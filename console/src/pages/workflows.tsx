@@ -1,9 +1,12 @@
 /** Workflows: the list (create from a JSON file), and a workflow's detail with versions, snapshots and the run form. */
 import { useState } from 'preact/hooks';
-import { api } from '../session.ts';
+import type { paths } from '@gantry/sdk';
+
+type WorkflowCreate = NonNullable<paths['/workflows']['post']['requestBody']>['content']['application/json'];
+import { api, data, sdk } from '../session.ts';
 import { navigate } from '../router.ts';
 import { ErrorBox, fmtTime, Notice, Pager, Status, useAction, useAsync } from '../ui.tsx';
-import { GantryError } from '../api.ts';
+import { GantryError } from '@gantry/sdk';
 
 export interface ParameterDef {
   key: string;
@@ -41,7 +44,7 @@ interface Workflow {
 
 export function WorkflowsPage() {
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => api.list<Workflow>('/workflows', 'workflow', { current_page: page, per_page: 20 }, signal), [page]);
+  const list = useAsync((signal) => data(api.GET('/workflows', { params: { query: { current_page: page, per_page: 20 } }, signal })).then((b) => ({ items: b.workflow_list as unknown as Workflow[], page_meta: b.page_meta })), [page]);
   const create = useAction();
   const onFile = (ev: Event): void => {
     const input = ev.currentTarget as HTMLInputElement;
@@ -55,7 +58,8 @@ export function WorkflowsPage() {
         } catch {
           throw new Error(`${file.name} is not valid JSON`);
         }
-        const r = await api.post<{ id: string }>('/workflows', doc);
+        // the document is checked by the server (400 naming the field); the SDK types the call
+        const r = await data(api.POST('/workflows', { body: doc as WorkflowCreate }));
         navigate(`/workflows/${r.id}`);
       })
       .finally(() => (input.value = ''));
@@ -114,16 +118,9 @@ export function WorkflowsPage() {
   );
 }
 
-interface Snapshot {
-  id: string;
-  workflow_version: number;
-  snapshot_note: string;
-  created_at: string;
-}
-
 export function WorkflowPage({ id }: { id: string }) {
-  const wf = useAsync((signal) => api.get<Workflow>(`/workflows/${encodeURIComponent(id)}`, undefined, signal), [id]);
-  const snaps = useAsync((signal) => api.list<Snapshot>(`/workflows/${encodeURIComponent(id)}/snapshots`, 'snapshot', { per_page: 100 }, signal), [id]);
+  const wf = useAsync((signal) => data(api.GET('/workflows/{workflowId}', { params: { path: { workflowId: id } }, signal })).then((x) => x as unknown as Workflow), [id]);
+  const snaps = useAsync((signal) => data(api.GET('/workflows/{workflowId}/snapshots', { params: { path: { workflowId: id }, query: { per_page: 100 } }, signal })).then((b) => ({ items: b.snapshot_list })), [id]);
   const w = wf.data;
   if (wf.error) return <ErrorBox error={wf.error} />;
   if (!w) return <p aria-busy="true">Loading…</p>;
@@ -266,11 +263,11 @@ function RunForm({ workflow }: { workflow: Workflow }) {
           const f = params[d.key];
           if (d.type === 'file' && f instanceof File) {
             setStage(`Uploading ${f.name}…`);
-            params[d.key] = await api.uploadFile(f);
+            params[d.key] = await sdk.uploadFile(f, { fileName: f.name, ...(f.type ? { contentType: f.type } : {}) });
           }
         }
         setStage('Submitting…');
-        const r = await api.post<{ task_id: string }>(`/r/workflows/${workflow.id}/run`, { parameters: params });
+        const r = await sdk.run(workflow.id, params);
         navigate(`/tasks/${r.task_id}`);
       })
       .then((ok) => {
