@@ -19,6 +19,7 @@ import { deflateSync } from 'node:zlib';
 import type { Browser, Page } from 'playwright-core';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { spawnAgent, tinyGraph, tmpDir, type AgentProcess } from '../agents/helpers.js';
+import { makePki, Receiver, type Pki } from '../events/helpers.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
@@ -30,6 +31,8 @@ const ARTIFACTS = join(root, 'test-artifacts', 'console');
 const PNG_SIG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
 let t: TestNode;
+let pki: Pki;
+let receiver: Receiver;
 let browser: Browser;
 let page: Page;
 let work: string;
@@ -92,7 +95,10 @@ before(async () => {
   assert.equal(b.status, 0, b.stderr);
   mkdirSync(ARTIFACTS, { recursive: true });
   work = mkdtempSync(join(tmpdir(), 'gantry-console-'));
-  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1 }, 'console_browser');
+  // an https webhook receiver with its own CA, trusted by the node for outbound calls
+  pki = makePki();
+  receiver = await new Receiver(pki, () => Date.now()).start('localhost');
+  t = await startTestNode({ GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1, GANTRY_OUTBOUND_CA_FILE: pki.caFile }, 'console_browser');
   const { chromium } = await import('playwright-core');
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -113,6 +119,8 @@ after(async () => {
   await Promise.all(agents.map((a) => a.exited));
   await browser?.close();
   await t?.stop();
+  await receiver?.stop();
+  pki?.cleanup();
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
@@ -344,23 +352,40 @@ test('device pairing: the code `gantry login` shows is confirmed in the console;
   await page.getByRole('alert').waitFor();
 });
 
-test('webhooks, members, notifications and services pages', { skip }, async () => {
+test('webhooks: create, the delivery log of a run, redeliver, disable', { skip }, async () => {
   await go('/webhooks', 'Webhooks');
   await page.getByLabel('Name').fill('ops hook');
-  await page.getByLabel(/^URL/).fill('https://localhost:9/hook');
+  await page.getByLabel(/^URL/).fill(receiver.url);
   await page.getByRole('button', { name: 'Create webhook' }).click();
   await page.getByRole('heading', { level: 1, name: /ops hook/ }).waitFor();
   await page.locator('h1').getByText('active').waitFor();
   await page.getByRole('button', { name: 'Show' }).click();
   const secret = await page.locator('dl.facts code').innerText();
   assert.ok(secret.length >= 16 && !secret.includes('•'), 'the signing secret is shown on request');
+  // a run now is delivered; the log (refreshed every 5 s) shows it succeeded
+  const s = await consoleSession();
+  const run = await t.http.post(`/r/workflows/${workflowId}/run`, { parameters: { prompt: 'for the webhook' } }, { token: s.token, team: s.team });
+  assert.equal(run.status, 202, run.text);
+  await receiver.waitFor(1, 30_000);
+  const rows = page.locator('section[aria-labelledby="deliveries-h"] tbody tr');
+  await rows.first().getByText('succeeded').waitFor({ timeout: 20_000 });
+  assert.match(await rows.first().innerText(), /task\.completed/);
+  assert.match(await rows.first().innerText(), /200/);
+  await shot('14-webhook-deliveries-1280');
+  // redeliver: the receiver gets the same signed body again, the log gets a second delivery
+  await rows.first().getByRole('button', { name: 'Redeliver' }).click();
+  await receiver.waitFor(2, 20_000);
+  assert.equal(receiver.received[1]?.body, receiver.received[0]?.body);
+  await page.waitForFunction(() => document.querySelectorAll('section[aria-labelledby="deliveries-h"] tbody tr').length >= 2, undefined, { timeout: 20_000 });
   await page.getByRole('button', { name: 'Disable' }).click();
   await page.locator('h1').getByText('disabled').waitFor();
-  await shot('14-webhook-1280');
+  await shot('14-webhook-disabled-1280');
   await go('/webhooks', 'Webhooks');
   await page.getByRole('link', { name: 'ops hook' }).waitFor();
   await shot('15-webhooks-1280');
+});
 
+test('members, notifications and services pages', { skip }, async () => {
   await go('/members', 'Members');
   await page.getByRole('cell', { name: email, exact: true }).waitFor();
   await page.getByLabel('Email address').fill('colleague@example.test');
