@@ -24,7 +24,7 @@ const NAV: Array<[string, string]> = [
   ['/credentials', 'Credentials'],
   ['/members', 'Members'],
   ['/notifications', 'Notifications'],
-  ['/pair', 'Pair a device'],
+  ['/devices', 'Pair a device'],
 ];
 
 type Route = [pattern: string, render: (p: Record<string, string>) => preact.JSX.Element, title: string];
@@ -42,7 +42,7 @@ const ROUTES: Route[] = [
   ['/credentials', () => <CredentialsPage />, 'Credentials'],
   ['/members', () => <MembersPage />, 'Members'],
   ['/notifications', () => <NotificationsPage />, 'Notifications'],
-  ['/pair', () => <PairPage />, 'Pair a device'],
+  ['/devices', () => <PairPage />, 'Pair a device'],
 ];
 
 function useSession() {

@@ -138,15 +138,15 @@ export async function login(o: GlobalOpts & { name?: string }): Promise<void> {
   const server = serverOf(o, cfg);
   const gantry = createClient({ baseUrl: apiBase(server) });
   const deviceName = o.name ?? `gantry CLI on ${hostname()}`;
-  const confirmUrl = `${apiBase(server)}/desktop/pair/confirm`;
+  const pairUrl = `${apiBase(server).replace(/\/api\/v1$/, '')}/pair`;
   const paired = await gantry.pairDevice({
     deviceName,
     onCode: ({ user_code, expires_in }) => {
-      if (o.json) print(JSON.stringify({ user_code, verification_url: confirmUrl, expires_in }));
+      const url = `${pairUrl}?code=${encodeURIComponent(user_code)}`;
+      if (o.json) print(JSON.stringify({ user_code, verification_url: url, expires_in }));
       else {
         print(`Your code: ${c.bold(user_code)} (expires in ${Math.round(expires_in / 60)} min)`);
-        print(`Confirm it while signed in (the web console's device pairing, or POST ${c.cyan(confirmUrl)}`);
-        print(`with your JWT, X-Team-ID and {"user_code": "${user_code}"}).`);
+        print(`Open ${c.cyan(url)} and sign in to confirm it.`);
         print(c.dim('Waiting for confirmation…'));
       }
     },

@@ -8,6 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -85,6 +86,16 @@ test('gantry CLI: login by pairing, push, run --follow, tasks tail, --json, logo
   assert.ok(confirmed, 'the code was printed');
   assert.equal(((await confirmed) as { status: number }).status, 200);
   assert.match(login.stdout, /Logged in as /);
+  // the printed URL is the node's pairing page (sign in, confirm the code): it is served, its script
+  // (admitted by its CSP hash) confirms through POST /desktop/pair/confirm
+  const pageUrl = /Open (\S+) and sign in/.exec(login.stdout)?.[1];
+  assert.ok(pageUrl?.startsWith(`${t.origin}/pair?code=`), login.stdout);
+  const page = await fetch(pageUrl!);
+  assert.equal(page.status, 200);
+  const html = await page.text();
+  const script = /<script>([\s\S]*?)<\/script>/.exec(html)?.[1] ?? '';
+  assert.match(script, /"\/desktop\/pair\/confirm"/);
+  assert.ok((page.headers.get('content-security-policy') ?? '').includes(`'sha256-${createHash('sha256').update(script, 'utf8').digest('base64')}'`));
   const cfgFile = join(configDir, 'credentials.json');
   assert.equal(statSync(cfgFile).mode & 0o777, 0o600, 'credentials.json is 0600');
   const stored = JSON.parse(readFileSync(cfgFile, 'utf8')) as { credential: string; team_id: string };

@@ -11,6 +11,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { createClient, GantryError, verifyWebhookSignature, type TaskEvent } from '@gantry/sdk';
 import { startTestNode, type TestNode } from '../helpers/node.js';
+import { validatorFor } from '../helpers/openapi-validate.js';
 import { spawnAgent, tinyGraph, tmpDir, waitFor, type AgentProcess } from '../agents/helpers.js';
 
 const PNG_SIG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -81,6 +82,10 @@ test('SDK: register, login, workflow, upload, runAndWait with a simulated agent,
   assert.equal(last.type, 'completed');
   if (last.type === 'completed') assert.equal(last.data.task_id, task_id);
   for (const e of events) assert.match(e.id ?? '', /^\d+$/, 'every message has an id');
+  // every event's data matches its documented schema (the document's x-sse-events components)
+  const v = await validatorFor(t.baseUrl);
+  const component: Record<string, string> = { status: 'TaskEventStatus', progress: 'TaskEventProgress', completed: 'TaskEventCompleted', failed: 'TaskEventFailed', cancelled: 'TaskEventCancelled', error: 'TaskEventError' };
+  for (const e of events) assert.equal(v!.checkComponent(component[e.type]!, e.data), null);
 
   // resume: after the first event, the stream replays the rest (same ids) and ends at the terminal one
   const first = events[0]!;

@@ -337,7 +337,7 @@ test('credentials: an sk- is shown once, works, and stops working when revoked',
 test('device pairing: the code `gantry login` shows is confirmed in the console; the device then gets its credentials', { skip }, async () => {
   const start = await t.http.post('/desktop/pair/start', { device_name: 'console laptop' });
   assert.equal(start.status, 200);
-  await go('/pair', 'Pair a device');
+  await go('/devices', 'Pair a device');
   await page.getByLabel('Pairing code').fill(String(start.body.user_code).toLowerCase());
   await page.getByRole('button', { name: 'Confirm pairing' }).click();
   await page.getByText(/is paired with/).waitFor();

@@ -73,7 +73,7 @@ test('GET / is the console shell: no-cache, an ETag, a strict CSP, hashed asset 
 
 test('client-side routes get the same shell; unknown root paths, the API and other root routes are untouched', async () => {
   const shell = (await get(t.origin, '/')).body.toString('utf8');
-  for (const p of ['/login', '/register', '/pair', '/workflows', '/workflows/0190a3c1-0000-7000-8000-000000000000', '/tasks/abc?x=1', '/agents', '/webhooks/x', '/credentials', '/members', '/notifications', '/services/y']) {
+  for (const p of ['/login', '/register', '/devices', '/workflows', '/workflows/0190a3c1-0000-7000-8000-000000000000', '/tasks/abc?x=1', '/agents', '/webhooks/x', '/credentials', '/members', '/notifications', '/services/y']) {
     const r = await get(t.origin, p);
     assert.equal(r.status, 200, p);
     assert.equal(r.headers['cache-control'], 'no-cache', p);
@@ -91,6 +91,10 @@ test('client-side routes get the same shell; unknown root paths, the API and oth
   const health = await get(t.origin, '/healthz');
   assert.equal(health.status, 200);
   assert.deepEqual(JSON.parse(health.body.toString()), { status: 'ok' });
+  // the node's standalone pairing page keeps /pair (the console's pairing page is /devices)
+  const pair = await get(t.origin, '/pair');
+  assert.equal(pair.status, 200);
+  assert.notEqual(pair.body.toString('utf8'), shell);
   const verify = await get(t.origin, '/verify-email');
   assert.equal(verify.status, 200);
   assert.match(verify.body.toString(), /Verify your email address/);

@@ -6,6 +6,7 @@ import { createLogger, type Logger } from '../../src/shared/logger.js';
 import { startNode, type GantryNode } from '../../src/main.js';
 import type { Clock } from '../../src/shared/clock.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
+import { validatorFor } from './openapi-validate.js';
 
 export interface TestNode {
   node: GantryNode;
@@ -50,6 +51,12 @@ export class HttpClient {
     const text = await res.text();
     let parsed: unknown = text;
     if ((res.headers.get('content-type') ?? '').includes('json') && text) parsed = JSON.parse(text);
+    if (!path.startsWith('http')) {
+      // every response of a documented route must match the node's OpenAPI document
+      const v = await validatorFor(this.baseUrl);
+      const problem = v?.check(method, new URL(url).pathname, res.status, res.headers.get('content-type') ?? '', parsed) ?? null;
+      if (problem) throw new Error(`OpenAPI document mismatch: ${problem}`);
+    }
     return { status: res.status, body: parsed as T, headers: res.headers, text };
   }
 

@@ -331,6 +331,7 @@ export class GantryClient {
     const blob = data instanceof Blob ? data : new Blob([data as BlobPart], o.contentType ? { type: o.contentType } : {});
     const contentType = o.contentType ?? (blob.type || 'application/octet-stream');
     const p = (await this.api.POST('/r/files/presign', { body: { file_name: o.fileName, file_size: blob.size, content_type: contentType } })).data!;
+    if (!p.upload_url) throw new GantryError(413, 'multipart_required', `${o.fileName} is above the single-part upload cap: use the multipart endpoints (/uploads/multipart/*, JWT only)`);
     const res = await this.fetchImpl(p.upload_url, { method: 'PUT', headers: p.upload_headers, body: blob });
     if (!res.ok) throw await errorOf(res);
     return p.file_key;

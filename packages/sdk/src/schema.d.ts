@@ -1425,6 +1425,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/pair": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Pair a device */
+        get: operations["getPair"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.json": {
         parameters: {
             query?: never;
@@ -1539,6 +1556,8 @@ export interface components {
         Success: {
             /** @constant */
             is_success: true;
+        } & {
+            [key: string]: unknown;
         };
         ParameterDef: {
             key: string;
@@ -1741,17 +1760,20 @@ export interface components {
         PresignedUpload: {
             /** @description the value of a file parameter in a run */
             file_key: string;
-            upload_url: string;
+            /** @description null when upload_mode is multipart (files above the single-part cap: JWT callers use /uploads/multipart/*) */
+            upload_url: string | null;
             /** @description send every header verbatim with the PUT */
             upload_headers: {
                 [key: string]: string;
             };
+            /** @enum {string} */
+            upload_mode?: "single" | "multipart";
         } & {
             [key: string]: unknown;
         };
         StoragePresign: {
             storage_key: string;
-            upload_url: string;
+            upload_url: string | null;
             upload_headers: {
                 [key: string]: string;
             };
@@ -5888,6 +5910,28 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    getPair: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            400: components["responses"]["E400"];
+            default: components["responses"]["Error"];
+        };
+    };
     getOpenapiJson: {
         parameters: {
             query?: never;
@@ -5960,7 +6004,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
+                /** @description sha256= and the hex HMAC-SHA256 of the raw body keyed with the signing_secret */
                 "X-Webhook-Signature-256": string;
+                /** @description the event_type */
+                "X-Webhook-Event": "task.completed" | "task.failed";
+                /** @description the delivery id (the same on every attempt of one delivery) */
+                "X-Webhook-Delivery": string;
+                /** @description 1 for the first attempt */
+                "X-Webhook-Attempt": string;
             };
             path?: never;
             cookie?: never;
@@ -5984,7 +6035,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
+                /** @description sha256= and the hex HMAC-SHA256 of the raw body keyed with the signing_secret */
                 "X-Webhook-Signature-256": string;
+                /** @description the event_type */
+                "X-Webhook-Event": "task.completed" | "task.failed";
+                /** @description the delivery id (the same on every attempt of one delivery) */
+                "X-Webhook-Delivery": string;
+                /** @description 1 for the first attempt */
+                "X-Webhook-Attempt": string;
             };
             path?: never;
             cookie?: never;

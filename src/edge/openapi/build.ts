@@ -227,7 +227,12 @@ export function buildOpenApi(routes: ReadonlyArray<RouteDef>, o: OpenApiOptions)
       security: [],
       description:
         'An HTTP POST to the webhook_url of each active webhook subscribed to the event. The X-Webhook-Signature-256 header carries `sha256=` and the hex HMAC-SHA256 of the raw body keyed with the webhook\'s signing_secret; recompute and compare in constant time. A non-2xx answer or a timeout is a failure: retried up to 4 times (immediately, then after 5 s, 30 s, 2 min).',
-      parameters: [{ name: 'X-Webhook-Signature-256', in: 'header', required: true, schema: { type: 'string', pattern: '^sha256=[0-9a-f]{64}$' } }],
+      parameters: [
+        { name: 'X-Webhook-Signature-256', in: 'header', required: true, description: 'sha256= and the hex HMAC-SHA256 of the raw body keyed with the signing_secret', schema: { type: 'string', pattern: '^sha256=[0-9a-f]{64}$' } },
+        { name: 'X-Webhook-Event', in: 'header', required: true, description: 'the event_type', schema: { type: 'string', enum: ['task.completed', 'task.failed'] } },
+        { name: 'X-Webhook-Delivery', in: 'header', required: true, description: 'the delivery id (the same on every attempt of one delivery)', schema: { type: 'string', format: 'uuid' } },
+        { name: 'X-Webhook-Attempt', in: 'header', required: true, description: '1 for the first attempt', schema: { type: 'string' } },
+      ],
       requestBody: { required: true, content: { 'application/json': { schema: { $ref: uri('WebhookPayload') } } } },
       responses: { '200': { description: 'Any 2xx acknowledges the delivery' } },
     },

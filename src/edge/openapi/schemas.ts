@@ -36,7 +36,7 @@ export const PageMeta = named('PageMeta', z.object({ current_page: z.int(), per_
 export const pageOf = <T extends z.ZodType>(name: string, item: T) => z.object({ [name]: z.array(item), page_meta: PageMeta });
 
 export const IdResult = named('IdResult', z.object({ id: uuid }));
-export const Success = named('Success', z.object({ is_success: z.literal(true) }));
+export const Success = named('Success', z.looseObject({ is_success: z.literal(true) }));
 
 export const ParameterDef = named('ParameterDef', parameterDefSchema);
 
@@ -170,12 +170,13 @@ export const PresignedUpload = named(
   'PresignedUpload',
   z.looseObject({
     file_key: z.string().describe('the value of a file parameter in a run'),
-    upload_url: z.string(),
+    upload_url: z.string().nullable().describe('null when upload_mode is multipart (files above the single-part cap: JWT callers use /uploads/multipart/*)'),
     upload_headers: z.record(z.string(), z.string()).describe('send every header verbatim with the PUT'),
+    upload_mode: z.enum(['single', 'multipart']).optional(),
   }),
 );
 
-export const StoragePresign = named('StoragePresign', z.looseObject({ storage_key: z.string(), upload_url: z.string(), upload_headers: z.record(z.string(), z.string()) }));
+export const StoragePresign = named('StoragePresign', z.looseObject({ storage_key: z.string(), upload_url: z.string().nullable(), upload_headers: z.record(z.string(), z.string()) }));
 
 export const TokenPair = named('TokenPair', z.looseObject({ access_token: z.string(), refresh_token: z.string(), token_type: z.literal('Bearer'), expires_in: z.int() }));
 

@@ -54,7 +54,8 @@ export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
     { method: 'GET', path: '/agents/{agentId}', auth: READ, doc: { summary: 'Get an agent', tags: ['agents'], responses: { 200: D.Agent } }, handler: async (c) => agentJson(await load(c), false) },
     {
       method: 'DELETE',
-      path: '/agents/{agentId}', doc: { summary: 'Delete an agent (ends its stream, releases its tasks)', tags: ['agents'], responses: { 200: D.Success } },
+      path: '/agents/{agentId}',
+      doc: { summary: 'Delete an agent (ends its stream, releases its tasks)', tags: ['agents'], responses: { 200: D.Success } },
       auth: ADMIN,
       handler: async (c) => {
         const row = await load(c);
@@ -65,7 +66,8 @@ export function agentRoutes(d: AgentRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/agents/{agentId}/tunnel', doc: { summary: 'Agent tunnel status', tags: ['agents'], responses: { 200: D.TunnelStatus } },
+      path: '/agents/{agentId}/tunnel',
+      doc: { summary: 'Agent tunnel status', tags: ['agents'], responses: { 200: D.TunnelStatus } },
       auth: READ,
       handler: async (c) => {
         const row = await load(c);

@@ -20,7 +20,7 @@ import type { Ctx, RouteDef, StreamResponse } from '../http.js';
  */
 
 /** The console's client-side sections (console/src/app.tsx routes live under these). */
-export const CONSOLE_SECTIONS = ['login', 'register', 'pair', 'workflows', 'tasks', 'agents', 'services', 'webhooks', 'credentials', 'members', 'notifications'] as const;
+export const CONSOLE_SECTIONS = ['login', 'register', 'devices', 'workflows', 'tasks', 'agents', 'services', 'webhooks', 'credentials', 'members', 'notifications'] as const;
 
 const TYPES: Record<string, string> = {
   '.js': 'text/javascript; charset=utf-8',

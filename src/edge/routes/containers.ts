@@ -80,7 +80,8 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/containers', doc: { summary: 'Create a container service', tags: ['containers'], body: CreateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
+      path: '/containers',
+      doc: { summary: 'Create a container service', tags: ['containers'], body: CreateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(CreateServiceBody, c.body);
@@ -94,7 +95,8 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     { method: 'GET', path: '/containers', auth: READ, handler: list, doc: { summary: 'List container services', tags: ['containers'], paged: true, responses: { 200: D.pageOf('container_list', D.ContainerService) } } },
     {
       method: 'GET',
-      path: '/containers/{serviceId}', doc: { summary: 'Get a container service (with instance_list)', tags: ['containers'], responses: { 200: D.ContainerService } },
+      path: '/containers/{serviceId}',
+      doc: { summary: 'Get a container service (with instance_list)', tags: ['containers'], responses: { 200: D.ContainerService } },
       auth: READ,
       handler: async (c) => {
         const s = await load(c);
@@ -103,7 +105,8 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     },
     {
       method: 'PUT',
-      path: '/containers/{serviceId}', doc: { summary: 'Update a container service (any field but service_type)', tags: ['containers'], body: UpdateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
+      path: '/containers/{serviceId}',
+      doc: { summary: 'Update a container service (any field but service_type)', tags: ['containers'], body: UpdateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(UpdateServiceBody, c.body);
@@ -129,7 +132,8 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/containers/{serviceId}', doc: { summary: 'Delete a container service (created, stopped or failed)', tags: ['containers'], responses: { 200: D.Success }, errors: [409] },
+      path: '/containers/{serviceId}',
+      doc: { summary: 'Delete a container service (created, stopped or failed)', tags: ['containers'], responses: { 200: D.Success }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const s = await load(c);
@@ -145,7 +149,8 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     { method: 'GET', path: '/r/containers', auth: RUNTIME, handler: list, doc: { summary: 'List container services (runtime)', tags: ['runtime', 'containers'], paged: true, responses: { 200: D.pageOf('container_list', D.ContainerService) } } },
     {
       method: 'GET',
-      path: '/r/containers/{serviceSlug}', doc: { summary: 'Get a container service by slug (runtime)', tags: ['runtime', 'containers'], responses: { 200: D.ContainerService } },
+      path: '/r/containers/{serviceSlug}',
+      doc: { summary: 'Get a container service by slug (runtime)', tags: ['runtime', 'containers'], responses: { 200: D.ContainerService } },
       auth: RUNTIME,
       stream: async (c, res) => {
         // /r/containers/{slug}/ (trailing slash): the container's own root, through the proxy

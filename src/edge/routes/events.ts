@@ -29,7 +29,8 @@ export function eventRoutes(d: EventRouteDeps): RouteDef[] {
   return [
     {
       method: 'GET',
-      path: '/r/tasks/{taskId}/events', doc: { summary: 'Follow a task (Server-Sent Events)', description: 'One event per status change or progress tick; every message has an id: (send it back as Last-Event-ID to resume); the first message is the current status (or the terminal event, then the stream closes). EventSource cannot send Authorization: use fetch streaming.', tags: ['runtime', 'tasks'], headers: { 'Last-Event-ID': 'resume after this event id (also ?last_event_id=)' }, query: z.object({ last_event_id: z.string().optional() }), responses: { 200: { description: 'The event stream', sse: D.TASK_EVENTS } }, errors: [429] },
+      path: '/r/tasks/{taskId}/events',
+      doc: { summary: 'Follow a task (Server-Sent Events)', description: 'One event per status change or progress tick; every message has an id: (send it back as Last-Event-ID to resume); the first message is the current status (or the terminal event, then the stream closes). EventSource cannot send Authorization: use fetch streaming.', tags: ['runtime', 'tasks'], headers: { 'Last-Event-ID': 'resume after this event id (also ?last_event_id=)' }, query: z.object({ last_event_id: z.string().optional() }), responses: { 200: { description: 'The event stream', sse: D.TASK_EVENTS } }, errors: [429] },
       auth: RUNTIME,
       tag: 'sse',
       stream: async (c, res) => {

@@ -41,7 +41,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/auth/register', doc: { summary: 'Register an account (creates the personal team)', tags: ['auth'], body: S.register, responses: { 200: D.IdResult }, errors: [403, 409, 429] },
+      path: '/auth/register',
+      doc: { summary: 'Register an account (creates the personal team)', tags: ['auth'], body: S.register, responses: { 200: D.IdResult }, errors: [403, 409, 429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('register', c.ip);
@@ -50,7 +51,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/login', doc: { summary: 'Log in', tags: ['auth'], body: S.login, responses: { 200: D.TokenPair }, errors: [401, 429] },
+      path: '/auth/login',
+      doc: { summary: 'Log in', tags: ['auth'], body: S.login, responses: { 200: D.TokenPair }, errors: [401, 429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('login', c.ip);
@@ -59,7 +61,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/refresh', doc: { summary: 'Rotate a refresh token', tags: ['auth'], body: S.refresh, responses: { 200: D.TokenPair }, errors: [401, 429] },
+      path: '/auth/refresh',
+      doc: { summary: 'Rotate a refresh token', tags: ['auth'], body: S.refresh, responses: { 200: D.TokenPair }, errors: [401, 429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('refresh', c.ip);
@@ -68,7 +71,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/logout', doc: { summary: 'Log out (revokes the refresh token family)', tags: ['auth'], body: S.refresh, responses: { 200: D.Success } },
+      path: '/auth/logout',
+      doc: { summary: 'Log out (revokes the refresh token family)', tags: ['auth'], body: S.refresh, responses: { 200: D.Success } },
       auth: USER,
       handler: async (c) => {
         await svc.logout(principalOf(c), parseBody(S.refresh, c.body));
@@ -77,7 +81,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/password/forgot', doc: { summary: 'Request a password reset email', tags: ['auth'], body: S.forgot, responses: { 200: D.Success }, errors: [429] },
+      path: '/auth/password/forgot',
+      doc: { summary: 'Request a password reset email', tags: ['auth'], body: S.forgot, responses: { 200: D.Success }, errors: [429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('forgot', c.ip);
@@ -87,7 +92,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/password/reset', doc: { summary: 'Reset a password with the emailed token', tags: ['auth'], body: S.reset, responses: { 200: D.Success }, errors: [429] },
+      path: '/auth/password/reset',
+      doc: { summary: 'Reset a password with the emailed token', tags: ['auth'], body: S.reset, responses: { 200: D.Success }, errors: [429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('forgot', c.ip);
@@ -97,7 +103,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/email/verify', doc: { summary: 'Verify an email address', tags: ['auth'], body: S.verify, responses: { 200: D.Success } },
+      path: '/auth/email/verify',
+      doc: { summary: 'Verify an email address', tags: ['auth'], body: S.verify, responses: { 200: D.Success } },
       auth: PUBLIC,
       handler: async (c) => {
         await svc.verifyEmail(parseBody(S.verify, c.body));
@@ -106,7 +113,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/auth/device/revoke', doc: { summary: 'Revoke the calling dk- credential (and agent credentials minted with it)', tags: ['auth'], responses: { 200: D.Success } },
+      path: '/auth/device/revoke',
+      doc: { summary: 'Revoke the calling dk- credential (and agent credentials minted with it)', tags: ['auth'], responses: { 200: D.Success } },
       auth: { kinds: ['device'] },
       handler: async (c) => {
         await svc.deviceRevoke(principalOf(c));
@@ -115,7 +123,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/desktop/pair/start', doc: { summary: 'Start device pairing (anonymous)', tags: ['auth'], body: S.pairStart, responses: { 200: D.PairStart }, errors: [429] },
+      path: '/desktop/pair/start',
+      doc: { summary: 'Start device pairing (anonymous)', tags: ['auth'], body: S.pairStart, responses: { 200: D.PairStart }, errors: [429] },
       auth: PUBLIC,
       handler: async (c) => {
         svc.rateLimit('pair_start', c.ip);
@@ -124,7 +133,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/desktop/pair/confirm', doc: { summary: 'Confirm a pairing code (user JWT + X-Team-ID)', tags: ['auth'], body: S.pairConfirm, responses: { 200: D.Success }, errors: [409, 429] },
+      path: '/desktop/pair/confirm',
+      doc: { summary: 'Confirm a pairing code (user JWT + X-Team-ID)', tags: ['auth'], body: S.pairConfirm, responses: { 200: D.Success }, errors: [409, 429] },
       auth: JWT_TEAM,
       handler: async (c) => {
         svc.rateLimit('pair_confirm', c.ip);
@@ -134,13 +144,15 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/desktop/pair/poll', doc: { summary: 'Poll a pairing (anonymous); the credential is returned once', tags: ['auth'], body: S.pairPoll, responses: { 200: D.PairPoll } },
+      path: '/desktop/pair/poll',
+      doc: { summary: 'Poll a pairing (anonymous); the credential is returned once', tags: ['auth'], body: S.pairPoll, responses: { 200: D.PairPoll } },
       auth: PUBLIC,
       handler: async (c) => svc.pairPoll(parseBody(S.pairPoll, c.body)),
     },
     {
       method: 'POST',
-      path: '/credentials', doc: { summary: 'Create an sk- or ak- credential (value shown once)', tags: ['credentials'], body: S.credential, responses: { 200: D.CredentialCreated } },
+      path: '/credentials',
+      doc: { summary: 'Create an sk- or ak- credential (value shown once)', tags: ['credentials'], body: S.credential, responses: { 200: D.CredentialCreated } },
       auth: JWT_TEAM,
       handler: async (c) => {
         const b = parseBody(S.credential, c.body);
@@ -150,7 +162,8 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
     { method: 'GET', path: '/credentials', auth: JWT_TEAM, doc: { summary: 'List credentials (never the value)', tags: ['credentials'], paged: true, responses: { 200: D.pageOf('credential_list', D.Credential) } }, handler: async (c) => svc.listCredentials(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'DELETE',
-      path: '/credentials/{credentialId}', doc: { summary: 'Revoke a credential', tags: ['credentials'], responses: { 200: D.Success } },
+      path: '/credentials/{credentialId}',
+      doc: { summary: 'Revoke a credential', tags: ['credentials'], responses: { 200: D.Success } },
       auth: JWT_TEAM,
       handler: async (c) => {
         await svc.revokeCredential(teamPrincipalOf(c), uuidParam(c, 'credentialId'));

@@ -26,7 +26,8 @@ export function modelRoutes(d: { models: ModelRegistry; staging: FileStaging }):
     { method: 'POST', path: '/models', auth: REGISTRY_MANAGE, doc: { summary: 'Register a model', tags: ['models'], body: modelCreateSchema, responses: { 200: D.IdResult }, errors: [409] }, handler: async (c) => ({ id: (await d.models.create(callerOf(c), c.body)).id }) },
     {
       method: 'GET',
-      path: '/models', doc: { summary: 'List models', tags: ['models'], paged: true, query: z.object({ model_status: z.enum(MODEL_STATUSES).optional(), model_type: z.string().optional() }), responses: { 200: D.pageOf('model_list', D.Model) } },
+      path: '/models',
+      doc: { summary: 'List models', tags: ['models'], paged: true, query: z.object({ model_status: z.enum(MODEL_STATUSES).optional(), model_type: z.string().optional() }), responses: { 200: D.pageOf('model_list', D.Model) } },
       auth: REGISTRY_READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -41,7 +42,8 @@ export function modelRoutes(d: { models: ModelRegistry; staging: FileStaging }):
     { method: 'PUT', path: '/models/{modelId}', auth: REGISTRY_MANAGE, doc: { summary: 'Update a model (only provided fields change)', tags: ['models'], body: modelUpdateSchema, responses: { 200: D.IdResult }, errors: [409] }, handler: async (c) => ({ id: (await d.models.update(teamOf(c), uuidParam(c, 'modelId'), c.body)).id }) },
     {
       method: 'DELETE',
-      path: '/models/{modelId}', doc: { summary: 'Delete a model', tags: ['models'], responses: { 200: D.Success } },
+      path: '/models/{modelId}',
+      doc: { summary: 'Delete a model', tags: ['models'], responses: { 200: D.Success } },
       auth: REGISTRY_MANAGE,
       handler: async (c) => {
         await d.models.delete(teamOf(c), uuidParam(c, 'modelId'));

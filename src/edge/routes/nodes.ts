@@ -19,7 +19,8 @@ export function nodeRoutes(d: { nodes: NodeRegistry; staging: FileStaging }): Ro
     { method: 'POST', path: '/nodes', auth: REGISTRY_MANAGE, doc: { summary: 'Register a custom node package', tags: ['nodes'], body: nodeCreateSchema, responses: { 200: D.IdResult }, errors: [409] }, handler: async (c) => ({ id: (await d.nodes.create(callerOf(c), c.body)).id }) },
     {
       method: 'GET',
-      path: '/nodes', doc: { summary: 'List custom node packages', tags: ['nodes'], paged: true, responses: { 200: D.pageOf('node_list', D.CustomNode) } },
+      path: '/nodes',
+      doc: { summary: 'List custom node packages', tags: ['nodes'], paged: true, responses: { 200: D.pageOf('node_list', D.CustomNode) } },
       auth: REGISTRY_READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -30,7 +31,8 @@ export function nodeRoutes(d: { nodes: NodeRegistry; staging: FileStaging }): Ro
     { method: 'GET', path: '/nodes/{nodeId}', auth: REGISTRY_READ, doc: { summary: 'Get a custom node package', tags: ['nodes'], responses: { 200: D.CustomNode } }, handler: async (c) => nodeJson(await d.nodes.get(teamOf(c), uuidParam(c, 'nodeId'))) },
     {
       method: 'DELETE',
-      path: '/nodes/{nodeId}', doc: { summary: 'Delete a custom node package', tags: ['nodes'], responses: { 200: D.Success } },
+      path: '/nodes/{nodeId}',
+      doc: { summary: 'Delete a custom node package', tags: ['nodes'], responses: { 200: D.Success } },
       auth: REGISTRY_MANAGE,
       handler: async (c) => {
         await d.nodes.delete(teamOf(c), uuidParam(c, 'nodeId'));

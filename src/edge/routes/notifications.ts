@@ -28,7 +28,8 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
   return [
     {
       method: 'GET',
-      path: '/notifications', doc: { summary: 'List notifications', tags: ['notifications'], paged: true, query: z.object({ unread_only: z.enum(['true', 'false']).optional() }), responses: { 200: z.looseObject({ notification_list: z.array(D.Notification), page_meta: D.PageMeta, unread_count: z.int() }) } },
+      path: '/notifications',
+      doc: { summary: 'List notifications', tags: ['notifications'], paged: true, query: z.object({ unread_only: z.enum(['true', 'false']).optional() }), responses: { 200: z.looseObject({ notification_list: z.array(D.Notification), page_meta: D.PageMeta, unread_count: z.int() }) } },
       auth: AUTH,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -41,7 +42,8 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
     },
     {
       method: 'PATCH',
-      path: '/notifications/{notificationId}/read', doc: { summary: 'Mark a notification read', tags: ['notifications'], responses: { 200: D.Success } },
+      path: '/notifications/{notificationId}/read',
+      doc: { summary: 'Mark a notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);
@@ -51,7 +53,8 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
     },
     {
       method: 'POST',
-      path: '/notifications/read-all', doc: { summary: 'Mark every notification read', tags: ['notifications'], responses: { 200: D.Success } },
+      path: '/notifications/read-all',
+      doc: { summary: 'Mark every notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
       handler: async (c) => {
         const u = userOf(c);

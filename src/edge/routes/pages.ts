@@ -29,6 +29,8 @@ export const VERIFY_API_PATH = '/auth/email/verify';
 export const LOGIN_API_PATH = '/auth/login';
 export const ACCEPT_API_PATH = '/invitations/accept';
 export const RESET_API_PATH = '/auth/password/reset';
+export const PAIR_CONFIRM_API_PATH = '/desktop/pair/confirm';
+export const ME_API_PATH = '/users/me';
 
 function verifyScript(api: string): string {
   return `var API = ${JSON.stringify(api)};
@@ -83,6 +85,58 @@ form.addEventListener("submit", function (ev) {
         if (a.ok) { form.hidden = true; show("You joined the team. You can close this page."); }
         else show("Accepting failed: " + failure(a.body));
       }, function () { button.disabled = false; show("Accepting failed: the server could not be reached"); });
+  });
+});
+`;
+}
+
+/**
+ * Device pairing (`gantry login` prints /pair?code=…): sign in, pick the team the device acts in
+ * (the only one is taken as is), confirm the code with that session.
+ */
+function pairScript(api: string): string {
+  return `var API = ${JSON.stringify(api)};
+${COMMON}
+var form = document.getElementById("pair");
+var code = new URLSearchParams(location.search).get("code") || "";
+document.getElementById("user_code").value = code;
+var session = null;
+function call(method, path, body, teamId) {
+  var h = { "Content-Type": "application/json", "Authorization": "Bearer " + session };
+  if (teamId) h["X-Team-ID"] = teamId;
+  return fetch(API + path, { method: method, headers: h, body: body ? JSON.stringify(body) : undefined, credentials: "omit", cache: "no-store" })
+    .then(function (a) { return a.json().catch(function () { return {}; }).then(function (b) { return { ok: a.ok, body: b }; }); })
+    .catch(function () { return { ok: false, body: { error_message: "the server could not be reached" } }; });
+}
+function confirmWith(teamId) {
+  show("Confirming…");
+  return call("POST", ${JSON.stringify(PAIR_CONFIRM_API_PATH)}, { user_code: document.getElementById("user_code").value.trim() }, teamId).then(function (r) {
+    if (r.ok) { form.hidden = true; show("The device is paired. You can close this page and return to the terminal."); }
+    else show("Confirming failed: " + failure(r.body));
+    return r.ok;
+  });
+}
+form.addEventListener("submit", function (ev) {
+  ev.preventDefault();
+  var button = form.querySelector("button");
+  button.disabled = true;
+  var select = document.getElementById("team_id");
+  if (session && !select.hidden) { confirmWith(select.value).then(function () { button.disabled = false; }); return; }
+  show("Signing in…");
+  post(${JSON.stringify(LOGIN_API_PATH)}, { email_address: document.getElementById("email_address").value, password: document.getElementById("password").value }).then(function (r) {
+    if (!r.ok || !r.body || typeof r.body.access_token !== "string") { button.disabled = false; show("Sign-in failed: " + failure(r.body)); return; }
+    session = r.body.access_token;
+    return call("GET", ${JSON.stringify(ME_API_PATH)}).then(function (me) {
+      var teams = (me.ok && me.body && me.body.team_list) || [];
+      if (teams.length === 0) { button.disabled = false; show("This account belongs to no team."); return; }
+      if (teams.length === 1) return confirmWith(teams[0].id).then(function () { button.disabled = false; });
+      teams.forEach(function (t) { var o = document.createElement("option"); o.value = t.id; o.textContent = t.display_name; select.appendChild(o); });
+      select.hidden = false;
+      document.getElementById("team_label").hidden = false;
+      button.textContent = "Confirm for this team";
+      button.disabled = false;
+      show("Choose the team the device acts in.");
+    });
   });
 });
 `;
@@ -150,7 +204,7 @@ function serve(path: string, p: Page): RouteDef {
   };
 }
 
-/** GET /verify-email, /reset-password and /accept-invitation; `apiBase` is the API's path prefix (/api/v1). */
+/** GET /verify-email, /reset-password, /accept-invitation and /pair (device pairing); `apiBase` is the API's path prefix (/api/v1). */
 export function pageRoutes(apiBase: string): RouteDef[] {
   const verify = page('Verify your email address', '<p>Verifying…</p>', verifyScript(apiBase));
   const reset = page(
@@ -176,5 +230,21 @@ export function pageRoutes(apiBase: string): RouteDef[] {
 </form>`,
     acceptScript(apiBase),
   );
-  return [serve('/verify-email', verify), serve('/reset-password', reset), serve('/accept-invitation', accept)];
+  const pair = page(
+    'Pair a device',
+    `<p>Confirm the code your terminal shows (<code>gantry login</code>) to give that device access to your team.</p>
+<form id="pair" autocomplete="on">
+<label for="user_code">Code</label>
+<input id="user_code" name="user_code" maxlength="32" required autocomplete="off">
+<label for="email_address">Email address</label>
+<input id="email_address" name="email_address" type="email" maxlength="320" required autocomplete="username">
+<label for="password">Password</label>
+<input id="password" name="password" type="password" maxlength="256" required autocomplete="current-password">
+<label id="team_label" for="team_id" hidden>Team</label>
+<select id="team_id" name="team_id" hidden></select>
+<button type="submit">Sign in and confirm</button>
+</form>`,
+    pairScript(apiBase),
+  );
+  return [serve('/verify-email', verify), serve('/reset-password', reset), serve('/accept-invitation', accept), serve('/pair', pair)];
 }

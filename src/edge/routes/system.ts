@@ -11,7 +11,8 @@ export function systemRoutes(d: SystemDeps): RouteDef[] {
   return [
     {
       method: 'GET',
-      path: '/server-info', doc: { summary: 'Public server info', tags: ['system'], responses: { 200: D.ServerInfo } },
+      path: '/server-info',
+      doc: { summary: 'Public server info', tags: ['system'], responses: { 200: D.ServerInfo } },
       auth: { kinds: 'public' },
       handler: async () => ({
         registration_enabled: d.config.GANTRY_REGISTRATION_ENABLED,
@@ -22,7 +23,8 @@ export function systemRoutes(d: SystemDeps): RouteDef[] {
     { method: 'GET', path: '/healthz', absolute: true, auth: { kinds: 'public' }, doc: { summary: 'Liveness', tags: ['system'], responses: { 200: D.Health } }, handler: async () => ({ status: 'ok' }) },
     {
       method: 'GET',
-      path: '/readyz', doc: { summary: 'Readiness (database, cluster)', tags: ['system'], responses: { 200: D.Readiness, 503: { description: 'Not ready', schema: D.Readiness } } },
+      path: '/readyz',
+      doc: { summary: 'Readiness (database, cluster)', tags: ['system'], responses: { 200: D.Readiness, 503: { description: 'Not ready', schema: D.Readiness } } },
       absolute: true,
       auth: { kinds: 'public' },
       handler: async () => {

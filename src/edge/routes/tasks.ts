@@ -153,7 +153,8 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     { method: 'POST', path: '/r/workflows/slug/{workflowSlug}/run', auth: RUNTIME, doc: { ...RUN_DOC, summary: 'Run a workflow by slug (slug@version pins a snapshot)' }, handler: async (c) => run(c, parseSlugRef(c.params.workflowSlug ?? '')) },
     {
       method: 'GET',
-      path: '/r/tasks', doc: { summary: 'List tasks', tags: ['runtime', 'tasks'], paged: true, query: z.object({ task_status: z.enum(TASK_STATUS).optional(), workflow_id: z.uuid().optional() }), responses: { 200: D.pageOf('task_list', D.Task) } },
+      path: '/r/tasks',
+      doc: { summary: 'List tasks', tags: ['runtime', 'tasks'], paged: true, query: z.object({ task_status: z.enum(TASK_STATUS).optional(), workflow_id: z.uuid().optional() }), responses: { 200: D.pageOf('task_list', D.Task) } },
       auth: RUNTIME,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -168,7 +169,8 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     { method: 'GET', path: '/r/tasks/{taskId}', auth: RUNTIME, doc: { summary: 'Get a task', tags: ['runtime', 'tasks'], responses: { 200: D.Task } }, handler: async (c) => taskView(await loadTask(c)) },
     {
       method: 'GET',
-      path: '/r/tasks/{taskId}/result', doc: { summary: 'Get a completed task\'s result (download links)', tags: ['runtime', 'tasks'], responses: { 200: D.TaskResult }, errors: [409, 410] },
+      path: '/r/tasks/{taskId}/result',
+      doc: { summary: 'Get a completed task\'s result (download links)', tags: ['runtime', 'tasks'], responses: { 200: D.TaskResult }, errors: [409, 410] },
       auth: RUNTIME,
       handler: async (c) => {
         const row = await loadTask(c);
@@ -183,7 +185,8 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/r/tasks/{taskId}/cancel', doc: { summary: 'Cancel a task that is not terminal', tags: ['runtime', 'tasks'], responses: { 200: D.Success }, errors: [409] },
+      path: '/r/tasks/{taskId}/cancel',
+      doc: { summary: 'Cancel a task that is not terminal', tags: ['runtime', 'tasks'], responses: { 200: D.Success }, errors: [409] },
       auth: RUNTIME,
       handler: async (c) => {
         const row = await loadTask(c);

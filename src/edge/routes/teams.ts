@@ -26,7 +26,8 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     { method: 'PUT', path: '/teams/current', auth: team('admin'), doc: { summary: 'Rename the current team', tags: ['teams'], body: S.team, responses: { 200: D.IdResult } }, handler: async (c) => svc.updateTeam(teamPrincipalOf(c), parseBody(S.team, c.body)) },
     {
       method: 'DELETE',
-      path: '/teams/current', doc: { summary: 'Delete the current team (owner)', tags: ['teams'], responses: { 200: D.Success }, errors: [409] },
+      path: '/teams/current',
+      doc: { summary: 'Delete the current team (owner)', tags: ['teams'], responses: { 200: D.Success }, errors: [409] },
       auth: team('owner'),
       handler: async (c) => {
         await svc.deleteTeam(teamPrincipalOf(c));
@@ -36,13 +37,15 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     { method: 'GET', path: '/teams/current/members', auth: team('member'), doc: { summary: 'List members', tags: ['teams'], paged: true, responses: { 200: D.pageOf('member_list', D.Member) } }, handler: async (c) => svc.members(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'PUT',
-      path: '/teams/current/members/{userId}', doc: { summary: 'Change a member\'s role', tags: ['teams'], body: S.role, responses: { 200: D.AnyObject }, errors: [409] },
+      path: '/teams/current/members/{userId}',
+      doc: { summary: 'Change a member\'s role', tags: ['teams'], body: S.role, responses: { 200: D.AnyObject }, errors: [409] },
       auth: team('admin'),
       handler: async (c) => svc.setMemberRole(teamPrincipalOf(c), uuidParam(c, 'userId'), parseBody(S.role, c.body).member_role),
     },
     {
       method: 'DELETE',
-      path: '/teams/current/members/{userId}', doc: { summary: 'Remove a member (or leave)', tags: ['teams'], responses: { 200: D.Success }, errors: [409] },
+      path: '/teams/current/members/{userId}',
+      doc: { summary: 'Remove a member (or leave)', tags: ['teams'], responses: { 200: D.Success }, errors: [409] },
       auth: team('member'),
       handler: async (c) => {
         await svc.removeMember(teamPrincipalOf(c), uuidParam(c, 'userId'));
@@ -53,7 +56,8 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     { method: 'GET', path: '/teams/current/invitations', auth: team('admin'), doc: { summary: 'List pending invitations', tags: ['teams'], paged: true, responses: { 200: D.pageOf('invitation_list', D.Invitation) } }, handler: async (c) => svc.invitations(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'DELETE',
-      path: '/teams/current/invitations/{invitationId}', doc: { summary: 'Revoke an invitation', tags: ['teams'], responses: { 200: D.Success } },
+      path: '/teams/current/invitations/{invitationId}',
+      doc: { summary: 'Revoke an invitation', tags: ['teams'], responses: { 200: D.Success } },
       auth: team('admin'),
       handler: async (c) => {
         await svc.revokeInvitation(teamPrincipalOf(c), uuidParam(c, 'invitationId'));
@@ -62,7 +66,8 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/invitations/accept', doc: { summary: 'Accept an invitation', tags: ['teams'], body: S.accept, responses: { 200: D.Success }, errors: [409, 410] },
+      path: '/invitations/accept',
+      doc: { summary: 'Accept an invitation', tags: ['teams'], body: S.accept, responses: { 200: D.Success }, errors: [409, 410] },
       auth: USER,
       handler: async (c) => {
         await svc.acceptInvitation(principalOf(c), parseBody(S.accept, c.body));
@@ -71,7 +76,8 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/teams/current/transfer', doc: { summary: 'Transfer ownership to an existing member (owner)', tags: ['teams'], body: S.transfer, responses: { 200: D.Success }, errors: [409] },
+      path: '/teams/current/transfer',
+      doc: { summary: 'Transfer ownership to an existing member (owner)', tags: ['teams'], body: S.transfer, responses: { 200: D.Success }, errors: [409] },
       auth: team('owner'),
       handler: async (c) => {
         await svc.transfer(teamPrincipalOf(c), parseBody(S.transfer, c.body).new_owner_id.toLowerCase());

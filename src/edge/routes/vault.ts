@@ -59,7 +59,8 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/vault/credentials', doc: { summary: 'Store an outbound credential (header name and value)', tags: ['vault'], body: createBody, responses: { 200: D.IdResult }, errors: [409] },
+      path: '/vault/credentials',
+      doc: { summary: 'Store an outbound credential (header name and value)', tags: ['vault'], body: createBody, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(createBody, c.body);
@@ -71,7 +72,8 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/vault/credentials', doc: { summary: 'List vault credentials (never the value)', tags: ['vault'], paged: true, responses: { 200: D.pageOf('credential_list', D.VaultCredential) } },
+      path: '/vault/credentials',
+      doc: { summary: 'List vault credentials (never the value)', tags: ['vault'], paged: true, responses: { 200: D.pageOf('credential_list', D.VaultCredential) } },
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -81,7 +83,8 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/vault/credentials/{vaultCredentialId}', doc: { summary: 'Get a vault credential (never the value)', tags: ['vault'], responses: { 200: D.VaultCredential } },
+      path: '/vault/credentials/{vaultCredentialId}',
+      doc: { summary: 'Get a vault credential (never the value)', tags: ['vault'], responses: { 200: D.VaultCredential } },
       auth: READ,
       handler: async (c) => {
         const r = await vault.get(teamPrincipalOf(c).teamId, credentialId(c));
@@ -91,7 +94,8 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'PUT',
-      path: '/vault/credentials/{vaultCredentialId}', doc: { summary: 'Update a vault credential', tags: ['vault'], body: updateBody, responses: { 200: D.IdResult } },
+      path: '/vault/credentials/{vaultCredentialId}',
+      doc: { summary: 'Update a vault credential', tags: ['vault'], body: updateBody, responses: { 200: D.IdResult } },
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);
@@ -104,7 +108,8 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/vault/credentials/{vaultCredentialId}', doc: { summary: 'Delete a vault credential', tags: ['vault'], responses: { 200: D.Success }, errors: [409] },
+      path: '/vault/credentials/{vaultCredentialId}',
+      doc: { summary: 'Delete a vault credential', tags: ['vault'], responses: { 200: D.Success }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);

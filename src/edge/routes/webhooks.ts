@@ -59,7 +59,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
   return [
     {
       method: 'POST',
-      path: '/webhooks', doc: { summary: 'Create a webhook (https only)', tags: ['webhooks'], body: createBody, responses: { 200: D.IdResult } },
+      path: '/webhooks',
+      doc: { summary: 'Create a webhook (https only)', tags: ['webhooks'], body: createBody, responses: { 200: D.IdResult } },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(createBody, c.body);
@@ -71,7 +72,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/webhooks', doc: { summary: 'List webhooks', tags: ['webhooks'], paged: true, responses: { 200: D.pageOf('webhook_list', D.Webhook) } },
+      path: '/webhooks',
+      doc: { summary: 'List webhooks', tags: ['webhooks'], paged: true, responses: { 200: D.pageOf('webhook_list', D.Webhook) } },
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -82,7 +84,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     { method: 'GET', path: '/webhooks/{webhookId}', auth: MANAGE, doc: { summary: 'Get a webhook (with signing_secret)', tags: ['webhooks'], responses: { 200: D.WebhookDetail } }, handler: async (c) => webhookView(await load(c), true) },
     {
       method: 'PUT',
-      path: '/webhooks/{webhookId}', doc: { summary: 'Update a webhook (webhook_status disables deliveries)', tags: ['webhooks'], body: updateBody, responses: { 200: D.IdResult } },
+      path: '/webhooks/{webhookId}',
+      doc: { summary: 'Update a webhook (webhook_status disables deliveries)', tags: ['webhooks'], body: updateBody, responses: { 200: D.IdResult } },
       auth: MANAGE,
       handler: async (c) => {
         const id = uuidParam(c, 'webhookId');
@@ -100,7 +103,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/webhooks/{webhookId}', doc: { summary: 'Delete a webhook', tags: ['webhooks'], responses: { 200: D.Success } },
+      path: '/webhooks/{webhookId}',
+      doc: { summary: 'Delete a webhook', tags: ['webhooks'], responses: { 200: D.Success } },
       auth: MANAGE,
       handler: async (c) => {
         if (!(await live.store.deleteWebhook(teamPrincipalOf(c).teamId, uuidParam(c, 'webhookId')))) throw notFound('webhook', 'webhook_not_found');
@@ -109,7 +113,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/webhooks/{webhookId}/deliveries', doc: { summary: 'List a webhook\'s deliveries', tags: ['webhooks'], paged: true, query: z.object({ delivery_status: z.enum(['pending', 'delivering', 'succeeded', 'failed']).optional() }), responses: { 200: D.pageOf('delivery_list', D.WebhookDelivery) } },
+      path: '/webhooks/{webhookId}/deliveries',
+      doc: { summary: 'List a webhook\'s deliveries', tags: ['webhooks'], paged: true, query: z.object({ delivery_status: z.enum(['pending', 'delivering', 'succeeded', 'failed']).optional() }), responses: { 200: D.pageOf('delivery_list', D.WebhookDelivery) } },
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
@@ -122,7 +127,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     },
     {
       method: 'POST',
-      path: '/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver', doc: { summary: 'Redeliver a delivery', tags: ['webhooks'], responses: { 200: D.IdResult }, errors: [409] },
+      path: '/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver',
+      doc: { summary: 'Redeliver a delivery', tags: ['webhooks'], responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const w = await load(c);

@@ -114,7 +114,8 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     { method: 'POST', path: '/workflows', auth: MANAGE, handler: create('created'), doc: { summary: 'Create a workflow', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] } },
     {
       method: 'POST',
-      path: '/workflows/import', doc: { summary: 'Import a workflow (the export shape)', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] },
+      path: '/workflows/import',
+      doc: { summary: 'Import a workflow (the export shape)', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       // The export shape is the create shape: same validation, new id, version 1.
       handler: async (ctx) => {
@@ -126,7 +127,8 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     { method: 'GET', path: '/workflows/{workflowId}', auth: READ, handler: getById, doc: { summary: 'Get a workflow', tags: ['workflows'], responses: { 200: D.Workflow } } },
     {
       method: 'PUT',
-      path: '/workflows/{workflowId}', doc: { summary: 'Update a workflow (bumps version, writes a snapshot)', tags: ['workflows'], body: workflowUpdateSchema, responses: { 200: D.IdResult }, errors: [409] },
+      path: '/workflows/{workflowId}',
+      doc: { summary: 'Update a workflow (bumps version, writes a snapshot)', tags: ['workflows'], body: workflowUpdateSchema, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
@@ -138,7 +140,8 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     },
     {
       method: 'DELETE',
-      path: '/workflows/{workflowId}', doc: { summary: 'Delete a workflow', tags: ['workflows'], responses: { 200: D.Success } },
+      path: '/workflows/{workflowId}',
+      doc: { summary: 'Delete a workflow', tags: ['workflows'], responses: { 200: D.Success } },
       auth: MANAGE,
       handler: async (ctx) => {
         if (!(await store.delete(teamOf(ctx), uuidParam(ctx, 'workflowId')))) throw workflowNotFound();
@@ -147,7 +150,8 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/workflows/{workflowId}/snapshots', doc: { summary: 'List a workflow\'s snapshots', tags: ['workflows'], paged: true, responses: { 200: D.pageOf('snapshot_list', D.Snapshot) } },
+      path: '/workflows/{workflowId}/snapshots',
+      doc: { summary: 'List a workflow\'s snapshots', tags: ['workflows'], paged: true, responses: { 200: D.pageOf('snapshot_list', D.Snapshot) } },
       auth: READ,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
@@ -160,7 +164,8 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     },
     {
       method: 'GET',
-      path: '/workflows/{workflowId}/export', doc: { summary: 'Export a workflow (the create shape)', tags: ['workflows'], query: z.object({ version: z.int().min(1).optional() }), responses: { 200: D.WorkflowExport } },
+      path: '/workflows/{workflowId}/export',
+      doc: { summary: 'Export a workflow (the create shape)', tags: ['workflows'], query: z.object({ version: z.int().min(1).optional() }), responses: { 200: D.WorkflowExport } },
       auth: READ,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
@@ -175,7 +180,8 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
     { method: 'GET', path: '/r/workflows/{workflowId}', auth: RUNTIME, handler: getById, doc: { summary: 'Get a workflow (runtime)', tags: ['runtime', 'workflows'], responses: { 200: D.Workflow } } },
     {
       method: 'GET',
-      path: '/r/workflows/slug/{workflowSlug}', doc: { summary: 'Get a workflow by slug (slug or slug@version)', tags: ['runtime', 'workflows'], responses: { 200: D.Workflow } },
+      path: '/r/workflows/slug/{workflowSlug}',
+      doc: { summary: 'Get a workflow by slug (slug or slug@version)', tags: ['runtime', 'workflows'], responses: { 200: D.Workflow } },
       auth: RUNTIME,
       handler: async (ctx) => {
         const ref = parseSlugRef(ctx.params.workflowSlug ?? '');
