@@ -42,6 +42,7 @@ const password = 'console-password-1';
 const slug = `console-wf-${Date.now().toString(36)}`;
 let workflowId = '';
 let completedTaskId = '';
+let agentCredential = '';
 
 /** A tiny valid PNG (2x2, RGB) for the file input. */
 function tinyPng(): Buffer {
@@ -109,7 +110,7 @@ before(async () => {
   });
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   page = await context.newPage();
-  page.setDefaultTimeout(20_000);
+  page.setDefaultTimeout(45_000);
   // the revoke/delete buttons ask confirm(): accept
   page.on('dialog', (d) => void d.accept());
 });
@@ -159,6 +160,7 @@ test('credentials: an agent credential shown once starts the simulated agent; th
   await page.getByRole('button', { name: 'Create credential' }).click();
   const ak = await page.getByTestId('credential-value').inputValue();
   assert.match(ak, /^ak-[0-9A-Za-z]{49}$/);
+  agentCredential = ak;
   agents.push(
     spawnAgent(['--server', `127.0.0.1:${t.node.grpcPort}`, '--credential', ak, '--executor', 'simulate', '--state-dir', tmpDir('gantry-console-agent-'), '--gpu', 'NVIDIA RTX 4090:24', '--labels', 'sim,console', '--name', 'console-sim', '--simulate-duration-ms', '4000', '--simulate-steps', '8']),
   );
@@ -403,6 +405,31 @@ test('members, notifications and services pages', { skip }, async () => {
   await go('/services', 'Container services');
   await page.getByText('No container services').waitFor();
   await shot('18-services-1280');
+});
+
+test('a failed task links to its retry and the retry back to it', { skip }, async () => {
+  // a second agent whose every task fails, for a workflow only it can run, with one retry
+  agents.push(spawnAgent(['--server', `127.0.0.1:${t.node.grpcPort}`, '--credential', agentCredential, '--executor', 'simulate', '--state-dir', tmpDir('gantry-console-agent-'), '--labels', 'flaky', '--name', 'flaky-sim', '--simulate-duration-ms', '200', '--simulate-steps', '2', '--simulate-fail=boom']));
+  const s = await consoleSession();
+  const wf = await t.http.post('/workflows', { workflow_slug: `${slug}-flaky`, display_name: 'Flaky', workflow_json: tinyGraph(), parameters: [{ key: 'prompt', node_id: '6', field: 'text' }], required_labels: ['flaky'], max_retries: 1 }, { token: s.token, team: s.team });
+  assert.equal(wf.status, 200, wf.text);
+  const run = await t.http.post(`/r/workflows/${wf.body.id}/run`, { parameters: { prompt: 'x' } }, { token: s.token, team: s.team });
+  assert.equal(run.status, 202, run.text);
+  const first = run.body.task_id as string;
+  await go(`/tasks/${first}`, /Task/);
+  await page.locator('h1').getByText('failed').waitFor({ timeout: 30_000 });
+  await page.getByRole('alert').getByText(/boom/).first().waitFor();
+  const retried = page.locator('dl.facts dt:text-is("Retried as") + dd a');
+  await retried.waitFor();
+  const retryId = ((await retried.getAttribute('href')) ?? '').split('/').pop() as string;
+  assert.match(retryId, /^[0-9a-f-]{36}$/);
+  await shot('23-task-failed-1280');
+  await retried.click();
+  await page.waitForURL(new RegExp(`/tasks/${retryId}$`));
+  await page.locator('h1').getByText('failed').waitFor({ timeout: 30_000 });
+  const back = page.locator('dl.facts dt:text-is("Retry of") + dd a');
+  assert.equal(await back.getAttribute('href'), `/tasks/${first}`);
+  assert.match(await page.locator('dl.facts').innerText(), /Attempt\s+2/);
 });
 
 test('390 pixels wide: the navigation folds into a keyboard-operable menu; pages stay usable', { skip }, async () => {
