@@ -9,6 +9,17 @@ COPY package.json package-lock.json ./
 COPY packages/sdk/package.json ./packages/sdk/
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
+# the web console: built with the dev dependencies (vite, preact, the SDK) in a stage of its own;
+# only its static output (console/dist) goes into the image
+FROM node:20-slim AS console
+WORKDIR /app
+COPY package.json package-lock.json ./
+COPY packages ./packages
+RUN npm ci --no-audit --no-fund --ignore-scripts
+COPY scripts/build-console.mjs ./scripts/
+COPY console ./console
+RUN node scripts/build-console.mjs && test -f console/dist/index.html
+
 FROM node:20-slim
 ENV NODE_ENV=production \
     GANTRY_HTTP_HOST=0.0.0.0 \
@@ -26,6 +37,7 @@ COPY bin ./bin
 COPY proto ./proto
 COPY src ./src
 COPY packages ./packages
+COPY --from=console /app/console/dist ./console/dist
 USER 10001:10001
 VOLUME ["/var/lib/gantry"]
 # HTTP (REST, SSE, /storage), agent gRPC, node-to-node gRPC (cluster mode)

@@ -38,7 +38,7 @@ const zones = [
 const ioLibs = ['uWebSockets.js', '@grpc/grpc-js', '@mikro-orm/*', 'redis', 'mikro-orm-pglite', '@electric-sql/pglite'];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'data/**', 'dist/**', 'proto/gen/**', 'src/gen/**', '.tmp/**'] },
+  { ignores: ['node_modules/**', 'data/**', 'dist/**', 'console/dist/**', 'proto/gen/**', 'src/gen/**', '.tmp/**'] },
   ...tseslint.configs.recommended,
   {
     files: ['**/*.ts'],
@@ -81,6 +81,18 @@ export default tseslint.config(
   {
     files: ['src/**/*.ts'],
     rules: { 'import-x/no-cycle': ['error', { maxDepth: 10, ignoreExternal: true }] },
+  },
+  {
+    // the web console (a browser app with its own tsconfig: DOM, Preact JSX): type-aware like the rest
+    files: ['console/**/*.ts', 'console/**/*.tsx'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: false }],
+      '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
+      '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
+    },
   },
   {
     files: ['**/*.mjs', '**/*.js'],

@@ -1,5 +1,6 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { ConfigError, type Config } from './shared/config.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { Database } from './persistence/db.js';
@@ -41,6 +42,7 @@ import { actorMetrics, metricsRoute, NodeMetrics } from './edge/metrics.js';
 import { OpsQueries } from './persistence/ops-queries.js';
 import { startTracing, type TracingHandle } from './shared/tracing-sdk.js';
 import { pageRoutes } from './edge/routes/pages.js';
+import { consoleRoutes } from './edge/routes/console.js';
 import { createObjectStore, LocalObjectStore, type ObjectStore } from './storage/index.js';
 import { storageRoutes } from './edge/routes/storage.js';
 import { createFiles, type Files } from './files/index.js';
@@ -571,6 +573,15 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.add(metricsRoute([nodeMetrics.registry]));
   edge.addAll(pageRoutes('/api/v1'));
   edge.addAll(openApiRoutes({ routes: () => edge.routes(), basePath: '/api/v1', version: packageVersion() }));
+  // the web console (console/dist, built by `npm run build:console`) at `/`; it may fetch from and
+  // show images of the object store's URLs (the public URL's /storage, or the S3 endpoint)
+  if (config.GANTRY_CONSOLE_ENABLED)
+    edge.addAll(
+      consoleRoutes({
+        dir: resolve(fileURLToPath(new URL('.', import.meta.url)), '../console/dist'),
+        extraOrigins: () => [publicUrlOf(), ...(config.S3_ENDPOINT ? [config.S3_ENDPOINT] : objectStore instanceof LocalObjectStore ? [] : ['https://*.amazonaws.com'])].map((u) => (u.startsWith('https://*.') ? u : new URL(u).origin)),
+      }),
+    );
   if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
   const http = await edge
     .listen()

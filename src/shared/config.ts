@@ -76,6 +76,7 @@ export const configSchema = z.object({
   GANTRY_TRACING: z.enum(['off', 'otlp']).default('off'),
   /** /metrics: how long the figures counted in PostgreSQL (tasks by state, queues, agents, webhook backlog) are reused between scrapes. */
   GANTRY_METRICS_CACHE_MS: int(2_000, 0, 60_000),
+  GANTRY_CONSOLE_ENABLED: bool(true),
   GANTRY_AUTO_TEAM: bool(true),
   GANTRY_MANUAL_TEAM_CREATION: bool(true),
   GANTRY_MAX_USERS: int(0, 0, 10_000_000),

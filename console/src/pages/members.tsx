@@ -1,0 +1,154 @@
+/** Members of the current team and its invitations. */
+import { useState } from 'preact/hooks';
+import { api, data, useApp } from '../session.ts';
+import { ErrorBox, fmtTime, Status, useAction, useAsync } from '../ui.tsx';
+
+interface Member {
+  user_id: string;
+  display_name: string;
+  email_address: string;
+  member_role: string;
+  joined_at: string;
+}
+
+interface Invitation {
+  id: string;
+  email_address: string;
+  member_role: string;
+  invitation_status: string;
+  created_at: string;
+  expires_at: string;
+}
+
+export function MembersPage() {
+  const { role, me } = useApp();
+  const admin = role === 'admin' || role === 'owner';
+  const members = useAsync((signal) => data(api.GET('/teams/current/members', { params: { query: { per_page: 100 } }, signal })).then((b) => ({ items: b.member_list as unknown as Member[] })), []);
+  const invitations = useAsync((signal) => (admin ? data(api.GET('/teams/current/invitations', { params: { query: { per_page: 100 } }, signal })).then((b) => ({ items: b.invitation_list as unknown as Invitation[] })) : Promise.resolve(null)), [admin]);
+  const [f, setF] = useState({ email_address: '', member_role: 'member' });
+  const act = useAction();
+  const invite = (ev: Event): void => {
+    ev.preventDefault();
+    void act.run(() => api.POST('/teams/current/invitations', { body: { email_address: f.email_address, member_role: f.member_role as 'admin' | 'member' } })).then((ok) => {
+      if (!ok) return;
+      setF({ ...f, email_address: '' });
+      invitations.reload();
+    });
+  };
+  return (
+    <>
+      <h1>Members</h1>
+      <ErrorBox error={members.error ?? act.error} />
+      {members.data ? (
+        <div class="scroll">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Email</th>
+                <th scope="col">Role</th>
+                <th scope="col">Joined</th>
+                <th scope="col">
+                  <span class="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {members.data.items.map((m) => (
+                <tr key={m.user_id}>
+                  <td>{m.display_name}</td>
+                  <td>{m.email_address}</td>
+                  <td>
+                    {admin && m.member_role !== 'owner' && m.user_id !== me.id ? (
+                      <select aria-label={`Role of ${m.display_name}`} value={m.member_role} onChange={(e) => void act.run(() => api.PUT('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } }, body: { member_role: e.currentTarget.value as 'admin' | 'member' } })).then(() => members.reload())}>
+                        <option value="admin">admin</option>
+                        <option value="member">member</option>
+                      </select>
+                    ) : (
+                      m.member_role
+                    )}
+                  </td>
+                  <td>{fmtTime(m.joined_at)}</td>
+                  <td>
+                    {m.member_role !== 'owner' && (admin || m.user_id === me.id) ? (
+                      <button
+                        type="button"
+                        class="danger"
+                        onClick={() => {
+                          if (!confirm(m.user_id === me.id ? 'Leave this team?' : `Remove ${m.display_name} from the team?`)) return;
+                          void act.run(() => api.DELETE('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } } })).then(() => members.reload());
+                        }}
+                      >
+                        {m.user_id === me.id ? 'Leave' : 'Remove'}
+                      </button>
+                    ) : null}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      ) : null}
+      {admin ? (
+        <section class="card" aria-labelledby="invite-h">
+          <h2 id="invite-h">Invitations</h2>
+          <form onSubmit={invite} class="inline">
+            <div class="field">
+              <label for="invite-email">Email address</label>
+              <input id="invite-email" type="email" required value={f.email_address} onInput={(e) => setF({ ...f, email_address: e.currentTarget.value })} />
+            </div>
+            <div class="field">
+              <label for="invite-role">Role</label>
+              <select id="invite-role" value={f.member_role} onChange={(e) => setF({ ...f, member_role: e.currentTarget.value })}>
+                <option value="member">member</option>
+                <option value="admin">admin</option>
+              </select>
+            </div>
+            <button type="submit" class="primary" disabled={act.busy}>
+              Invite
+            </button>
+          </form>
+          <ErrorBox error={invitations.error} />
+          {invitations.data && invitations.data.items.length > 0 ? (
+            <div class="scroll">
+              <table>
+                <thead>
+                  <tr>
+                    <th scope="col">Email</th>
+                    <th scope="col">Role</th>
+                    <th scope="col">Status</th>
+                    <th scope="col">Expires</th>
+                    <th scope="col">
+                      <span class="sr-only">Actions</span>
+                    </th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {invitations.data.items.map((i) => (
+                    <tr key={i.id}>
+                      <td>{i.email_address}</td>
+                      <td>{i.member_role}</td>
+                      <td>
+                        <Status value={i.invitation_status} />
+                      </td>
+                      <td>{fmtTime(i.expires_at)}</td>
+                      <td>
+                        {i.invitation_status === 'pending' ? (
+                          <button type="button" class="danger" aria-label={`Revoke the invitation of ${i.email_address}`} onClick={() => void act.run(() => api.DELETE('/teams/current/invitations/{invitationId}', { params: { path: { invitationId: i.id } } })).then(() => invitations.reload())}>
+                            Revoke
+                          </button>
+                        ) : null}
+                      </td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          ) : (
+            <p>No open invitations.</p>
+          )}
+        </section>
+      ) : null}
+    </>
+  );
+}
