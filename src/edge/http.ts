@@ -315,7 +315,10 @@ export class StreamResponse {
     if (this.aborted || this.ended) return;
     this.ended = true;
     this.raw.cork(() => {
-      this.raw.endWithoutBody(contentLength);
+      // no length: call without the argument (uWS turns an explicit undefined into a bogus
+      // Content-Length that breaks the next request on a kept-alive connection)
+      if (contentLength === undefined) this.raw.endWithoutBody();
+      else this.raw.endWithoutBody(contentLength);
     });
     this.finish();
   }

@@ -3,6 +3,7 @@
  * processes, a service (the test app in fixture.ts) deployed with 2 replicas, and real HTTP,
  * WebSocket and SSE through /r/containers/{slug}/* and /r/invoke/{slug}.
  */
+import { rawHttp } from '../edge/raw-http.js';
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
@@ -143,6 +144,17 @@ test('proxy: GET/POST/PUT/DELETE with query strings, statuses relayed, Set-Cooki
     assert.equal(r.status, code);
     assert.equal(r.headers.get('x-app'), 'yes');
     assert.equal(await r.text(), `status ${code}`);
+  }
+  // 204 and 304 carry no body and no bogus length: the next request on the same kept-alive
+  // connection is answered normally
+  for (const code of [204, 304]) {
+    const head = (p: string): string => `GET /api/v1/r/containers/echo${p} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${s.sk.value}\r\n\r\n`;
+    const raw = await rawHttp(Number(new URL(t.baseUrl).port), [head(`/status/${code}`) + head('/status/201')], 5_000);
+    const answers = raw.data.split(/(?=HTTP\/1\.1 )/);
+    assert.match(answers[0] ?? '', new RegExp(`^HTTP/1\\.1 ${code} `), raw.data);
+    assert.doesNotMatch(answers[0] ?? '', /content-length: [1-9]/i, `${code}: no length`);
+    assert.match(answers[1] ?? '', /^HTTP\/1\.1 201 /, `${code}: the next request on the connection: ${raw.data}`);
+    assert.match(answers[1] ?? '', /status 201$/);
   }
   const missing = await fetch(proxyUrl('echo', '/nowhere'), { headers: auth(s.sk.value) });
   assert.equal(missing.status, 404);
