@@ -1,4 +1,4 @@
-/** Shared pieces: data loading hooks, error and status display, time formatting, pagination. */
+/** Shared pieces: data loading hooks, error and status display, time formatting, pagination, data tables. */
 import type { ComponentChildren } from 'preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { GantryError } from '@gantry/sdk';
@@ -124,4 +124,61 @@ export function useAction(): { busy: boolean; error: unknown; run: (fn: () => Pr
 /** A short form of an id: the last 8 characters (UUIDv7s made close in time share their first ones). */
 export function short(id: string | null | undefined): string {
   return id ? id.slice(-8) : '—';
+}
+
+/** A column of a DataTable: its header and what a row shows in it. */
+export interface Column<T> {
+  header: string;
+  /** the header is for screen readers only (an actions column) */
+  srOnly?: boolean;
+  /** a class for the column's cells (e.g. `wrap`) */
+  class?: string;
+  cell: (row: T) => ComponentChildren;
+}
+
+/**
+ * A table in its horizontal scroll container, with `<th scope="col">` headers and an optional
+ * visually hidden caption. `rows` undefined (still loading) renders nothing; an empty `rows` renders
+ * `empty` when given, else the table with an empty body.
+ */
+export function DataTable<T>({ caption, columns, rows, rowKey, rowAttrs, empty, live }: {
+  caption?: string;
+  columns: Array<Column<T>>;
+  rows: T[] | undefined;
+  rowKey: (row: T) => string;
+  /** extra attributes of a row's `<tr>`, e.g. `{ 'data-agent': name }` for tests */
+  rowAttrs?: (row: T) => Record<`data-${string}`, string>;
+  empty?: ComponentChildren;
+  /** announce changes to the table politely (a live list) */
+  live?: boolean;
+}) {
+  if (!rows) return null;
+  if (rows.length === 0 && empty !== undefined) return <>{empty}</>;
+  return (
+    <div class="scroll">
+      <table aria-live={live ? 'polite' : undefined}>
+        {caption ? <caption class="sr-only">{caption}</caption> : null}
+        <thead>
+          <tr>
+            {columns.map((c) => (
+              <th key={c.header} scope="col">
+                {c.srOnly ? <span class="sr-only">{c.header}</span> : c.header}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((r) => (
+            <tr key={rowKey(r)} {...rowAttrs?.(r)}>
+              {columns.map((c) => (
+                <td key={c.header} class={c.class}>
+                  {c.cell(r)}
+                </td>
+              ))}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
 }

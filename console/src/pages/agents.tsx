@@ -1,7 +1,7 @@
 /** The agent fleet: status, GPU, VRAM, labels, current task, last seen; refreshed every 3 seconds. */
 import { useState } from 'preact/hooks';
 import { api, data } from '../session.ts';
-import { ErrorBox, fmtTime, Notice, Pager, short, Status, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, fmtTime, Notice, Pager, short, Status, useAsync } from '../ui.tsx';
 
 interface Agent {
   id: string;
@@ -17,6 +17,12 @@ interface Agent {
   system_stats: { gpus?: Array<{ utilization_percent: number; vram_used_gb: number; vram_total_gb: number }>; running_tasks?: number } | null;
 }
 
+/** VRAM in use of the total, where the agent reports its GPUs' usage. */
+function vram(a: Agent): string {
+  const used = a.system_stats?.gpus?.reduce((s, g) => s + g.vram_used_gb, 0);
+  return used !== undefined ? `${used.toFixed(1)} / ${a.vram_total_gb} GB` : `${a.vram_total_gb} GB`;
+}
+
 export function AgentsPage() {
   const [page, setPage] = useState(1);
   const list = useAsync((signal) => data(api.GET('/agents', { params: { query: { current_page: page, per_page: 50 } }, signal })).then((b) => ({ items: b.agent_list as unknown as Agent[], page_meta: b.page_meta })), [page], 3000);
@@ -27,49 +33,33 @@ export function AgentsPage() {
         Start an agent with an agent credential (<a href="/credentials">Credentials</a>): <code>gantry agent --server HOST:50051 --credential ak-…</code>
       </p>
       <ErrorBox error={list.error} />
-      {list.data && list.data.items.length === 0 ? <Notice>No agents have connected to this team yet.</Notice> : null}
-      {list.data && list.data.items.length > 0 ? (
-        <div class="scroll">
-          <table>
-            <caption class="sr-only">Agents of this team; the table refreshes every 3 seconds</caption>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Status</th>
-                <th scope="col">GPU</th>
-                <th scope="col">VRAM</th>
-                <th scope="col">Labels</th>
-                <th scope="col">Current task</th>
-                <th scope="col">Last seen</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.items.map((a) => {
-                const used = a.system_stats?.gpus?.reduce((s, g) => s + g.vram_used_gb, 0);
-                return (
-                  <tr key={a.id} data-agent={a.display_name}>
-                    <td>
-                      {a.display_name}
-                      <br />
-                      <small>
-                        <code>{short(a.id)}</code> {a.agent_version}
-                      </small>
-                    </td>
-                    <td>
-                      <Status value={a.agent_status} />
-                    </td>
-                    <td>{a.gpu_type ? `${a.gpu_count} × ${a.gpu_type}` : 'none'}</td>
-                    <td>{used !== undefined ? `${used.toFixed(1)} / ${a.vram_total_gb} GB` : `${a.vram_total_gb} GB`}</td>
-                    <td>{a.labels.length ? a.labels.map((l) => <span key={l} class="label">{l}</span>) : '—'}</td>
-                    <td>{a.current_task_id ? <a href={`/tasks/${a.current_task_id}`}>{short(a.current_task_id)}</a> : '—'}</td>
-                    <td>{fmtTime(a.last_seen_at)}</td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+      <DataTable
+        caption="Agents of this team; the table refreshes every 3 seconds"
+        rows={list.data?.items}
+        rowKey={(a) => a.id}
+        rowAttrs={(a) => ({ 'data-agent': a.display_name })}
+        empty={<Notice>No agents have connected to this team yet.</Notice>}
+        columns={[
+          {
+            header: 'Name',
+            cell: (a) => (
+              <>
+                {a.display_name}
+                <br />
+                <small>
+                  <code>{short(a.id)}</code> {a.agent_version}
+                </small>
+              </>
+            ),
+          },
+          { header: 'Status', cell: (a) => <Status value={a.agent_status} /> },
+          { header: 'GPU', cell: (a) => (a.gpu_type ? `${a.gpu_count} × ${a.gpu_type}` : 'none') },
+          { header: 'VRAM', cell: vram },
+          { header: 'Labels', cell: (a) => (a.labels.length ? a.labels.map((l) => <span key={l} class="label">{l}</span>) : '—') },
+          { header: 'Current task', cell: (a) => (a.current_task_id ? <a href={`/tasks/${a.current_task_id}`}>{short(a.current_task_id)}</a> : '—') },
+          { header: 'Last seen', cell: (a) => fmtTime(a.last_seen_at) },
+        ]}
+      />
       <Pager meta={list.data?.page_meta} page={page} onPage={setPage} />
     </>
   );

@@ -1,7 +1,7 @@
 /** Credentials: create an sk- (integration) or ak- (agent) with its value shown once, list, revoke. */
 import { useState } from 'preact/hooks';
 import { api, data, useApp } from '../session.ts';
-import { ErrorBox, fmtTime, Notice, Pager, useAction, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, fmtTime, Notice, Pager, useAction, useAsync } from '../ui.tsx';
 
 interface Credential {
   id: string;
@@ -78,54 +78,38 @@ export function CredentialsPage() {
         ) : null}
       </section>
       <ErrorBox error={list.error ?? revoke.error} />
-      {list.data && list.data.items.length === 0 ? <Notice>No credentials.</Notice> : null}
-      {list.data && list.data.items.length > 0 ? (
-        <div class="scroll">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Type</th>
-                <th scope="col">Prefix</th>
-                <th scope="col">Created by</th>
-                <th scope="col">Expires</th>
-                <th scope="col">Last used</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.items.map((c) => (
-                <tr key={c.id} data-credential={c.display_name}>
-                  <td>{c.display_name}</td>
-                  <td>{c.credential_type}</td>
-                  <td>
-                    <code>{c.credential_prefix}…</code>
-                  </td>
-                  <td>{c.creator_name}</td>
-                  <td>{c.expires_at ? fmtTime(c.expires_at) : 'never'}</td>
-                  <td>{fmtTime(c.last_used_at)}</td>
-                  <td>
-                    <button
-                      type="button"
-                      class="danger"
-                      disabled={revoke.busy}
-                      aria-label={`Revoke ${c.display_name}`}
-                      onClick={() => {
-                        if (!confirm(`Revoke ${c.display_name}? Requests with it fail from now on.`)) return;
-                        void revoke.run(() => api.DELETE('/credentials/{credentialId}', { params: { path: { credentialId: c.id } } })).then(() => list.reload());
-                      }}
-                    >
-                      Revoke
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+      <DataTable
+        rows={list.data?.items}
+        rowKey={(c) => c.id}
+        rowAttrs={(c) => ({ 'data-credential': c.display_name })}
+        empty={<Notice>No credentials.</Notice>}
+        columns={[
+          { header: 'Name', cell: (c) => c.display_name },
+          { header: 'Type', cell: (c) => c.credential_type },
+          { header: 'Prefix', cell: (c) => <code>{c.credential_prefix}…</code> },
+          { header: 'Created by', cell: (c) => c.creator_name },
+          { header: 'Expires', cell: (c) => (c.expires_at ? fmtTime(c.expires_at) : 'never') },
+          { header: 'Last used', cell: (c) => fmtTime(c.last_used_at) },
+          {
+            header: 'Actions',
+            srOnly: true,
+            cell: (c) => (
+              <button
+                type="button"
+                class="danger"
+                disabled={revoke.busy}
+                aria-label={`Revoke ${c.display_name}`}
+                onClick={() => {
+                  if (!confirm(`Revoke ${c.display_name}? Requests with it fail from now on.`)) return;
+                  void revoke.run(() => api.DELETE('/credentials/{credentialId}', { params: { path: { credentialId: c.id } } })).then(() => list.reload());
+                }}
+              >
+                Revoke
+              </button>
+            ),
+          },
+        ]}
+      />
       <Pager meta={list.data?.page_meta} page={page} onPage={setPage} />
     </>
   );

@@ -1,7 +1,7 @@
 /** Members of the current team and its invitations. */
 import { useState } from 'preact/hooks';
 import { api, data, useApp } from '../session.ts';
-import { ErrorBox, fmtTime, Status, useAction, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, fmtTime, Status, useAction, useAsync } from '../ui.tsx';
 
 interface Member {
   user_id: string;
@@ -39,56 +39,44 @@ export function MembersPage() {
     <>
       <h1>Members</h1>
       <ErrorBox error={members.error ?? act.error} />
-      {members.data ? (
-        <div class="scroll">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Email</th>
-                <th scope="col">Role</th>
-                <th scope="col">Joined</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {members.data.items.map((m) => (
-                <tr key={m.user_id}>
-                  <td>{m.display_name}</td>
-                  <td>{m.email_address}</td>
-                  <td>
-                    {admin && m.member_role !== 'owner' && m.user_id !== me.id ? (
-                      <select aria-label={`Role of ${m.display_name}`} value={m.member_role} onChange={(e) => void act.run(() => api.PUT('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } }, body: { member_role: e.currentTarget.value as 'admin' | 'member' } })).then(() => members.reload())}>
-                        <option value="admin">admin</option>
-                        <option value="member">member</option>
-                      </select>
-                    ) : (
-                      m.member_role
-                    )}
-                  </td>
-                  <td>{fmtTime(m.joined_at)}</td>
-                  <td>
-                    {m.member_role !== 'owner' && (admin || m.user_id === me.id) ? (
-                      <button
-                        type="button"
-                        class="danger"
-                        onClick={() => {
-                          if (!confirm(m.user_id === me.id ? 'Leave this team?' : `Remove ${m.display_name} from the team?`)) return;
-                          void act.run(() => api.DELETE('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } } })).then(() => members.reload());
-                        }}
-                      >
-                        {m.user_id === me.id ? 'Leave' : 'Remove'}
-                      </button>
-                    ) : null}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+      <DataTable
+        rows={members.data?.items}
+        rowKey={(m) => m.user_id}
+        columns={[
+          { header: 'Name', cell: (m) => m.display_name },
+          { header: 'Email', cell: (m) => m.email_address },
+          {
+            header: 'Role',
+            cell: (m) =>
+              admin && m.member_role !== 'owner' && m.user_id !== me.id ? (
+                <select aria-label={`Role of ${m.display_name}`} value={m.member_role} onChange={(e) => void act.run(() => api.PUT('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } }, body: { member_role: e.currentTarget.value as 'admin' | 'member' } })).then(() => members.reload())}>
+                  <option value="admin">admin</option>
+                  <option value="member">member</option>
+                </select>
+              ) : (
+                m.member_role
+              ),
+          },
+          { header: 'Joined', cell: (m) => fmtTime(m.joined_at) },
+          {
+            header: 'Actions',
+            srOnly: true,
+            cell: (m) =>
+              m.member_role !== 'owner' && (admin || m.user_id === me.id) ? (
+                <button
+                  type="button"
+                  class="danger"
+                  onClick={() => {
+                    if (!confirm(m.user_id === me.id ? 'Leave this team?' : `Remove ${m.display_name} from the team?`)) return;
+                    void act.run(() => api.DELETE('/teams/current/members/{userId}', { params: { path: { userId: m.user_id } } })).then(() => members.reload());
+                  }}
+                >
+                  {m.user_id === me.id ? 'Leave' : 'Remove'}
+                </button>
+              ) : null,
+          },
+        ]}
+      />
       {admin ? (
         <section class="card" aria-labelledby="invite-h">
           <h2 id="invite-h">Invitations</h2>
@@ -109,44 +97,27 @@ export function MembersPage() {
             </button>
           </form>
           <ErrorBox error={invitations.error} />
-          {invitations.data && invitations.data.items.length > 0 ? (
-            <div class="scroll">
-              <table>
-                <thead>
-                  <tr>
-                    <th scope="col">Email</th>
-                    <th scope="col">Role</th>
-                    <th scope="col">Status</th>
-                    <th scope="col">Expires</th>
-                    <th scope="col">
-                      <span class="sr-only">Actions</span>
-                    </th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {invitations.data.items.map((i) => (
-                    <tr key={i.id}>
-                      <td>{i.email_address}</td>
-                      <td>{i.member_role}</td>
-                      <td>
-                        <Status value={i.invitation_status} />
-                      </td>
-                      <td>{fmtTime(i.expires_at)}</td>
-                      <td>
-                        {i.invitation_status === 'pending' ? (
-                          <button type="button" class="danger" aria-label={`Revoke the invitation of ${i.email_address}`} onClick={() => void act.run(() => api.DELETE('/teams/current/invitations/{invitationId}', { params: { path: { invitationId: i.id } } })).then(() => invitations.reload())}>
-                            Revoke
-                          </button>
-                        ) : null}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          ) : (
-            <p>No open invitations.</p>
-          )}
+          <DataTable
+            rows={invitations.data?.items ?? []}
+            rowKey={(i) => i.id}
+            empty={<p>No open invitations.</p>}
+            columns={[
+              { header: 'Email', cell: (i) => i.email_address },
+              { header: 'Role', cell: (i) => i.member_role },
+              { header: 'Status', cell: (i) => <Status value={i.invitation_status} /> },
+              { header: 'Expires', cell: (i) => fmtTime(i.expires_at) },
+              {
+                header: 'Actions',
+                srOnly: true,
+                cell: (i) =>
+                  i.invitation_status === 'pending' ? (
+                    <button type="button" class="danger" aria-label={`Revoke the invitation of ${i.email_address}`} onClick={() => void act.run(() => api.DELETE('/teams/current/invitations/{invitationId}', { params: { path: { invitationId: i.id } } })).then(() => invitations.reload())}>
+                      Revoke
+                    </button>
+                  ) : null,
+              },
+            ]}
+          />
         </section>
       ) : null}
     </>

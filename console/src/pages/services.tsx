@@ -1,7 +1,7 @@
 /** Container services: the team's services and a service's page (instances, deploy/start/stop/undeploy). */
 import { useState } from 'preact/hooks';
 import { api, data, useApp } from '../session.ts';
-import { ErrorBox, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
 
 interface Service {
   id: string;
@@ -32,41 +32,19 @@ export function ServicesPage() {
         Services run on the team's agents (or are external https APIs) and are reached through the gateway at <code>/api/v1/r/containers/&lt;slug&gt;/…</code>.
       </p>
       <ErrorBox error={list.error} />
-      {list.data && list.data.items.length === 0 ? <Notice>No container services. Create one with POST /api/v1/containers.</Notice> : null}
-      {list.data && list.data.items.length > 0 ? (
-        <div class="scroll">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Slug</th>
-                <th scope="col">Type</th>
-                <th scope="col">Status</th>
-                <th scope="col">Replicas</th>
-                <th scope="col">Image / URL</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.items.map((s) => (
-                <tr key={s.id}>
-                  <td>
-                    <a href={`/services/${s.id}`}>{s.display_name}</a>
-                  </td>
-                  <td>
-                    <code>{s.service_slug}</code>
-                  </td>
-                  <td>{s.service_type}</td>
-                  <td>
-                    <Status value={s.service_status} />
-                  </td>
-                  <td>{s.deploy_status ? `${s.deploy_status.healthy}/${s.deploy_status.desired} healthy` : s.replica_count}</td>
-                  <td class="wrap">{s.service_type === 'external' ? s.external_url : s.docker_image}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+      <DataTable
+        rows={list.data?.items}
+        rowKey={(s) => s.id}
+        empty={<Notice>No container services. Create one with POST /api/v1/containers.</Notice>}
+        columns={[
+          { header: 'Name', cell: (s) => <a href={`/services/${s.id}`}>{s.display_name}</a> },
+          { header: 'Slug', cell: (s) => <code>{s.service_slug}</code> },
+          { header: 'Type', cell: (s) => s.service_type },
+          { header: 'Status', cell: (s) => <Status value={s.service_status} /> },
+          { header: 'Replicas', cell: (s) => (s.deploy_status ? `${s.deploy_status.healthy}/${s.deploy_status.desired} healthy` : s.replica_count) },
+          { header: 'Image / URL', class: 'wrap', cell: (s) => (s.service_type === 'external' ? s.external_url : s.docker_image) },
+        ]}
+      />
       <Pager meta={list.data?.page_meta} page={page} onPage={setPage} />
     </>
   );
@@ -149,40 +127,26 @@ export function ServicePage({ id }: { id: string }) {
       {s.instance_list ? (
         <section class="card" aria-labelledby="inst-h">
           <h2 id="inst-h">Instances</h2>
-          {s.instance_list.length === 0 ? <p>No instances.</p> : null}
-          {s.instance_list.length > 0 ? (
-            <div class="scroll">
-              <table>
-                <thead>
-                  <tr>
-                    <th scope="col">Instance</th>
-                    <th scope="col">Agent</th>
-                    <th scope="col">Status</th>
-                    <th scope="col">Healthy</th>
-                    <th scope="col">Updated</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {s.instance_list.map((i) => (
-                    <tr key={i.instance_id}>
-                      <td>
-                        <code>{short(i.instance_id)}</code>
-                      </td>
-                      <td>
-                        <code>{short(i.agent_id)}</code>
-                      </td>
-                      <td>
-                        <Status value={i.instance_status} />
-                        {i.instance_error ? <small class="problem"> {i.instance_error}</small> : null}
-                      </td>
-                      <td>{i.healthy ? 'yes' : 'no'}</td>
-                      <td>{fmtTime(i.updated_at)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          ) : null}
+          <DataTable
+            rows={s.instance_list}
+            rowKey={(i) => i.instance_id}
+            empty={<p>No instances.</p>}
+            columns={[
+              { header: 'Instance', cell: (i) => <code>{short(i.instance_id)}</code> },
+              { header: 'Agent', cell: (i) => <code>{short(i.agent_id)}</code> },
+              {
+                header: 'Status',
+                cell: (i) => (
+                  <>
+                    <Status value={i.instance_status} />
+                    {i.instance_error ? <small class="problem"> {i.instance_error}</small> : null}
+                  </>
+                ),
+              },
+              { header: 'Healthy', cell: (i) => (i.healthy ? 'yes' : 'no') },
+              { header: 'Updated', cell: (i) => fmtTime(i.updated_at) },
+            ]}
+          />
         </section>
       ) : null}
     </>

@@ -3,7 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Schemas } from '@gantry/sdk';
 import { api, data, sdk } from '../session.ts';
 import { navigate, useLocation } from '../router.ts';
-import { ErrorBox, errorText, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, errorText, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
 
 export const TASK_STATES = ['pending', 'waiting', 'provisioning', 'queued', 'running', 'completed', 'failed', 'cancelled'] as const;
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
@@ -71,44 +71,28 @@ export function TasksPage() {
         </div>
       </form>
       <ErrorBox error={list.error} />
-      {list.data && list.data.items.length === 0 ? <Notice>No tasks match.</Notice> : null}
-      {list.data && list.data.items.length > 0 ? (
-        <div class="scroll">
-          <table aria-live="polite">
-            <caption class="sr-only">Tasks, newest first; the list refreshes every 3 seconds</caption>
-            <thead>
-              <tr>
-                <th scope="col">Task</th>
-                <th scope="col">Workflow</th>
-                <th scope="col">Status</th>
-                <th scope="col">Progress</th>
-                <th scope="col">Attempt</th>
-                <th scope="col">Created</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.items.map((t) => (
-                <tr key={t.task_id}>
-                  <td>
-                    <a href={`/tasks/${t.task_id}`}>
-                      <code>{short(t.task_id)}</code>
-                    </a>
-                  </td>
-                  <td>
-                    {t.workflow_slug}@{t.workflow_version}
-                  </td>
-                  <td>
-                    <Status value={t.task_status} />
-                  </td>
-                  <td>{t.progress ? `${Math.round(t.progress.progress * 100)}%` : '—'}</td>
-                  <td>{t.attempt}</td>
-                  <td>{fmtTime(t.created_at)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+      <DataTable
+        caption="Tasks, newest first; the list refreshes every 3 seconds"
+        live
+        rows={list.data?.items}
+        rowKey={(t) => t.task_id}
+        empty={<Notice>No tasks match.</Notice>}
+        columns={[
+          {
+            header: 'Task',
+            cell: (t) => (
+              <a href={`/tasks/${t.task_id}`}>
+                <code>{short(t.task_id)}</code>
+              </a>
+            ),
+          },
+          { header: 'Workflow', cell: (t) => `${t.workflow_slug}@${t.workflow_version}` },
+          { header: 'Status', cell: (t) => <Status value={t.task_status} /> },
+          { header: 'Progress', cell: (t) => (t.progress ? `${Math.round(t.progress.progress * 100)}%` : '—') },
+          { header: 'Attempt', cell: (t) => t.attempt },
+          { header: 'Created', cell: (t) => fmtTime(t.created_at) },
+        ]}
+      />
       <Pager meta={list.data?.page_meta} page={page} onPage={setPage} />
     </>
   );

@@ -2,7 +2,7 @@
 import { useState } from 'preact/hooks';
 import { api, data } from '../session.ts';
 import { navigate } from '../router.ts';
-import { ErrorBox, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, fmtTime, Notice, Pager, short, Status, useAction, useAsync } from '../ui.tsx';
 
 interface Webhook {
   id: string;
@@ -81,48 +81,31 @@ export function WebhooksPage() {
         </form>
       </section>
       <ErrorBox error={list.error ?? toggle.error} />
-      {list.data && list.data.items.length === 0 ? <Notice>No webhooks.</Notice> : null}
-      {list.data && list.data.items.length > 0 ? (
-        <div class="scroll">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">URL</th>
-                <th scope="col">Events</th>
-                <th scope="col">Status</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.items.map((w) => (
-                <tr key={w.id}>
-                  <td>
-                    <a href={`/webhooks/${w.id}`}>{w.display_name}</a>
-                  </td>
-                  <td class="wrap">{w.webhook_url}</td>
-                  <td>{w.webhook_events.join(', ')}</td>
-                  <td>
-                    <Status value={w.webhook_status} />
-                  </td>
-                  <td>
-                    <button
-                      type="button"
-                      disabled={toggle.busy}
-                      aria-label={`${w.webhook_status === 'active' ? 'Disable' : 'Enable'} ${w.display_name}`}
-                      onClick={() => void toggle.run(() => api.PUT('/webhooks/{webhookId}', { params: { path: { webhookId: w.id } }, body: { webhook_status: w.webhook_status === 'active' ? 'disabled' : 'active' } })).then(() => list.reload())}
-                    >
-                      {w.webhook_status === 'active' ? 'Disable' : 'Enable'}
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+      <DataTable
+        rows={list.data?.items}
+        rowKey={(w) => w.id}
+        empty={<Notice>No webhooks.</Notice>}
+        columns={[
+          { header: 'Name', cell: (w) => <a href={`/webhooks/${w.id}`}>{w.display_name}</a> },
+          { header: 'URL', class: 'wrap', cell: (w) => w.webhook_url },
+          { header: 'Events', cell: (w) => w.webhook_events.join(', ') },
+          { header: 'Status', cell: (w) => <Status value={w.webhook_status} /> },
+          {
+            header: 'Actions',
+            srOnly: true,
+            cell: (w) => (
+              <button
+                type="button"
+                disabled={toggle.busy}
+                aria-label={`${w.webhook_status === 'active' ? 'Disable' : 'Enable'} ${w.display_name}`}
+                onClick={() => void toggle.run(() => api.PUT('/webhooks/{webhookId}', { params: { path: { webhookId: w.id } }, body: { webhook_status: w.webhook_status === 'active' ? 'disabled' : 'active' } })).then(() => list.reload())}
+              >
+                {w.webhook_status === 'active' ? 'Disable' : 'Enable'}
+              </button>
+            ),
+          },
+        ]}
+      />
       <Pager meta={list.data?.page_meta} page={page} onPage={setPage} />
     </>
   );
@@ -184,53 +167,37 @@ export function WebhookPage({ id }: { id: string }) {
       <section class="card" aria-labelledby="deliveries-h">
         <h2 id="deliveries-h">Delivery log</h2>
         <ErrorBox error={deliveries.error} />
-        {deliveries.data && deliveries.data.items.length === 0 ? <p>No deliveries yet.</p> : null}
-        {deliveries.data && deliveries.data.items.length > 0 ? (
-          <div class="scroll">
-            <table>
-              <thead>
-                <tr>
-                  <th scope="col">When</th>
-                  <th scope="col">Event</th>
-                  <th scope="col">Task</th>
-                  <th scope="col">Status</th>
-                  <th scope="col">Attempt</th>
-                  <th scope="col">Response</th>
-                  <th scope="col">
-                    <span class="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {deliveries.data.items.map((d) => (
-                  <tr key={d.id}>
-                    <td>{fmtTime(d.created_at)}</td>
-                    <td>{d.event_type}</td>
-                    <td>
-                      <a href={`/tasks/${d.task_id}`}>{short(d.task_id)}</a>
-                    </td>
-                    <td>
-                      <Status value={d.delivery_status} />
-                    </td>
-                    <td>
-                      {d.attempt}/{d.max_attempts}
-                    </td>
-                    <td>
-                      {d.response_code ?? '—'}
-                      {d.latency_ms !== null ? ` in ${d.latency_ms} ms` : ''}
-                      {d.error ? <small class="problem"> {d.error}</small> : null}
-                    </td>
-                    <td>
-                      <button type="button" disabled={act.busy || w.webhook_status !== 'active'} onClick={() => void act.run(() => api.POST('/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver', { params: { path: { webhookId: w.id, deliveryId: d.id } } })).then(() => deliveries.reload())}>
-                        Redeliver
-                      </button>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-        ) : null}
+        <DataTable
+          rows={deliveries.data?.items}
+          rowKey={(d) => d.id}
+          empty={<p>No deliveries yet.</p>}
+          columns={[
+            { header: 'When', cell: (d) => fmtTime(d.created_at) },
+            { header: 'Event', cell: (d) => d.event_type },
+            { header: 'Task', cell: (d) => <a href={`/tasks/${d.task_id}`}>{short(d.task_id)}</a> },
+            { header: 'Status', cell: (d) => <Status value={d.delivery_status} /> },
+            { header: 'Attempt', cell: (d) => `${d.attempt}/${d.max_attempts}` },
+            {
+              header: 'Response',
+              cell: (d) => (
+                <>
+                  {d.response_code ?? '—'}
+                  {d.latency_ms !== null ? ` in ${d.latency_ms} ms` : ''}
+                  {d.error ? <small class="problem"> {d.error}</small> : null}
+                </>
+              ),
+            },
+            {
+              header: 'Actions',
+              srOnly: true,
+              cell: (d) => (
+                <button type="button" disabled={act.busy || w.webhook_status !== 'active'} onClick={() => void act.run(() => api.POST('/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver', { params: { path: { webhookId: w.id, deliveryId: d.id } } })).then(() => deliveries.reload())}>
+                  Redeliver
+                </button>
+              ),
+            },
+          ]}
+        />
         <Pager meta={deliveries.data?.page_meta} page={page} onPage={setPage} />
       </section>
     </>

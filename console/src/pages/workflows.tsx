@@ -5,7 +5,7 @@ import type { paths } from '@gantry/sdk';
 type WorkflowCreate = NonNullable<paths['/workflows']['post']['requestBody']>['content']['application/json'];
 import { api, data, sdk } from '../session.ts';
 import { navigate } from '../router.ts';
-import { ErrorBox, fmtTime, Notice, Pager, Status, useAction, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, fmtTime, Notice, Pager, Status, useAction, useAsync } from '../ui.tsx';
 import { GantryError } from '@gantry/sdk';
 
 export interface ParameterDef {
@@ -77,42 +77,20 @@ export function WorkflowsPage() {
         <ErrorBox error={create.error} />
       </section>
       <ErrorBox error={list.error} />
-      {list.data && list.data.items.length === 0 ? <Notice>No workflows yet.</Notice> : null}
-      {list.data && list.data.items.length > 0 ? (
-        <div class="scroll">
-          <table>
-            <caption class="sr-only">Workflows of this team</caption>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Slug</th>
-                <th scope="col">Tool</th>
-                <th scope="col">Version</th>
-                <th scope="col">Status</th>
-                <th scope="col">Updated</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.items.map((w) => (
-                <tr key={w.id}>
-                  <td>
-                    <a href={`/workflows/${w.id}`}>{w.display_name}</a>
-                  </td>
-                  <td>
-                    <code>{w.workflow_slug}</code>
-                  </td>
-                  <td>{w.tool_type}</td>
-                  <td>{w.version}</td>
-                  <td>
-                    <Status value={w.workflow_status} />
-                  </td>
-                  <td>{fmtTime(w.updated_at)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+      <DataTable
+        caption="Workflows of this team"
+        rows={list.data?.items}
+        rowKey={(w) => w.id}
+        empty={<Notice>No workflows yet.</Notice>}
+        columns={[
+          { header: 'Name', cell: (w) => <a href={`/workflows/${w.id}`}>{w.display_name}</a> },
+          { header: 'Slug', cell: (w) => <code>{w.workflow_slug}</code> },
+          { header: 'Tool', cell: (w) => w.tool_type },
+          { header: 'Version', cell: (w) => w.version },
+          { header: 'Status', cell: (w) => <Status value={w.workflow_status} /> },
+          { header: 'Updated', cell: (w) => fmtTime(w.updated_at) },
+        ]}
+      />
       <Pager meta={list.data?.page_meta} page={page} onPage={setPage} />
     </>
   );
@@ -161,34 +139,23 @@ export function WorkflowPage({ id }: { id: string }) {
       <section class="card" aria-labelledby="versions">
         <h2 id="versions">Versions and snapshots</h2>
         <ErrorBox error={snaps.error} />
-        {snaps.data ? (
-          <div class="scroll">
-            <table>
-              <thead>
-                <tr>
-                  <th scope="col">Version</th>
-                  <th scope="col">Note</th>
-                  <th scope="col">Created</th>
-                  <th scope="col">Pin</th>
-                </tr>
-              </thead>
-              <tbody>
-                {snaps.data.items.map((s) => (
-                  <tr key={s.id}>
-                    <td>{s.workflow_version}</td>
-                    <td>{s.snapshot_note}</td>
-                    <td>{fmtTime(s.created_at)}</td>
-                    <td>
-                      <code>
-                        {w.workflow_slug}@{s.workflow_version}
-                      </code>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-        ) : null}
+        <DataTable
+          rows={snaps.data?.items}
+          rowKey={(s) => s.id}
+          columns={[
+            { header: 'Version', cell: (s) => s.workflow_version },
+            { header: 'Note', cell: (s) => s.snapshot_note },
+            { header: 'Created', cell: (s) => fmtTime(s.created_at) },
+            {
+              header: 'Pin',
+              cell: (s) => (
+                <code>
+                  {w.workflow_slug}@{s.workflow_version}
+                </code>
+              ),
+            },
+          ]}
+        />
       </section>
     </>
   );
