@@ -309,6 +309,9 @@ async function follow(gantry: GantryClient, taskId: string, o: GlobalOpts): Prom
   const bar = !o.json && process.stdout.isTTY ? new cliProgress.SingleBar({ format: `${c.cyan('{bar}')} {percentage}% | {status} | step {step}/{steps} {node}`, hideCursor: true, clearOnComplete: false, stopOnComplete: false, barsize: 30 }, cliProgress.Presets.shades_classic) : null;
   bar?.start(100, 0, { status: 'pending', step: 0, steps: 0, node: '' });
   let lastEvent: TaskEvent | null = null;
+  // the step total seen last: a completed task has done every step, even when the server coalesced
+  // the last progress tick into the completion
+  let steps = 0;
   try {
     for await (const e of gantry.events(taskId)) {
       lastEvent = e;
@@ -318,13 +321,14 @@ async function follow(gantry: GantryClient, taskId: string, o: GlobalOpts): Prom
       }
       if (e.type === 'progress') {
         const d = e.data;
+        steps = d.step_total;
         if (bar) bar.update(Math.round(d.progress * 100), { status: 'running', step: d.step_current, steps: d.step_total, node: d.current_node ? `(${d.current_node})` : '' });
         else print(`progress ${pct(d.progress)}  step ${d.step_current}/${d.step_total}${d.current_node ? `  ${d.current_node}` : ''}${d.message ? `  ${d.message}` : ''}`);
       } else if (e.type === 'status') {
         if (bar) bar.update({ status: e.data.status });
         else print(`status   ${statusColor(e.data.status)}`);
       } else if (e.type === 'completed') {
-        if (bar) bar.update(100, { status: 'completed' });
+        if (bar) bar.update(100, { status: 'completed', ...(steps > 0 ? { step: steps } : {}) });
         else print(`status   ${statusColor('completed')}`);
       } else if (e.type === 'failed' || e.type === 'cancelled') {
         if (bar) bar.update({ status: e.type });
