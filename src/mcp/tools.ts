@@ -303,7 +303,7 @@ export function registerTools(server: McpServer, p: TeamPrincipal, d: McpToolDep
     'get_task',
     {
       title: 'Get a task',
-      description: 'The current state of one task (a workflow run): task_status (pending, waiting, provisioning, queued, running, completed, failed, cancelled), progress, error, timestamps. Does not wait; use wait_for_task to wait.',
+      description: `The current state of one task (a workflow run): task_status (${TASK_STATUSES.join(', ')}), progress, error, timestamps. Does not wait; use wait_for_task to wait.`,
       inputSchema: { task_id: uuid('task id') },
       outputSchema: taskSchema.shape,
       annotations: readOnly,

@@ -1,5 +1,8 @@
 import type { Database } from './db.js';
+import { NON_TERMINAL, SCHEDULABLE } from '../domain/tasks/record.js';
 import { q } from './sql.js';
+
+const marks = (xs: readonly unknown[]): string => xs.map(() => '?').join(',');
 
 /** Open tasks of one team in one state. */
 export interface TaskCount {
@@ -46,13 +49,13 @@ export class OpsQueries {
     const run = q(this.db);
     const [tasks, queues, agents, hooks] = await Promise.all([
       run(`select team_id, task_status, count(*)::int as n from tasks
-           where task_status in ('pending','waiting','provisioning','queued','running') group by team_id, task_status`),
+           where task_status in (${marks(NON_TERMINAL)}) group by team_id, task_status`, [...NON_TERMINAL]),
       run(`select team_id, labels, count(*)::int as n,
                   greatest(0, extract(epoch from (now() - min(coalesce(not_before, created_at)))))::float8 as oldest_s
            from (select team_id, not_before, created_at,
                         coalesce((select string_agg(l, ',' order by l) from jsonb_array_elements_text(required_labels) as l), '') as labels
-                 from tasks where task_status in ('pending','waiting')) t
-           group by team_id, labels`),
+                 from tasks where task_status in (${marks(SCHEDULABLE)})) t
+           group by team_id, labels`, [...SCHEDULABLE]),
       run(`select agent_status, coalesce(gpu_type, '') as gpu_type, count(*)::int as n from agents group by agent_status, coalesce(gpu_type, '')`),
       run(`select count(*)::int as n, coalesce(greatest(0, extract(epoch from (now() - min(created_at)))), 0)::float8 as oldest_s
            from webhook_deliveries where delivery_status in ('pending','delivering')`),
