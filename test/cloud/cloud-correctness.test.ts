@@ -35,8 +35,8 @@ before(async () => {
   const sink = new PassThrough();
   sink.on('data', (c: Buffer) => (logs += c.toString('utf8')));
   t = await startTestNode(
-    // a 1 s request timeout: the stand-in's "submit that times out after creating the job" trips it
-    { GANTRY_OUTBOUND_CA_FILE: pki.caFile, GANTRY_CLOUD_POLL_MS: 100, GANTRY_CLOUD_BUSY_RETRY_MS: 50, GANTRY_CLOUD_TIMEOUT_MS: 1000, GANTRY_RETRY_BACKOFF_BASE_S: 0 },
+    // a 3 s request timeout (enough under load): the stand-in's "submit that times out after creating the job" trips it
+    { GANTRY_OUTBOUND_CA_FILE: pki.caFile, GANTRY_CLOUD_POLL_MS: 100, GANTRY_CLOUD_BUSY_RETRY_MS: 50, GANTRY_CLOUD_TIMEOUT_MS: 3000, GANTRY_RETRY_BACKOFF_BASE_S: 0 },
     'cloud_fix',
     { logger: createLogger('debug', sink) },
   );
@@ -161,7 +161,7 @@ test('429 on submit (subscription inactive / not paid): the task fails at once w
 test('a submit that times out after creating the job: the retry looks the job up by its prompt_id and follows it; no second job', async () => {
   const wf = await workflow(tinyGraph(3));
   const prompts = cloud.received.prompts.length;
-  cloud.cloud!.faults.prompt.push({ hang: 1_500 });
+  cloud.cloud!.faults.prompt.push({ hang: 4_000 });
   const taskId = await run(wf);
   const done = await waitTask(taskId, (x) => terminal.includes(x.task_status), 'terminal', 30_000);
   assert.equal(done.task_status, 'completed', JSON.stringify(done));
@@ -240,6 +240,39 @@ test('upload limits: an input over 16384 px per edge or 64 megapixels is refused
     assert.match(r.body.error_message, /parameters\.image \(huge\.png\)/);
     assert.match(r.body.error_message, /50 MB, 16384 px per edge and 64 megapixels/);
     assert.equal(cloud.cloud!.observed.api.length, api, 'no provider call');
+  }
+  // over 50 MB (known from the object store at the run request)
+  {
+    const big = Buffer.alloc(50_000_001, 1);
+    const pre = await t.http.post('/r/files/presign', { file_name: 'big.bin', file_size: big.length, content_type: 'application/octet-stream' }, as(owner));
+    assert.equal(pre.status, 200, pre.text);
+    assert.ok((await fetch(pre.body.upload_url, { method: 'PUT', headers: pre.body.upload_headers, body: new Uint8Array(big) })).ok);
+    const r = await t.http.post(`/r/workflows/${w.body.id}/run`, { parameters: { image: pre.body.file_key } }, as(owner));
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.body.error_code, 'cloud_input_too_large');
+    assert.match(r.body.error_message, /parameters\.image \(big\.bin\) is 50000001 bytes/);
+  }
+  // dimensions the run request cannot see (a JPEG whose frame header lies past the first 512 KiB):
+  // the dispatcher checks the whole file and fails the task before any provider call
+  {
+    const app = Buffer.alloc(4 + 65_000, 0);
+    app[0] = 0xff;
+    app[1] = 0xe1;
+    app.writeUInt16BE(65_000 + 2, 2);
+    const sof = Buffer.from([0xff, 0xc0, 0x00, 0x11, 0x08, 0x00, 0x64, 0x4e, 0x20, 0x03, 1, 0x11, 0, 2, 0x11, 1, 3, 0x11, 1]);
+    const jpeg = Buffer.concat([Buffer.from([0xff, 0xd8]), ...Array.from({ length: 10 }, () => app.subarray(0, 65_002 + 2)), sof, Buffer.from([0xff, 0xd9])]);
+    assert.deepEqual(imageDimensions(jpeg), { width: 20_000, height: 100 });
+    const pre = await t.http.post('/r/files/presign', { file_name: 'deep.jpg', file_size: jpeg.length, content_type: 'image/jpeg' }, as(owner));
+    assert.ok((await fetch(pre.body.upload_url, { method: 'PUT', headers: pre.body.upload_headers, body: new Uint8Array(jpeg) })).ok);
+    const uploads = cloud.received.uploads.length;
+    const prompts = promptCalls();
+    const r = await t.http.post(`/r/workflows/${w.body.id}/run`, { parameters: { image: pre.body.file_key } }, as(owner));
+    assert.equal(r.status, 202, r.text);
+    const done = await waitTask(r.body.task_id, (x) => terminal.includes(x.task_status), 'terminal');
+    assert.equal(done.task_status, 'failed');
+    assert.match(done.task_error, /^bad_input: file parameter "image" \(deep\.jpg\) is 20000x100 px; Comfy Cloud accepts uploads up to 50 MB/);
+    assert.equal(cloud.received.uploads.length, uploads, 'nothing uploaded');
+    assert.equal(promptCalls(), prompts, 'nothing submitted');
   }
   // an image within the limits runs
   const { renderSeededPng } = await import('../../src/agent/png.js');
