@@ -425,17 +425,20 @@ export class ComfyCloudClient implements CloudProviderClient {
    * (openapi-v2.yaml cancelJob: running -> canceling -> canceled, idempotent, a finished job answers
    * its terminal state). Its {id} is our prompt_id: openapi-cloud.yaml says "the prompt_id returned
    * by /api/prompt is the same value as job_id" (getHistoryForPrompt), and the v2 JobId is that same
-   * job UUID. When v2 answers 404 (it does not know the id), the job is removed from the queue if it
-   * is still pending (POST /api/queue {delete}: "only affects pending jobs"). Never POST
+   * job UUID. When v2 answers 404 (it does not know the id) or refuses the bearer key, the job is
+   * removed from the queue if it is still pending (POST /api/queue {delete}: "only affects pending
+   * jobs"); a running job then goes on at the provider (the error is reported). Never POST
    * /api/interrupt: "Cancel all currently RUNNING jobs for the authenticated user" (interruptJob).
    */
   async cancel(promptId: string): Promise<void> {
     try {
       await this.json('POST', `/api/v2/jobs/${encodeURIComponent(promptId)}/cancel`, `POST /api/v2/jobs/${promptId}/cancel`, { bearer: true });
-      return;
     } catch (e) {
-      if (!(e instanceof ProviderError) || e.kind !== 'not_found') throw e;
+      if (!(e instanceof ProviderError) || (e.kind !== 'not_found' && e.kind !== 'auth')) throw e;
+      const q = await this.json('POST', '/api/queue', 'POST /api/queue', { body: { delete: [promptId] } });
+      // QueueManageResponse.deleted: the pending job is gone; else it may still run: say why it was not cancelled
+      if (isRecord(q) && Array.isArray(q.deleted) && q.deleted.includes(promptId)) return;
+      throw new ProviderError(e.kind, `${NAME} could not cancel job ${promptId}: ${e.message}`, e.status);
     }
-    await this.json('POST', '/api/queue', 'POST /api/queue', { body: { delete: [promptId] } });
   }
 }

@@ -99,16 +99,15 @@ test('cancelling one cloud task while two others of the same key run: only its j
   const [pa, pb, pc] = [await promptOf(a), await promptOf(b), await promptOf(c)];
   assert.equal(new Set([pa, pb, pc]).size, 3, 'three provider jobs of the same account run at once');
 
-  const cancelled = cloud.waitFor<string>('cancel', (id) => id === pb, 15_000);
   const r = await t.http.post(`/r/tasks/${b}/cancel`, undefined, as(owner));
   assert.equal(r.status, 200, r.text);
-  await cancelled;
-  assert.ok(cloud.cloud!.observed.api.some((x) => x.method === 'POST' && x.path === `/api/v2/jobs/${pb}/cancel` && x.keyOk), 'POST /api/v2/jobs/{id}/cancel with Authorization: Bearer <key>');
   assert.equal((await waitTask(b, (x) => terminal.includes(x.task_status), 'b terminal')).task_status, 'cancelled');
   for (const id of [a, c]) {
     const done = await waitTask(id, (x) => terminal.includes(x.task_status), `${id} terminal`, 30_000);
     assert.equal(done.task_status, 'completed', `the other task ${id} completed: ${JSON.stringify(done)}`);
   }
+  await waitFor(() => cloud.cloud!.observed.cancels.includes(pb), 'the per-job cancel of b');
+  assert.ok(cloud.cloud!.observed.api.some((x) => x.method === 'POST' && x.path === `/api/v2/jobs/${pb}/cancel` && x.keyOk), 'POST /api/v2/jobs/{id}/cancel with Authorization: Bearer <key>');
   assert.equal(cloud.history.get(pa)?.status.status_str, 'success');
   assert.equal(cloud.history.get(pc)?.status.status_str, 'success');
   await waitFor(() => cloud.history.get(pb)?.status.messages.some((m) => m[0] === 'execution_interrupted'), 'the cancelled job ended interrupted at the provider');
