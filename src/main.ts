@@ -78,6 +78,7 @@ import { cloudProviderRoutes } from './edge/routes/cloud-providers.js';
 import { CloudProviderStore } from './cloud/store.js';
 import { CloudRunner } from './cloud/runner.js';
 import { ComfyCloudClient } from './cloud/comfy-cloud.js';
+import { stagedInputProblem } from './cloud/limits.js';
 import type { CloudProviderSlug } from './cloud/provider.js';
 import type { CloudCredentials } from './cloud/store.js';
 import { OutboundGuard } from './events/outbound.js';
@@ -371,6 +372,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     objectStore,
     needsSync: (teamId, inv) => files.sync.needsSync(teamId, inv),
     syncManifest: (teamId) => files.sync.syncManifest(teamId),
+    partnerKey: (teamId) => cloudStore.partnerKeyForAgents(teamId),
     containers: {
       hello: async (agentId, _teamId, runtime, tunnel, instances) => {
         await containerStore.setAgentRuntime(agentId, runtime, tunnel);
@@ -491,6 +493,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
       now: () => clock.now(),
       cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
+      cloudInputProblem: (fileKey, what) => stagedInputProblem(objectStore, fileKey, what),
     }),
   );
   edge.addAll(fileRoutes({ staging: files.staging }));

@@ -279,6 +279,7 @@ export class AgentRunner {
         inputFiles,
         workDir,
         signal: t.abort.signal,
+        ...(a.comfy_org_api_key ? { comfyOrgApiKey: a.comfy_org_api_key } : {}),
         onProgress: (p) => this.progress(ref, p),
         log: (msg, extra) => log.debug(extra ?? {}, msg),
       }));

@@ -1,19 +1,30 @@
 /**
  * Comfy Cloud (https://cloud.comfy.org): ComfyUI's API under /api, authenticated by an X-API-Key
  * header (the WebSocket by a token query parameter). What Gantry relies on (docs/api.md "Cloud
- * providers"):
+ * providers"), each from github.com/Comfy-Org/docs:
  *
- *   GET  /api/user                         the key check at PUT /cloud-providers (401 = bad key)
- *   POST /api/upload/image                 multipart image, type=input, overwrite -> {name, subfolder, type}
- *   POST /api/prompt {prompt}              -> {prompt_id}; 400 invalid workflow (node_errors), 401 bad key,
- *                                          402 insufficient credits, 429 not paid / queue full, 5xx outage
+ *   GET  /api/user                         the key check at PUT /cloud-providers: {status: active|waitlisted}
+ *                                          (openapi-cloud.yaml UserResponse), 401 bad key, 429 subscription inactive
+ *   POST /api/upload/image                 multipart image, type=input -> {name, subfolder, type}; 400 over 50 MB,
+ *                                          16384 px per edge or 64 MP (openapi-cloud.yaml uploadImage)
+ *   POST /api/prompt {prompt, prompt_id, extra_data: {api_key_comfy_org}}
+ *                                          -> {prompt_id}; 400 invalid workflow (node_errors), 401 bad key,
+ *                                          402 insufficient credits, 429 subscription inactive / not paid, 5xx
+ *                                          (openapi-cloud.yaml executePrompt; the key for partner nodes in
+ *                                          extra_data: development/cloud/api-reference.mdx "Using Partner Nodes")
  *   GET  /ws?clientId=&token=              ComfyUI's messages (execution_start, executing, progress,
  *                                          executed, execution_success/error/interrupted) for every job of the key
+ *                                          (api-reference.mdx "WebSocket for Real-Time Progress": clientId ignored)
  *   GET  /api/jobs/{id}                    {status: pending|in_progress|completed|failed|cancelled, outputs,
- *                                          execution_error}: the authority on how a job ended (polled)
- *   GET  /api/history_v2/{id}              {<id>: {outputs, status}}: the fallback when /api/jobs has no outputs
+ *                                          execution_error}: the authority on how a job ended (polled), and the
+ *                                          look-up before a submission is retried (openapi-cloud.yaml getJobDetail)
  *   GET  /api/view?filename&subfolder&type 302 to a signed URL on another host: followed WITHOUT the key
- *   POST /api/queue {delete: [id]}, POST /api/interrupt {prompt_id}   cancel
+ *                                          (openapi-cloud.yaml viewFile, snippets/cloud/download-outputs.mdx)
+ *   POST /api/v2/jobs/{id}/cancel          `Authorization: Bearer <key>`: cancels THAT job (openapi-v2.yaml cancelJob);
+ *   POST /api/queue {delete: [id]}         only when v2 does not know the id: removes it if still pending
+ *                                          (openapi-cloud.yaml manageQueue). Never POST /api/interrupt: it cancels
+ *                                          every running job of the account (openapi-cloud.yaml interruptJob).
+ *   (GET /api/history_v2 is deprecated in openapi-cloud.yaml and not used.)
  *
  * Every connection goes through the OutboundGuard (base_url must pass it; TLS verified, extra CAs
  * from GANTRY_OUTBOUND_CA_FILE). The key is sent only to base_url's origin and is never part of
@@ -24,7 +35,7 @@ import type { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type { OutboundGuard } from '../events/outbound.js';
 import { ExternalError, externalRequest } from '../gateway/external.js';
-import { collectFileRefs, executionErrorMessage, historyStatus, ProgressTracker, promptRejection, type ComfyFileRef } from '../protocol/comfyui.js';
+import { collectFileRefs, executionErrorMessage, ProgressTracker, promptRejection, type ComfyFileRef } from '../protocol/comfyui.js';
 import { ProviderError, type CloudProviderClient, type FollowHandlers, type JobOutcome } from './provider.js';
 
 export interface ComfyCloudOptions {
@@ -89,8 +100,10 @@ function reasonOf(text: string): string {
 export function providerErrorFor(status: number, what: string, reason: string): ProviderError {
   const r = reason ? `: ${reason}` : '';
   if (status === 401 || status === 403) return new ProviderError('auth', `${NAME} rejected the API key (${status}${r}); set a valid key with PUT /cloud-providers/comfy_cloud`, status);
-  if (status === 402) return new ProviderError('credits', `${NAME} has no credits left for this account (402${r}); top up at platform.comfy.org, then run the task again`, status);
-  if (status === 429) return new ProviderError('busy', `${NAME} is at this account's limit (429${r})`, status);
+  if (status === 402) return new ProviderError('credits', `cloud_provider_unavailable: ${NAME} has no credits left for this account (402${r}); top up at platform.comfy.org, then run the task again`, status);
+  // 429 is not a rate limit on Comfy Cloud's /api: "Subscription inactive" (development/cloud/overview.mdx
+  // "Error Handling"; openapi-cloud.yaml executePrompt 429 "Payment required - User has not paid")
+  if (status === 429) return new ProviderError('subscription', `cloud_provider_unavailable: ${NAME} refused the job because this account's subscription is inactive or not paid (429${r}); renew the subscription at comfy.org, then run the task again`, status);
   if (status === 404) return new ProviderError('not_found', `${NAME} ${what} answered 404${r}`, status);
   if (status >= 400 && status < 500) return new ProviderError('invalid', `${NAME} rejected the workflow (${status}${r})`, status);
   return new ProviderError('unavailable', `${NAME} ${what} answered ${status}${r}`, status);
@@ -115,7 +128,7 @@ export class ComfyCloudClient implements CloudProviderClient {
     this.sockets.clear();
   }
 
-  private async request(method: string, path: string, o: { body?: Buffer; headers?: Record<string, string>; signal?: AbortSignal | undefined } = {}) {
+  private async request(method: string, path: string, o: { body?: Buffer; headers?: Record<string, string>; signal?: AbortSignal | undefined; bearer?: boolean } = {}) {
     try {
       return await externalRequest(this.o.guard, {
         baseUrl: this.base,
@@ -123,7 +136,8 @@ export class ComfyCloudClient implements CloudProviderClient {
         method,
         headers: { accept: 'application/json', ...(o.headers ?? {}) },
         body: o.body ?? null,
-        inject: { name: 'X-API-Key', value: this.o.apiKey },
+        // the v2 API authenticates by `Authorization: Bearer <api-key>` (openapi-v2.yaml bearerAuth)
+        inject: o.bearer ? { name: 'Authorization', value: `Bearer ${this.o.apiKey}` } : { name: 'X-API-Key', value: this.o.apiKey },
         timeoutMs: this.timeoutMs,
         ...(this.o.ca ? { ca: this.o.ca } : {}),
         ...(o.signal ? { signal: o.signal } : {}),
@@ -138,10 +152,11 @@ export class ComfyCloudClient implements CloudProviderClient {
     }
   }
 
-  private async json(method: string, path: string, what: string, o: { body?: unknown; signal?: AbortSignal | undefined } = {}): Promise<unknown> {
+  private async json(method: string, path: string, what: string, o: { body?: unknown; signal?: AbortSignal | undefined; bearer?: boolean } = {}): Promise<unknown> {
     const res = await this.request(method, path, {
       ...(o.body !== undefined ? { body: Buffer.from(JSON.stringify(o.body)), headers: { 'content-type': 'application/json' } } : {}),
       signal: o.signal,
+      ...(o.bearer ? { bearer: true } : {}),
     });
     const text = (await readAll(res.body)).toString('utf8');
     if (res.status < 200 || res.status >= 300) throw providerErrorFor(res.status, what, reasonOf(text));
@@ -154,7 +169,11 @@ export class ComfyCloudClient implements CloudProviderClient {
 
   async check(signal?: AbortSignal): Promise<ProviderError | null> {
     try {
-      await this.json('GET', '/api/user', 'GET /api/user', { signal });
+      const u = await this.json('GET', '/api/user', 'GET /api/user', { signal });
+      // UserResponse.status: "User status (active or waitlisted)" (openapi-cloud.yaml); a 2xx alone is not enough
+      const status = isRecord(u) && typeof u.status === 'string' ? u.status : '';
+      if (status === 'waitlisted') return new ProviderError('subscription', `${NAME} accepted the key, but its account is waitlisted (GET /api/user status "waitlisted"): API access needs an active account with a Standard, Creator or Pro subscription`);
+      if (status !== 'active') return new ProviderError('subscription', `${NAME} accepted the key, but its account is not active (GET /api/user status ${JSON.stringify(status.slice(0, 40))})`);
       return null;
     } catch (e) {
       if (e instanceof ProviderError) return e;
@@ -171,6 +190,8 @@ export class ComfyCloudClient implements CloudProviderClient {
     const body = Buffer.from(await req.arrayBuffer());
     const res = await this.request('POST', '/api/upload/image', { body, headers: { 'content-type': req.headers.get('content-type') ?? '' }, signal });
     const text = (await readAll(res.body)).toString('utf8');
+    // 400: "Uploads that exceed any of these limits are rejected with HTTP 400" (openapi-cloud.yaml uploadImage)
+    if (res.status === 400) throw new ProviderError('invalid', `${NAME} refused the input file ${fileName} (400: ${reasonOf(text)})`, 400);
     if (res.status < 200 || res.status >= 300) throw providerErrorFor(res.status, 'POST /api/upload/image', reasonOf(text));
     let j: unknown;
     try {
@@ -183,8 +204,13 @@ export class ComfyCloudClient implements CloudProviderClient {
     return sub ? `${sub}/${j.name}` : j.name;
   }
 
-  async submit(graph: Record<string, unknown>, signal?: AbortSignal): Promise<string> {
-    const res = await this.request('POST', '/api/prompt', { body: Buffer.from(JSON.stringify({ prompt: graph })), headers: { 'content-type': 'application/json' }, signal });
+  async submit(graph: Record<string, unknown>, promptId: string, signal?: AbortSignal): Promise<string> {
+    // prompt_id chosen by us (ComfyUI's POST /prompt honours it; Comfy Cloud implements the same interface,
+    // openapi-cloud.yaml info "Cloud vs OSS ComfyUI Compatibility"): a retry after an unknown outcome looks
+    // the job up by this id first. extra_data.api_key_comfy_org: the key partner (API) nodes bill to
+    // (development/cloud/api-reference.mdx "Using Partner Nodes"; overview.mdx "the same key is used for Partner Nodes").
+    const payload = { prompt: graph, prompt_id: promptId, extra_data: { api_key_comfy_org: this.o.apiKey } };
+    const res = await this.request('POST', '/api/prompt', { body: Buffer.from(JSON.stringify(payload)), headers: { 'content-type': 'application/json' }, signal });
     const text = (await readAll(res.body)).toString('utf8');
     let body: unknown = null;
     try {
@@ -199,18 +225,25 @@ export class ComfyCloudClient implements CloudProviderClient {
     return body.prompt_id;
   }
 
-  /** GET /api/jobs/{id} as {status, outputs, error}; history_v2 when the job carries no outputs. */
+  /**
+   * Whether the provider has the job (a submission whose answer was lost may have created it):
+   * GET /api/jobs/{id} 2xx = yes, 404 = no (openapi-cloud.yaml getJobDetail); anything else throws.
+   */
+  async jobExists(promptId: string, signal?: AbortSignal): Promise<boolean> {
+    try {
+      await this.jobStatus(promptId, signal);
+      return true;
+    } catch (e) {
+      if (e instanceof ProviderError && e.kind === 'not_found') return false;
+      throw e;
+    }
+  }
+
+  /** GET /api/jobs/{id} as {status, outputs, error} (openapi-cloud.yaml JobDetailResponse; outputs once terminal). */
   async jobStatus(promptId: string, signal?: AbortSignal): Promise<{ status: string; outputs: unknown; error: Record<string, unknown> | null }> {
     const j = await this.json('GET', `/api/jobs/${encodeURIComponent(promptId)}`, `GET /api/jobs/${promptId}`, { signal });
     if (!isRecord(j) || typeof j.status !== 'string') throw new ProviderError('unavailable', `${NAME} /api/jobs/${promptId} answered without a status`);
     return { status: j.status, outputs: j.outputs, error: isRecord(j.execution_error) ? j.execution_error : null };
-  }
-
-  private async historyOutputs(promptId: string, signal?: AbortSignal): Promise<{ outputs: unknown; status: ReturnType<typeof historyStatus> } | null> {
-    const j = await this.json('GET', `/api/history_v2/${encodeURIComponent(promptId)}`, `GET /api/history_v2/${promptId}`, { signal });
-    const entry = isRecord(j) ? j[promptId] : undefined;
-    if (!isRecord(entry)) return null;
-    return { outputs: entry.outputs, status: historyStatus(entry) };
   }
 
   private connectWs(onMessage: (type: string, data: Record<string, unknown>) => void, onClose: (why: string) => void): Promise<WebSocket> {
@@ -329,14 +362,14 @@ export class ComfyCloudClient implements CloudProviderClient {
         } catch (e) {
           if (signal.aborted) return { kind: 'cancelled', message: 'task cancelled' };
           failures++;
-          if (e instanceof ProviderError && e.kind === 'auth') return { kind: 'failed', error: e.message };
+          if (e instanceof ProviderError && (e.kind === 'auth' || e.kind === 'subscription')) return { kind: 'failed', error: e.message };
           if (e instanceof ProviderError && e.kind === 'not_found' && failures >= 5) return { kind: 'failed', error: `${NAME} no longer knows job ${promptId} (404)` };
           h.onTrouble(`job status poll failed (${failures}): ${(e as Error).message}`);
         }
         const wo = wsOutcome as JobOutcome | 'success' | null;
         if (st) {
           if (st.status === 'in_progress' || st.status === 'executing' || st.status === 'running') start();
-          if (st.status === 'completed' || st.status === 'success') return this.completed(promptId, st.outputs, tracker, start, signal);
+          if (st.status === 'completed' || st.status === 'success') return this.completed(st.outputs, tracker, start);
           if (st.status === 'failed' || st.status === 'error' || st.status === 'non_retryable_error' || st.status === 'lost') {
             if (st.error) return { kind: 'failed', error: executionErrorMessage(st.error, NAME) };
             if (wo !== null && wo !== 'success' && wo.kind === 'failed') return wo;
@@ -346,7 +379,7 @@ export class ComfyCloudClient implements CloudProviderClient {
         } else if (wo === 'success') {
           // the status endpoint is down but the socket said it finished: outputs from the executed messages
           const refs = collectFileRefs(tracker.executedOutputs);
-          if (refs.length > 0) return this.completed(promptId, tracker.executedOutputs, tracker, start, signal);
+          if (refs.length > 0) return this.completed(tracker.executedOutputs, tracker, start);
         }
         if (wsLost && !signal.aborted && Date.now() >= nextWsTry) {
           nextWsTry = Date.now() + 10 * this.pollMs;
@@ -366,13 +399,10 @@ export class ComfyCloudClient implements CloudProviderClient {
     }
   }
 
-  private async completed(promptId: string, outputs: unknown, tracker: ProgressTracker, start: () => void, signal: AbortSignal): Promise<JobOutcome> {
+  /** The job's outputs from GET /api/jobs (its `outputs` once terminal), else what the `executed` messages reported. */
+  private completed(outputs: unknown, tracker: ProgressTracker, start: () => void): JobOutcome {
     start();
     let refs = collectFileRefs(outputs);
-    if (refs.length === 0) {
-      const hist = await this.historyOutputs(promptId, signal).catch(() => null);
-      refs = collectFileRefs(hist?.outputs);
-    }
     if (refs.length === 0) refs = collectFileRefs(tracker.executedOutputs);
     return { kind: 'completed', outputs: refs };
   }
@@ -390,10 +420,25 @@ export class ComfyCloudClient implements CloudProviderClient {
     return { body: res.body as Readable, contentType: typeof ct === 'string' ? ct.split(';')[0]!.trim() : null, size: typeof len === 'string' && /^\d+$/.test(len) ? Number(len) : null };
   }
 
+  /**
+   * Cancels this one job: POST /api/v2/jobs/{id}/cancel with `Authorization: Bearer <key>`
+   * (openapi-v2.yaml cancelJob: running -> canceling -> canceled, idempotent, a finished job answers
+   * its terminal state). Its {id} is our prompt_id: openapi-cloud.yaml says "the prompt_id returned
+   * by /api/prompt is the same value as job_id" (getHistoryForPrompt), and the v2 JobId is that same
+   * job UUID. When v2 answers 404 (it does not know the id) or refuses the bearer key, the job is
+   * removed from the queue if it is still pending (POST /api/queue {delete}: "only affects pending
+   * jobs"); a running job then goes on at the provider (the error is reported). Never POST
+   * /api/interrupt: "Cancel all currently RUNNING jobs for the authenticated user" (interruptJob).
+   */
   async cancel(promptId: string): Promise<void> {
-    const errors: string[] = [];
-    await this.json('POST', '/api/queue', 'POST /api/queue', { body: { delete: [promptId] } }).catch((e: unknown) => errors.push((e as Error).message));
-    await this.json('POST', '/api/interrupt', 'POST /api/interrupt', { body: { prompt_id: promptId } }).catch((e: unknown) => errors.push((e as Error).message));
-    if (errors.length === 2) throw new ProviderError('unavailable', errors.join('; '));
+    try {
+      await this.json('POST', `/api/v2/jobs/${encodeURIComponent(promptId)}/cancel`, `POST /api/v2/jobs/${promptId}/cancel`, { bearer: true });
+    } catch (e) {
+      if (!(e instanceof ProviderError) || (e.kind !== 'not_found' && e.kind !== 'auth')) throw e;
+      const q = await this.json('POST', '/api/queue', 'POST /api/queue', { body: { delete: [promptId] } });
+      // QueueManageResponse.deleted: the pending job is gone; else it may still run: say why it was not cancelled
+      if (isRecord(q) && Array.isArray(q.deleted) && q.deleted.includes(promptId)) return;
+      throw new ProviderError(e.kind, `${NAME} could not cancel job ${promptId}: ${e.message}`, e.status);
+    }
   }
 }

@@ -13,11 +13,12 @@ export const PROVIDER_NAMES: Record<CloudProviderSlug, string> = { comfy_cloud: 
 
 /**
  * Why the provider refused or failed, in the words a user acts on:
- * auth (bad or revoked key), credits (no credits / no paid plan), invalid (the workflow: unknown
- * node type, bad value), busy (the provider's queue or concurrency limit is full: try later),
- * unavailable (5xx, network, timeout: try later), not_found (the job is gone).
+ * auth (bad or revoked key), credits (no credits left), subscription (the account cannot run jobs:
+ * subscription inactive or not paid, or waitlisted), invalid (the workflow or an input: unknown node
+ * type, bad value, an upload over the limits), busy (the provider's queue or concurrency limit is
+ * full: try later), unavailable (5xx, network, timeout: try later), not_found (the job is gone).
  */
-export type ProviderErrorKind = 'auth' | 'credits' | 'invalid' | 'busy' | 'unavailable' | 'not_found';
+export type ProviderErrorKind = 'auth' | 'credits' | 'subscription' | 'invalid' | 'busy' | 'unavailable' | 'not_found';
 
 export class ProviderError extends Error {
   constructor(
@@ -50,13 +51,19 @@ export interface CloudProviderClient {
   check(signal?: AbortSignal): Promise<ProviderError | null>;
   /** Uploads an input file; returns the value for a LoadImage-style input. */
   upload(bytes: Buffer, fileName: string, signal?: AbortSignal): Promise<string>;
-  /** Queues the API-format graph; returns the provider's job id (prompt_id). Throws ProviderError. */
-  submit(graph: Record<string, unknown>, signal?: AbortSignal): Promise<string>;
+  /**
+   * Queues the API-format graph under the prompt_id we chose (so a retry after an unknown outcome can
+   * look it up first); returns the provider's job id (the chosen one unless the provider assigned
+   * another). Throws ProviderError.
+   */
+  submit(graph: Record<string, unknown>, promptId: string, signal?: AbortSignal): Promise<string>;
+  /** Whether the provider has a job with this id (false only on a definite "not found"). */
+  jobExists(promptId: string, signal?: AbortSignal): Promise<boolean>;
   /** Follows the job until it ends (WebSocket for progress, job status polling as the authority). */
   follow(promptId: string, graph: Record<string, { class_type: string }>, h: FollowHandlers, signal: AbortSignal): Promise<JobOutcome>;
   /** Fetches one output (the provider may redirect to a signed URL on another host: the key never goes there). */
   download(ref: ComfyFileRef, signal?: AbortSignal): Promise<{ body: Readable; contentType: string | null; size: number | null }>;
-  /** Removes the job from the provider's queue and interrupts it if it runs. */
+  /** Cancels this one job (queued or running), never any other job of the account. */
   cancel(promptId: string): Promise<void>;
   close(): void;
 }

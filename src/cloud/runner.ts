@@ -6,12 +6,14 @@
  * the usual retention. Every ending is a CloudJobResult; provider failures become messages a user
  * can act on (bad key, no credits, invalid workflow / unknown node type, timeout, outage).
  */
+import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { CloudJobCallbacks, CloudJobResult, CloudJobsPort, TaskStorePort } from '../actors/ports.js';
 import type { ObjectStore } from '../storage/port.js';
 import { outputPrefix, sanitizeFileName } from '../files/keys.js';
 import { toApiGraph } from '../protocol/comfyui.js';
 import type { Logger } from '../shared/logger.js';
+import { cloudUploadProblem, imageDimensions } from './limits.js';
 import { ProviderError, PROVIDER_NAMES, type CloudProviderClient, type CloudProviderSlug } from './provider.js';
 import type { CloudCredentials, CloudProviderStore } from './store.js';
 
@@ -93,25 +95,41 @@ export class CloudRunner implements CloudJobsPort {
       const g = toApiGraph(a.workflow);
       if (!g.ok) return { kind: 'failed', error: g.error };
       const graph = g.graph;
-      let promptId = await this.o.store.jobOf(job.teamId, job.taskId);
-      if (promptId) log.info({ prompt_id: promptId }, 'cloud: re-attaching to the provider job');
-      else {
+      const sub = await this.o.store.submissionOf(job.teamId, job.taskId);
+      let promptId: string;
+      if (sub?.accepted) {
+        promptId = sub.promptId;
+        log.info({ prompt_id: promptId }, 'cloud: re-attaching to the provider job');
+      } else {
+        // file parameters: read and checked against the provider's upload limits before any provider call
+        const inputs: Array<{ nodeId: string; field: string; name: string; bytes: Buffer }> = [];
+        for (const f of a.inputFiles) {
+          if (f.nodeId === undefined || f.field === undefined) continue;
+          if (!graph[f.nodeId]) return { kind: 'failed', error: `file parameter "${f.key}" targets node ${f.nodeId}, which is not in the workflow` };
+          const bytes = await buffer(await this.o.objects.get(f.fileKey));
+          const problem = cloudUploadProblem(`bad_input: file parameter "${f.key}" (${f.fileName || f.fileKey})`, bytes.length, imageDimensions(bytes));
+          if (problem) return { kind: 'failed', error: problem };
+          inputs.push({ nodeId: f.nodeId, field: f.field, name: `${job.taskId.replace(/-/g, '').slice(0, 12)}_${sanitizeFileName(f.fileName || f.key)}`, bytes });
+        }
         try {
-          // file parameters: uploaded to the provider, the graph input rewritten to the provider's name
-          for (const f of a.inputFiles) {
-            if (f.nodeId === undefined || f.field === undefined) continue;
-            const node = graph[f.nodeId];
-            if (!node) return { kind: 'failed', error: `file parameter "${f.key}" targets node ${f.nodeId}, which is not in the workflow` };
-            const bytes = await buffer(await this.o.objects.get(f.fileKey));
-            node.inputs[f.field] = await client.upload(bytes, `${job.taskId.replace(/-/g, '').slice(0, 12)}_${sanitizeFileName(f.fileName || f.key)}`, signal);
+          // an earlier try of this attempt may have created the job although its answer was lost
+          // (timeout, 5xx): look the id up before submitting again, so a retry never makes a second job
+          if (sub && (await client.jobExists(sub.promptId, signal))) {
+            promptId = sub.promptId;
+            log.info({ prompt_id: promptId }, 'cloud: the earlier submission had created the job; following it');
+          } else {
+            const chosen = sub?.promptId ?? randomUUID();
+            if (!sub) await this.o.store.recordSubmission(job.taskId, job.teamId, job.provider, chosen);
+            for (const f of inputs) graph[f.nodeId]!.inputs[f.field] = await client.upload(f.bytes, f.name, signal);
+            promptId = await client.submit(graph, chosen, signal);
           }
-          promptId = await client.submit(graph, signal);
         } catch (e) {
           if (signal.aborted) return { kind: 'stopped' };
           return this.submitFailed(job, e, log);
         }
         this.submitFailures.delete(job.taskId);
         await this.o.store.recordJob(job.taskId, job.teamId, job.provider, promptId);
+        await this.o.store.markWorking(job.teamId, job.provider).catch(() => undefined);
         log.info({ prompt_id: promptId }, 'cloud: provider accepted the job');
       }
       const epoch = await cb.accepted(promptId);
@@ -123,7 +141,8 @@ export class CloudRunner implements CloudJobsPort {
       const outcome = await client.follow(promptId, graph, { onStarted: () => cb.started(), onProgress: (p) => cb.progress(p), onTrouble: (w) => cb.trouble(w) }, signal);
       if (signal.aborted) return { kind: 'stopped' };
       if (outcome.kind === 'failed') {
-        if (/rejected the API key/.test(outcome.error)) await this.o.store.markStatus(job.teamId, job.provider, false, outcome.error).catch(() => undefined);
+        if (/rejected the API key/.test(outcome.error)) await this.o.store.markStatus(job.teamId, job.provider, 'invalid', outcome.error).catch(() => undefined);
+        if (/subscription is inactive/.test(outcome.error)) await this.o.store.markStatus(job.teamId, job.provider, 'subscription_inactive', outcome.error).catch(() => undefined);
         return { kind: 'failed', error: outcome.error };
       }
       if (outcome.kind === 'cancelled') return { kind: 'failed', error: outcome.message };
@@ -165,7 +184,9 @@ export class CloudRunner implements CloudJobsPort {
 
   private async submitFailed(job: { teamId: string; provider: string; taskId: string }, e: unknown, log: Logger): Promise<CloudJobResult> {
     if (e instanceof ProviderError) {
-      if (e.kind === 'auth') await this.o.store.markStatus(job.teamId, job.provider, false, e.message).catch(() => undefined);
+      if (e.kind === 'auth') await this.o.store.markStatus(job.teamId, job.provider, 'invalid', e.message).catch(() => undefined);
+      // 429 on Comfy Cloud: the subscription is inactive or not paid; retrying cannot help, the task fails now
+      if (e.kind === 'subscription') await this.o.store.markStatus(job.teamId, job.provider, 'subscription_inactive', e.message).catch(() => undefined);
       if (e.transient) {
         const n = (this.submitFailures.get(job.taskId) ?? 0) + 1;
         const max = this.o.maxSubmitFailures ?? 3;

@@ -19,19 +19,29 @@ export interface CloudProviderRow {
   key_prefix: string;
   max_concurrent_jobs: number;
   provider_status: string;
+  partner_nodes_on_agents: boolean;
   last_checked_at: Date | null;
   last_error: string;
   created_at: Date;
   updated_at: Date;
 }
 
+/**
+ * active: the key worked at its last use; invalid: the provider refused the key (401/403);
+ * subscription_inactive: the provider refused a job because the account's subscription is inactive or
+ * not paid (Comfy Cloud 429). A successful submission or a new PUT sets it back to active.
+ */
+export const PROVIDER_STATUSES = ['active', 'invalid', 'subscription_inactive'] as const;
+export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
+
 /** The record callers see: never the key. */
 export const cloudProviderRecord = (r: CloudProviderRow) => ({
   provider_slug: r.provider_slug,
-  provider_status: r.provider_status as 'active' | 'invalid',
+  provider_status: r.provider_status as ProviderStatus,
   base_url: r.base_url,
   key_prefix: r.key_prefix,
   max_concurrent_jobs: Number(r.max_concurrent_jobs),
+  partner_nodes_on_agents: r.partner_nodes_on_agents === true,
   last_checked_at: r.last_checked_at ? iso(r.last_checked_at) : null,
   last_error: r.last_error,
   created_at: iso(r.created_at),
@@ -46,7 +56,7 @@ export const keyPrefix = (key: string): string => {
   return '';
 };
 
-const COLUMNS = 'team_id, provider_slug, base_url, key_id, key_prefix, max_concurrent_jobs, provider_status, last_checked_at, last_error, created_at, updated_at';
+const COLUMNS = 'team_id, provider_slug, base_url, key_id, key_prefix, max_concurrent_jobs, provider_status, partner_nodes_on_agents, last_checked_at, last_error, created_at, updated_at';
 
 export interface CloudCredentials {
   apiKey: string;
@@ -66,22 +76,29 @@ export class CloudProviderStore {
   }
 
   /** Creates or replaces the team's key for the provider (encrypted under the active vault key); true when it was created. */
-  async put(p: { teamId: string; slug: string; apiKey: string; baseUrl: string; maxConcurrentJobs: number; createdBy: string | null }, audit?: AuditNote): Promise<boolean> {
+  /**
+   * partnerNodesOnAgents: undefined keeps the current setting (false for a new key). The audit entry
+   * says whether the key was new and the setting's value (and whether it changed), never the key.
+   */
+  async put(p: { teamId: string; slug: string; apiKey: string; baseUrl: string; maxConcurrentJobs: number; partnerNodesOnAgents?: boolean | undefined; createdBy: string | null }, audit?: AuditNote): Promise<boolean> {
     const enc = this.keyring.encrypt(p.apiKey, cloudProviderAad(p.teamId, p.slug));
     const at = new Date(this.now());
     return audited(this.db, audit, async (tq, record) => {
+    const before = (await tq<{ partner_nodes_on_agents: boolean }>('select partner_nodes_on_agents from cloud_providers where team_id = ? and provider_slug = ? for update', [p.teamId, p.slug]))[0];
+    const partner = p.partnerNodesOnAgents ?? before?.partner_nodes_on_agents ?? false;
     const r = await tq<{ created: boolean }>(
-      `insert into cloud_providers (team_id, provider_slug, base_url, key_enc, key_id, key_prefix, max_concurrent_jobs, provider_status, last_checked_at, last_error, created_by, created_at, updated_at)
-       values (?, ?, ?, ?, ?, ?, ?, 'active', ?, '', ?, ?, ?)
+      `insert into cloud_providers (team_id, provider_slug, base_url, key_enc, key_id, key_prefix, max_concurrent_jobs, provider_status, partner_nodes_on_agents, last_checked_at, last_error, created_by, created_at, updated_at)
+       values (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, '', ?, ?, ?)
        on conflict (team_id, provider_slug) do update set base_url = excluded.base_url, key_enc = excluded.key_enc, key_id = excluded.key_id,
          key_prefix = excluded.key_prefix, max_concurrent_jobs = excluded.max_concurrent_jobs, provider_status = 'active',
+         partner_nodes_on_agents = excluded.partner_nodes_on_agents,
          last_checked_at = excluded.last_checked_at, last_error = '', updated_at = excluded.updated_at
        returning (xmax = 0) as created`,
-      [p.teamId, p.slug, p.baseUrl, enc, this.keyring.activeKid, keyPrefix(p.apiKey), p.maxConcurrentJobs, at, p.createdBy, at, at],
+      [p.teamId, p.slug, p.baseUrl, enc, this.keyring.activeKid, keyPrefix(p.apiKey), p.maxConcurrentJobs, partner, at, p.createdBy, at, at],
     );
     const created = r[0]?.created === true;
-    // the audit entry records whether the key was new, never the key (nor its prefix)
-    await record({ details: { created, base_url: p.baseUrl } });
+    // the audit entry records whether the key was new and who may use it, never the key (nor its prefix)
+    await record({ details: { created, base_url: p.baseUrl, partner_nodes_on_agents: partner, partner_nodes_on_agents_changed: partner !== (before?.partner_nodes_on_agents ?? false) } });
     return created;
     });
   }
@@ -109,18 +126,44 @@ export class CloudProviderStore {
     return { apiKey: this.keyring.decrypt(r.key_enc, cloudProviderAad(teamId, slug)), baseUrl: r.base_url, maxConcurrentJobs: Number(r.max_concurrent_jobs) };
   }
 
-  /** The provider answered a job with "bad key" (or it works again): shown by GET /cloud-providers. */
-  async markStatus(teamId: string, slug: string, ok: boolean, error: string): Promise<void> {
-    await this.q(`update cloud_providers set provider_status = ?, last_error = ?, last_checked_at = ? where team_id = ? and provider_slug = ?`, [ok ? 'active' : 'invalid', error.slice(0, 1000), new Date(this.now()), teamId, slug]);
+  /** The provider refused a job for the key or the account (or it works again): shown by GET /cloud-providers. */
+  async markStatus(teamId: string, slug: string, status: ProviderStatus, error: string): Promise<void> {
+    await this.q(`update cloud_providers set provider_status = ?, last_error = ?, last_checked_at = ? where team_id = ? and provider_slug = ?`, [status, error.slice(0, 1000), new Date(this.now()), teamId, slug]);
   }
 
-  /** Records the provider's job of a task (written once the provider accepted it). */
+  /** A submission went through: a status left by an earlier refusal is cleared (one cheap no-op update otherwise). */
+  async markWorking(teamId: string, slug: string): Promise<void> {
+    await this.q(`update cloud_providers set provider_status = 'active', last_error = '', last_checked_at = ? where team_id = ? and provider_slug = ? and provider_status <> 'active'`, [new Date(this.now()), teamId, slug]);
+  }
+
+  /**
+   * The team's Comfy Cloud key for its own agents (partner nodes of local runs), or null unless the
+   * team turned partner_nodes_on_agents on. Decrypted only for the Assign message being written.
+   */
+  async partnerKeyForAgents(teamId: string): Promise<string | null> {
+    const slug = 'comfy_cloud';
+    const r = (await this.q<{ key_enc: string }>('select key_enc from cloud_providers where team_id = ? and provider_slug = ? and partner_nodes_on_agents', [teamId, slug]))[0];
+    return r ? this.keyring.decrypt(r.key_enc, cloudProviderAad(teamId, slug)) : null;
+  }
+
+  /** Before a submission: the prompt_id we send (accepted = false until the provider answered it). */
+  async recordSubmission(taskId: string, teamId: string, slug: string, promptId: string): Promise<void> {
+    await this.q(`insert into cloud_jobs (task_id, team_id, provider_slug, prompt_id, accepted) values (?, ?, ?, ?, false) on conflict (task_id) do update set prompt_id = excluded.prompt_id, accepted = false`, [taskId, teamId, slug, promptId]);
+  }
+
+  /** Records the provider's job of a task (the provider accepted it). */
   async recordJob(taskId: string, teamId: string, slug: string, promptId: string): Promise<void> {
-    await this.q(`insert into cloud_jobs (task_id, team_id, provider_slug, prompt_id) values (?, ?, ?, ?) on conflict (task_id) do update set prompt_id = excluded.prompt_id`, [taskId, teamId, slug, promptId]);
+    await this.q(`insert into cloud_jobs (task_id, team_id, provider_slug, prompt_id, accepted) values (?, ?, ?, ?, true) on conflict (task_id) do update set prompt_id = excluded.prompt_id, accepted = true`, [taskId, teamId, slug, promptId]);
+  }
+
+  /** The task's provider job id: accepted, or only sent (the submission's outcome is unknown). */
+  async submissionOf(teamId: string, taskId: string): Promise<{ promptId: string; accepted: boolean } | null> {
+    const r = (await this.q<{ prompt_id: string; accepted: boolean }>('select prompt_id, accepted from cloud_jobs where team_id = ? and task_id = ?', [teamId, taskId]))[0];
+    return r ? { promptId: r.prompt_id, accepted: r.accepted } : null;
   }
 
   async jobOf(teamId: string, taskId: string): Promise<string | null> {
-    return (await this.q<{ prompt_id: string }>('select prompt_id from cloud_jobs where team_id = ? and task_id = ?', [teamId, taskId]))[0]?.prompt_id ?? null;
+    return (await this.submissionOf(teamId, taskId))?.promptId ?? null;
   }
 
   /** Re-encrypts keys not under the active vault key (after GANTRY_VAULT_KEYS got a new first key). */

@@ -63,6 +63,16 @@ async function waitTask(taskId: string, pred: (x: Record<string, any>) => boolea
   }
 }
 
+async function waitFor<T>(fn: () => T | undefined | null | false, what: string, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((res) => setTimeout(res, 25));
+  }
+}
+
 async function workflow(graph: Record<string, unknown>, o: Record<string, unknown> = {}): Promise<string> {
   const r = await t.http.post('/workflows', { workflow_slug: `cloud-${Math.random().toString(36).slice(2, 9)}`, display_name: 'cloud wf', workflow_json: graph, max_retries: 0, default_dispatch_target: 'comfy_cloud', ...o }, as(owner));
   assert.equal(r.status, 200, r.text);
@@ -258,29 +268,37 @@ test('user-actionable failures: no credits (402), unknown node type, an executio
   assert.match(c.task_error, /Comfy Cloud error in node 10 \(FailNode\): RuntimeError: CUDA out of memory \(simulated\)/);
 });
 
-test('cancel reaches the provider: its job is interrupted and the task ends cancelled', async () => {
+// issue 25: cancel and timeout cancel the ONE job (POST /api/v2/jobs/{id}/cancel, Bearer), never
+// POST /api/interrupt (it cancels every running job of the account): these two tests assert that now
+test('cancel reaches the provider as a per-job cancel of its job (never the account-wide interrupt) and the task ends cancelled', async () => {
   const wf = await workflow(tinyGraph(400));
   const taskId = await run(wf);
   await waitTask(taskId, (x) => x.task_status === 'running' && (x.progress?.step_current ?? 0) >= 2, 'running');
-  const interrupted = cloud.waitFor('interrupt', undefined, 15_000);
+  const promptId: string = (await sql.query('select prompt_id from cloud_jobs where task_id = $1', [taskId])).rows[0].prompt_id;
+  const interrupts = cloud.received.interrupts;
+  const cancelled = cloud.waitFor<string>('cancel', (id) => id === promptId, 15_000);
   const c = await t.http.post(`/r/tasks/${taskId}/cancel`, undefined, as(owner));
   assert.equal(c.status, 200, c.text);
-  await interrupted;
-  assert.ok(cloud.cloud!.observed.api.some((a) => a.path === '/api/interrupt' && a.keyOk));
+  await cancelled;
+  assert.ok(cloud.cloud!.observed.api.some((a) => a.method === 'POST' && a.path === `/api/v2/jobs/${promptId}/cancel` && a.keyOk), 'per-job cancel with Authorization: Bearer <key>');
   assert.equal((await waitTask(taskId, (x) => terminal.includes(x.task_status), 'terminal')).task_status, 'cancelled');
   // the provider's job ends interrupted; nothing re-opens the task
-  await new Promise((r) => setTimeout(r, 300));
+  await waitFor(() => cloud.history.get(promptId)?.status.messages.some((m) => m[0] === 'execution_interrupted'), 'the provider job ended interrupted');
   assert.equal((await t.http.get(`/r/tasks/${taskId}`, as(owner))).body.task_status, 'cancelled');
+  assert.equal(cloud.received.interrupts, interrupts, 'POST /api/interrupt was never called');
 });
 
-test('task_timeout: a cloud job that runs too long fails with a clear message and is interrupted at the provider', async () => {
+test('task_timeout: a cloud job that runs too long fails with a clear message and its job (only) is cancelled at the provider', async () => {
   const wf = await workflow(tinyGraph(400), { task_timeout: 1 });
-  const interrupted = cloud.waitFor('interrupt', undefined, 15_000);
+  const interrupts = cloud.received.interrupts;
+  const cancels = cloud.cloud!.observed.cancels.length;
   const taskId = await run(wf);
   const done = await waitTask(taskId, (x) => terminal.includes(x.task_status), 'terminal');
   assert.equal(done.task_status, 'failed');
   assert.match(done.task_error, /task timed out after 1 s/);
-  await interrupted;
+  const promptId: string = (await sql.query('select prompt_id from cloud_jobs where task_id = $1', [taskId])).rows[0].prompt_id;
+  await waitFor(() => cloud.cloud!.observed.cancels.slice(cancels).includes(promptId), 'the per-job cancel of the timed-out job');
+  assert.equal(cloud.received.interrupts, interrupts, 'POST /api/interrupt was never called');
 });
 
 test('the provider concurrency limit is respected: the second task waits on our side, then runs', async () => {

@@ -101,7 +101,10 @@ test('provider errors map to what a user can act on; key prefixes; the key ciphe
   assert.equal(providerErrorFor(401, 'x', 'Invalid API key').kind, 'auth');
   assert.match(providerErrorFor(401, 'x', 'Invalid API key').message, /PUT \/cloud-providers\/comfy_cloud/);
   assert.equal(providerErrorFor(402, 'x', '').kind, 'credits');
-  assert.equal(providerErrorFor(429, 'x', '').transient, true);
+  // issue 25: Comfy Cloud's 429 is "subscription inactive / not paid", not a rate limit (development/cloud/overview.mdx)
+  assert.equal(providerErrorFor(429, 'x', '').kind, 'subscription');
+  assert.equal(providerErrorFor(429, 'x', '').transient, false);
+  assert.match(providerErrorFor(429, 'x', 'Payment required').message, /^cloud_provider_unavailable: .*subscription is inactive or not paid \(429: Payment required\)/);
   assert.equal(providerErrorFor(503, 'x', '').transient, true);
   assert.equal(providerErrorFor(400, 'x', '').transient, false);
   assert.equal(keyPrefix('comfyui-0123456789abcdef0123'), 'comfyui-');

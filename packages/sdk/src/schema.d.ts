@@ -1334,7 +1334,8 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** The team's key record for one provider (provider_status: active, invalid, subscription_inactive; never the key) */
+        get: operations["getCloudProvidersByProviderSlug"];
         /** Set the team's key for a hosted cloud provider (checked against the provider first) */
         put: operations["putCloudProvidersByProviderSlug"];
         post?: never;
@@ -2118,10 +2119,11 @@ export interface components {
             /** @enum {string} */
             provider_slug: "comfy_cloud";
             /** @enum {string} */
-            provider_status: "active" | "invalid";
+            provider_status: "active" | "invalid" | "subscription_inactive";
             base_url: string;
             key_prefix: string;
             max_concurrent_jobs: number;
+            partner_nodes_on_agents: boolean;
             last_checked_at: string | null;
             last_error: string;
             created_at: string;
@@ -5787,6 +5789,33 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    getCloudProvidersByProviderSlug: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                provider_slug: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloudProvider"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            default: components["responses"]["Error"];
+        };
+    };
     putCloudProvidersByProviderSlug: {
         parameters: {
             query?: never;
@@ -5803,6 +5832,7 @@ export interface operations {
                     /** Format: uri */
                     base_url?: string;
                     max_concurrent_jobs?: number;
+                    partner_nodes_on_agents?: boolean;
                 };
             };
         };

@@ -292,7 +292,8 @@ export class ComfyUIExecutor implements Executor {
     const res = await this.http('/prompt', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: graph, client_id: clientId }),
+      // partner (API) nodes read the key from extra_data.api_key_comfy_org (hidden input API_KEY_COMFY_ORG)
+      body: JSON.stringify({ prompt: graph, client_id: clientId, ...(ctx.comfyOrgApiKey ? { extra_data: { api_key_comfy_org: ctx.comfyOrgApiKey } } : {}) }),
     });
     const text = await res.text();
     let body: Record<string, unknown> = {};

@@ -45,6 +45,11 @@ export interface ExecContext {
   workDir: string;
   /** Aborted on cancel/interrupt. */
   signal: AbortSignal;
+  /**
+   * The team's Comfy API key for partner (API) nodes (Assign.comfy_org_api_key), present only when
+   * the team turned partner_nodes_on_agents on. A secret: never logged, never in an error message.
+   */
+  comfyOrgApiKey?: string;
   onProgress(t: ProgressTick): void;
   log(msg: string, extra?: Record<string, unknown>): void;
 }

@@ -90,6 +90,11 @@ export interface AgentGrpcServerOptions {
   needsSync?: (teamId: string, inventory: SyncInventory) => Promise<boolean>;
   /** The team's sync manifest (files.sync.syncManifest); absent: GetSyncManifest is UNAVAILABLE. */
   syncManifest?: (teamId: string) => Promise<TeamSyncManifest>;
+  /**
+   * The team's Comfy API key for partner nodes of local runs, or null (the team did not turn
+   * partner_nodes_on_agents on): written into each Assign (comfy_org_api_key), never logged.
+   */
+  partnerKey?: (teamId: string) => Promise<string | null>;
   /** Maps a staged input's file_key to its object key (default: the file_key is the object key). */
   inputObjectKey?: (teamId: string, fileKey: string) => string;
   /** Agent->server window (default 256). */
@@ -138,6 +143,8 @@ interface Conn {
   pendingEnd: EndReason | null;
   /** Gateway tunnel streams on this connection (after hello). */
   tunnels: TunnelMux | null;
+  /** Non-null while an assignment waits for the team's partner-node key: later messages wait behind it, in order. */
+  held?: ServerToAgent[] | null;
 }
 
 const MAX_QUEUED_TO_AGENT = 10_000;
@@ -549,6 +556,33 @@ export class AgentGrpcServer {
 
   private deliver(c: Conn, msg: ServerToAgent): boolean {
     if (c.closed || !c.gate) return false;
+    if (c.held) {
+      c.held.push(msg);
+      return true;
+    }
+    const lookup = this.o.partnerKey;
+    if (msg.type === 'assign' && lookup) {
+      // the team's Comfy API key for partner nodes (only when the team turned it on), read for this
+      // message only; like a queued send, the assignment counts as delivered now
+      c.held = [];
+      void lookup(c.teamId)
+        .catch((e: unknown) => {
+          this.log.warn({ team_id: c.teamId, task_id: msg.taskId, err_message: e instanceof Error ? e.message : String(e) }, 'partner-node key lookup failed: assignment sent without it');
+          return null;
+        })
+        .then((key) => {
+          const rest = c.held ?? [];
+          c.held = null;
+          if (!c.closed && c.gate) this.send(c, this.serverMessage(msg, key ?? ''));
+          for (const m of rest) this.deliver(c, m);
+        });
+      return true;
+    }
+    return this.send(c, this.serverMessage(msg, ''));
+  }
+
+  /** The wire form of a server -> agent message (comfyOrgApiKey: Assign.comfy_org_api_key, '' = none). */
+  private serverMessage(msg: ServerToAgent, comfyOrgApiKey: string): ServerMessage {
     let out: ServerMessage;
     switch (msg.type) {
       case 'assign': {
@@ -566,6 +600,7 @@ export class AgentGrpcServer {
             provision: msg.provision,
             required_models: a.requiredModels ?? [],
             traceparent: a.traceParent ?? '',
+            comfy_org_api_key: comfyOrgApiKey,
           },
         };
         break;
@@ -598,7 +633,7 @@ export class AgentGrpcServer {
         break;
       }
     }
-    return this.send(c, out);
+    return out;
   }
 
   /** A window-consuming message: written now when credit allows, else queued. */

@@ -3,16 +3,18 @@
  * runs workflows with dispatch_target comfy_cloud. Management auth: user JWT or dk- of a team
  * member, sk- rejected. Any member lists them (never the key); setting and deleting need admin.
  *
- *   PUT    /cloud-providers/{provider_slug}   {api_key, base_url?, max_concurrent_jobs?} -> the record
- *          (the key is checked with one authenticated call to the provider first: 400 with its reason)
+ *   PUT    /cloud-providers/{provider_slug}   {api_key, base_url?, max_concurrent_jobs?, partner_nodes_on_agents?} -> the record
+ *          (the key is checked with one authenticated call to the provider first: 400 with its reason,
+ *          also when the account behind a working key is not active, e.g. waitlisted)
  *   GET    /cloud-providers                   {provider_list} (status, base_url, key prefix, last check; never the key)
+ *   GET    /cloud-providers/{provider_slug}   the record (provider_status shows a refused key or an inactive subscription)
  *   DELETE /cloud-providers/{provider_slug}   {is_success}
  */
 import { z } from 'zod';
 import { badGateway, badRequest, notFound } from '../../shared/errors.js';
 import { OutboundRefused, type OutboundGuard } from '../../events/outbound.js';
 import { CLOUD_PROVIDER_SLUGS, DEFAULT_BASE_URLS, PROVIDER_NAMES, type CloudProviderClient, type CloudProviderSlug } from '../../cloud/provider.js';
-import { cloudProviderRecord, type CloudCredentials, type CloudProviderStore } from '../../cloud/store.js';
+import { cloudProviderRecord, PROVIDER_STATUSES, type CloudCredentials, type CloudProviderStore } from '../../cloud/store.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, parseBody, teamPrincipalOf } from '../params.js';
@@ -31,6 +33,9 @@ export const cloudProviderPutBody = z
       .refine((v) => /^[\x21-\x7e]+$/.test(v), 'must be printable ASCII without spaces'),
     base_url: z.string().max(2048).url('must be an absolute https:// URL').optional(),
     max_concurrent_jobs: z.number().int().min(1).max(256).optional(),
+    // comfy_cloud: the team's own agents get this key too (Assign.comfy_org_api_key), for partner
+    // (API) nodes of local runs (extra_data.api_key_comfy_org). Omitted: unchanged (false for a new key).
+    partner_nodes_on_agents: z.boolean({ error: 'must be a boolean' }).optional(),
   })
   .strict();
 
@@ -39,10 +44,11 @@ export const cloudProviderView = D.named(
   'CloudProvider',
   z.object({
   provider_slug: z.enum(CLOUD_PROVIDER_SLUGS),
-  provider_status: z.enum(['active', 'invalid']),
+  provider_status: z.enum(PROVIDER_STATUSES),
   base_url: z.string(),
   key_prefix: z.string(),
   max_concurrent_jobs: z.number().int(),
+  partner_nodes_on_agents: z.boolean(),
   last_checked_at: z.string().nullable(),
   last_error: z.string(),
   created_at: z.string(),
@@ -94,10 +100,15 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
         }
         if (problem) {
           if (problem.kind === 'unavailable') throw badGateway('cloud_provider_unreachable', `${PROVIDER_NAMES[slug]} could not check the key: ${problem.message}`);
+          // a working key of an account that cannot run jobs (waitlisted, subscription inactive: 429)
+          if (problem.kind === 'subscription') throw badRequest('cloud_provider_account_inactive', problem.message);
           throw badRequest('cloud_provider_key_invalid', problem.message);
         }
-        const created = await d.store.put({ teamId: p.teamId, slug, apiKey: b.api_key, baseUrl, maxConcurrentJobs: b.max_concurrent_jobs ?? d.defaultMaxConcurrentJobs, createdBy: p.userId ?? null }, auditOf(c, 'cloud_provider.set', 'cloud_provider', slug));
-        c.log.info({ provider_slug: slug, created }, 'cloud provider key set');
+        const created = await d.store.put(
+          { teamId: p.teamId, slug, apiKey: b.api_key, baseUrl, maxConcurrentJobs: b.max_concurrent_jobs ?? d.defaultMaxConcurrentJobs, partnerNodesOnAgents: b.partner_nodes_on_agents, createdBy: p.userId ?? null },
+          auditOf(c, 'cloud_provider.set', 'cloud_provider', slug),
+        );
+        c.log.info({ provider_slug: slug, created, ...(b.partner_nodes_on_agents !== undefined ? { partner_nodes_on_agents: b.partner_nodes_on_agents } : {}) }, 'cloud provider key set');
         const row = await d.store.get(p.teamId, slug);
         if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
         return cloudProviderRecord(row);
@@ -109,6 +120,18 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
       auth: READ,
       doc: { summary: "The team's cloud provider keys (status, base_url, key prefix; never the key)", tags: ['cloud providers'], responses: { 200: cloudProviderListResponse } },
       handler: async (c) => ({ provider_list: (await d.store.list(teamPrincipalOf(c).teamId)).map(cloudProviderRecord) }),
+    },
+    {
+      method: 'GET',
+      path: '/cloud-providers/{provider_slug}',
+      auth: READ,
+      doc: { summary: "The team's key record for one provider (provider_status: active, invalid, subscription_inactive; never the key)", tags: ['cloud providers'], responses: { 200: cloudProviderView }, errors: [404] },
+      handler: async (c) => {
+        const slug = slugOf(c);
+        const row = await d.store.get(teamPrincipalOf(c).teamId, slug);
+        if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
+        return cloudProviderRecord(row);
+      },
     },
     {
       method: 'DELETE',

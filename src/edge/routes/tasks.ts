@@ -9,7 +9,7 @@ import { taskView } from '../../domain/tasks/view.js';
 import type { EventBusPort } from '../../actors/ports.js';
 import { collectFileKeys, resolveRunParameters, type StagedFile } from '../../domain/workflows/parameters.js';
 import type { WorkflowDefinition } from '../../domain/workflows/schema.js';
-import { conflict, gone, invalidParameter, notFound, unavailable } from '../../shared/errors.js';
+import { badRequest, conflict, gone, invalidParameter, notFound, unavailable } from '../../shared/errors.js';
 import { isUuid, uuidv7 } from '../../shared/ids.js';
 import { endSpan, startSpan, traceparentOfSpan } from '../../shared/tracing.js';
 import { paged, parsePage } from '../../shared/pagination.js';
@@ -46,6 +46,11 @@ export interface TaskRouteDeps {
   now: () => number;
   /** Whether the team has a key for the hosted provider (dispatch_target comfy_cloud); absent = none. */
   cloudConfigured?: (teamId: string, provider: string) => Promise<boolean>;
+  /**
+   * Why the hosted provider would refuse this staged input (its upload limits), or null: checked at
+   * the run request for dispatch_target comfy_cloud (400 cloud_input_too_large).
+   */
+  cloudInputProblem?: (fileKey: string, what: string) => Promise<string | null>;
 }
 
 const runBody = z
@@ -116,6 +121,12 @@ export function taskRoutes(d: TaskRouteDeps): RouteDef[] {
     // that could never run
     if (dispatchTarget !== 'agent' && !(await d.cloudConfigured?.(p.teamId, dispatchTarget)))
       throw conflict('cloud_provider_not_configured', `dispatch_target ${dispatchTarget} needs this team's key for the provider: set it with PUT /cloud-providers/${dispatchTarget}, or run on agents (dispatch_target "agent")`);
+    // the provider's upload limits (Comfy Cloud: 50 MB, 16384 px per edge, 64 MP): refused here, not after the 202
+    if (dispatchTarget !== 'agent' && d.cloudInputProblem)
+      for (const f of resolved.fileInputs) {
+        const problem = await d.cloudInputProblem(f.fileKey, `parameters.${f.key} (${files.get(f.fileKey)?.fileName || 'file'})`);
+        if (problem) throw badRequest('cloud_input_too_large', problem);
+      }
     // tracing on: the submit is a span whose traceparent is stored with the row, so the spans made
     // after the 202 (scheduling, the agent's run, completion) are in this request's trace
     const span = startSpan('task submit', { attributes: { 'gantry.task.id': taskId, 'gantry.team.id': p.teamId, 'gantry.workflow.id': w.workflowId } });

@@ -43,6 +43,12 @@ export interface Assign {
    * tracing is off: the agent's span for this run is its child, so one run is one trace.
    */
   'traceparent'?: (string);
+  /**
+   * The team's Comfy API key (its Comfy Cloud key), for partner (API) nodes: the ComfyUI executor
+   * sends it as extra_data.api_key_comfy_org in POST /prompt. '' unless the team turned it on
+   * (PUT /cloud-providers/comfy_cloud {partner_nodes_on_agents: true}). A secret: never logged.
+   */
+  'comfy_org_api_key'?: (string);
 }
 
 export interface Assign__Output {
@@ -85,4 +91,10 @@ export interface Assign__Output {
    * tracing is off: the agent's span for this run is its child, so one run is one trace.
    */
   'traceparent': (string);
+  /**
+   * The team's Comfy API key (its Comfy Cloud key), for partner (API) nodes: the ComfyUI executor
+   * sends it as extra_data.api_key_comfy_org in POST /prompt. '' unless the team turned it on
+   * (PUT /cloud-providers/comfy_cloud {partner_nodes_on_agents: true}). A secret: never logged.
+   */
+  'comfy_org_api_key': (string);
 }
