@@ -48,6 +48,7 @@ import {
   ProgressTracker as SharedTracker,
   promptRejection,
   toApiGraph,
+  type ApiGraph,
   type ComfyFileRef,
 } from '../../protocol/comfyui.js';
 
@@ -728,7 +729,6 @@ export class ComfyUIExecutor implements Executor {
 
 // ------------------------------------------------------------------ helpers
 
-type ApiGraph = Record<string, { class_type: string; inputs: Record<string, unknown> }>;
 type Outcome =
   | { kind: 'success'; entry: HistoryEntry; blocked: string[] }
   | { kind: 'error'; error: ExecutorError }
