@@ -193,7 +193,7 @@ describe('comfyui executor: issue 25 failure modes', () => {
     assert.ok(!hist.status.messages.some(([t]) => t === 'execution_error'), 'the blocker message is not in history');
   });
 
-  test('liveness: a ComfyUI restart (history and queue lost) ends the attempt with a retryable tool_error', async () => {
+  test('liveness: a ComfyUI restart (history and queue lost) ends the attempt with a retryable tool_error', async (t) => {
     standin.options.tickDelayMs = 20;
     try {
       const { ctx } = await makeCtx(txt2img(300, 'restart me'));
@@ -206,6 +206,7 @@ describe('comfyui executor: issue 25 failure modes', () => {
       assert.match(err.message, /neither running, pending nor in history/);
       assert.match(err.message, /restarted/);
       assert.ok(Date.now() - t0 < 5000, `ended ${Date.now() - t0} ms after the restart`);
+      t.diagnostic(`liveness 800 ms: the attempt ended ${Date.now() - t0} ms after the restart`);
     } finally {
       standin.options.tickDelayMs = 2;
     }
@@ -381,7 +382,7 @@ describe('comfyui executor: output kinds and full caching', () => {
 });
 
 describe('comfyui executor: the ComfyUI process dies', () => {
-  test('killed mid-run (not managed): the attempt ends within the liveness timeout; restarted on the same port: the prompt is reported lost', async () => {
+  test('killed mid-run (not managed): the attempt ends within the liveness timeout; restarted on the same port: the prompt is reported lost', async (t) => {
     const port = await freePort();
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'comfy-proc-'));
     let child = await spawnStandin(port, dataDir);
@@ -400,6 +401,7 @@ describe('comfyui executor: the ComfyUI process dies', () => {
       assert.equal(err.code, 'tool_error');
       assert.match(err.message, /unreachable/);
       assert.ok(took < 1500 + 3000, `ended ${took} ms after the kill`);
+      t.diagnostic(`liveness 1500 ms: the attempt ended ${took} ms after SIGKILL`);
 
       // a real restart: a new process on the same port knows nothing of the old prompt
       child = await spawnStandin(port, dataDir);
@@ -411,7 +413,9 @@ describe('comfyui executor: the ComfyUI process dies', () => {
         child.kill('SIGKILL');
         await once(child, 'exit');
         child = await spawnStandin(port, dataDir);
+        const t1 = Date.now();
         const err2 = await rejection(run2, 30_000);
+        t.diagnostic(`liveness 8000 ms: the attempt ended ${Date.now() - t1} ms after the new process was up`);
         assert.equal(err2.code, 'tool_error');
         assert.match(err2.message, /lost prompt .*neither running, pending nor in history/);
       } finally {

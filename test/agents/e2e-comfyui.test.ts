@@ -103,7 +103,7 @@ test('comfyui: a file parameter is staged, downloaded by the agent (PresignInput
   assert.ok(up[0]?.bytes.equals(png), 'byte for byte');
 });
 
-test('comfyui: ComfyUI restarts mid-run (history and queue lost): the attempt fails within the liveness timeout and the retry completes', async () => {
+test('comfyui: ComfyUI restarts mid-run (history and queue lost): the attempt fails within the liveness timeout and the retry completes', async (tc) => {
   const wf = await createWorkflow(t, s, tinyGraph(300), { max_retries: 1 });
   const taskId = await runWorkflow(t, s, wf, { prompt: 'ComfyUI restarts during this one' });
   await waitTask(t, s, taskId, (x) => x.task_status === 'running' && (x.progress?.step_current ?? 0) >= 2, 'running with progress');
@@ -115,6 +115,7 @@ test('comfyui: ComfyUI restarts mid-run (history and queue lost): the attempt fa
     assert.equal(failed.task_status, 'failed');
     assert.match(String(failed.task_error), /neither running, pending nor in history/);
     assert.ok(Date.now() - t0 < 15_000, `failed ${Date.now() - t0} ms after the restart`);
+    tc.diagnostic(`--comfy-liveness-s 3: the task failed ${Date.now() - t0} ms after the restart`);
     assert.ok(failed.retry_task_id, 'a retry task was created');
     const retry = await waitTask(t, s, failed.retry_task_id, terminal, 'retry terminal', 30_000);
     assert.equal(retry.task_status, 'completed', JSON.stringify(retry));
