@@ -381,6 +381,31 @@ describe('comfyui executor: output kinds and full caching', () => {
   });
 });
 
+describe('comfyui executor: an older ComfyUI (no /api/jobs, no execution_success)', () => {
+  test('liveness and completion fall back to GET /queue + GET /history/{id}', async () => {
+    const standin = await startComfyStandin({ tickDelayMs: 5, legacy: true });
+    const exec = new ComfyUIExecutor({ baseUrl: standin.url, historyPollMs: 25, livenessTimeoutMs: 800, livenessCheckMs: 30 });
+    try {
+      const jobs = await fetch(`${standin.url}/api/jobs/${crypto.randomUUID()}`);
+      assert.equal(jobs.status, 404);
+      assert.equal(await jobs.text(), '404: Not Found', "aiohttp's plain 404: no jobs route");
+      const { ctx } = await makeCtx(txt2img(20, 'legacy ok'));
+      assert.equal((await exec.run(ctx)).outputs.length, 1, 'lookups during the run (every 30 ms) found it running');
+      standin.options.tickDelayMs = 20;
+      const { ctx: ctx2 } = await makeCtx(txt2img(300, 'legacy restart'));
+      const run = exec.run(ctx2);
+      await standin.waitFor<{ value: number }>('progress', (d) => d.value >= 2);
+      await standin.restart();
+      const err = await rejection(run, 10_000);
+      assert.equal(err.code, 'tool_error');
+      assert.match(err.message, /lost prompt .*neither running, pending nor in history/);
+    } finally {
+      await exec.close();
+      await standin.close();
+    }
+  });
+});
+
 describe('comfyui executor: the ComfyUI process dies', () => {
   test('killed mid-run (not managed): the attempt ends within the liveness timeout; restarted on the same port: the prompt is reported lost', async (t) => {
     const port = await freePort();
