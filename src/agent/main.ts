@@ -31,6 +31,8 @@ export interface AgentConfig {
   customNodesDir: string | undefined;
   executor: 'simulate' | 'comfyui' | 'nerfstudio';
   comfyUrl: string;
+  /** comfyui executor: a prompt neither running, pending nor in history (or ComfyUI unreachable) this long ends the attempt. Default 30. */
+  comfyLivenessS?: number;
   nsBinDir: string | undefined;
   concurrency: number;
   machineId: string | undefined;
@@ -72,6 +74,7 @@ export const AGENT_FLAGS = [
   ['custom-nodes-dir', 'GANTRY_AGENT_CUSTOM_NODES_DIR', '<models-dir>/../custom_nodes', 'ComfyUI custom_nodes dir to advertise and install the team\'s packages into'],
   ['executor', 'GANTRY_AGENT_EXECUTOR', 'comfyui', 'comfyui | nerfstudio | simulate'],
   ['comfy-url', 'GANTRY_AGENT_COMFY_URL', 'http://127.0.0.1:8188', 'ComfyUI base URL (comfyui executor)'],
+  ['comfy-liveness-s', 'GANTRY_AGENT_COMFY_LIVENESS_S', '30', 'comfyui executor: end an attempt (retryable) whose prompt ComfyUI has lost (restart, cleared queue) or that ComfyUI left unreachable this long'],
   ['ns-bin-dir', 'GANTRY_AGENT_NS_BIN_DIR', '(PATH)', 'directory of ns-process-data, ns-train, ns-export'],
   ['concurrency', 'GANTRY_AGENT_CONCURRENCY', '1', 'tasks run at once (slots)'],
   ['machine-id', 'GANTRY_AGENT_MACHINE_ID', '(persisted)', 'stable machine id; default: generated once, kept in <state-dir>/agent-id'],
@@ -185,6 +188,7 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     customNodesDir: get('custom-nodes-dir') ?? defNodes,
     executor,
     comfyUrl: get('comfy-url') ?? 'http://127.0.0.1:8188',
+    comfyLivenessS: intIn('comfy-liveness-s', get('comfy-liveness-s') ?? '30', 1, 86_400),
     nsBinDir: get('ns-bin-dir'),
     concurrency: intIn('concurrency', get('concurrency') ?? '1', 1, 256),
     machineId: get('machine-id'),
@@ -246,7 +250,7 @@ function executorConfig(c: AgentConfig): ExecutorConfig {
         crash: c.simulateCrash ?? false,
       };
     case 'comfyui':
-      return { kind: 'comfyui', baseUrl: c.comfyUrl };
+      return { kind: 'comfyui', baseUrl: c.comfyUrl, ...(c.comfyLivenessS !== undefined ? { livenessTimeoutMs: c.comfyLivenessS * 1000 } : {}) };
     case 'nerfstudio':
       return c.nsBinDir ? { kind: 'nerfstudio', binDir: c.nsBinDir } : { kind: 'nerfstudio' };
   }

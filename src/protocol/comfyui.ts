@@ -134,12 +134,20 @@ export interface ProgressTick {
   current_node: string;
 }
 
-/** Turns executing/progress/executed/execution_cached messages into progress ticks. */
+/**
+ * Turns executing/progress/executed/execution_cached messages into progress ticks. The overall
+ * figure never goes backwards and stays below 1 until the caller reports completion: node expansion
+ * (execution.py `execute`, has_subgraph: `dynprompt.add_ephemeral_node`) runs ephemeral nodes whose
+ * ids (GraphBuilder prefixes `<parent>.<call>.<graph>.<id>`) are not in the submitted graph; they
+ * count as their display node, never as extra nodes.
+ */
 export class ProgressTracker {
   readonly total: number;
   readonly executedOutputs: Record<string, unknown> = {};
   private readonly done = new Set<string>();
+  private readonly displayOf = new Map<string, string>();
   private current: string | undefined;
+  private last = 0;
 
   constructor(
     private readonly graph: Record<string, { class_type: string }>,
@@ -148,16 +156,40 @@ export class ProgressTracker {
     this.total = Math.max(1, Object.keys(graph).length);
   }
 
+  private inGraph(node: string): boolean {
+    return Object.prototype.hasOwnProperty.call(this.graph, node);
+  }
+
+  /** The submitted node a message's node id stands for (itself, or the node that expanded into it). */
+  private resolve(node: string, displayNode?: string): string {
+    if (this.inGraph(node)) return node;
+    if (displayNode !== undefined && this.inGraph(displayNode)) {
+      this.displayOf.set(node, displayNode);
+      return displayNode;
+    }
+    const known = this.displayOf.get(node);
+    if (known !== undefined) return known;
+    const root = node.split('.')[0];
+    if (root !== undefined && root !== '' && this.inGraph(root)) return root;
+    return node;
+  }
+
   private label(node: string): string {
     const cls = this.graph[node]?.class_type;
     return cls ? `${node} (${cls})` : node;
   }
 
+  private markDone(node: string): void {
+    if (this.inGraph(node)) this.done.add(node);
+  }
+
   private emit(node: string, value: number, max: number): void {
     const within = max > 0 ? clamp01(value / max) : 0;
-    const completed = this.done.has(node) ? this.done.size : this.done.size + within;
+    const completed = this.done.has(node) || !this.inGraph(node) ? this.done.size : this.done.size + within;
+    const progress = Math.max(this.last, Math.min(0.99, clamp01(completed / this.total)));
+    this.last = progress;
     this.onProgress({
-      progress: Math.min(0.99, clamp01(completed / this.total)),
+      progress,
       step_current: Math.max(0, Math.floor(value)),
       step_total: Math.max(0, Math.floor(max)),
       current_node: this.label(node),
@@ -165,26 +197,95 @@ export class ProgressTracker {
   }
 
   cached(nodes: string[]): void {
-    for (const n of nodes) this.done.add(n);
+    for (const n of nodes) this.markDone(this.resolve(n));
   }
 
-  executing(node: string): void {
-    if (this.current !== undefined && this.current !== node) this.done.add(this.current);
-    this.current = node;
-    this.emit(node, 0, 1);
+  executing(node: string, displayNode?: string): void {
+    const n = this.resolve(node, displayNode);
+    if (this.current !== undefined && this.current !== n) this.markDone(this.current);
+    this.current = n;
+    this.emit(n, 0, 1);
   }
 
   progress(node: string | undefined, value: number, max: number): void {
-    const n = node ?? this.current ?? '';
-    if (node !== undefined && this.current !== node) {
-      if (this.current !== undefined) this.done.add(this.current);
-      this.current = node;
+    const n = node !== undefined ? this.resolve(node) : (this.current ?? '');
+    if (node !== undefined && this.current !== n) {
+      if (this.current !== undefined) this.markDone(this.current);
+      this.current = n;
     }
     this.emit(n, Number.isFinite(value) ? value : 0, Number.isFinite(max) ? max : 0);
   }
 
   executed(node: string, output: unknown): void {
-    this.done.add(node);
+    this.markDone(this.resolve(node));
     if (isRecord(output)) this.executedOutputs[node] = output;
   }
+}
+
+/** 3D files a node may report by path (comfy_execution/jobs.py THREE_D_EXTENSIONS). */
+const THREE_D_EXTENSIONS = ['.obj', '.fbx', '.gltf', '.glb', '.usdz', '.ply', '.splat', '.spz'];
+
+export interface ComfyOutputs {
+  /** Saved files (type `output`), in node order; temp previews are left out. */
+  files: ComfyFileRef[];
+  /** Text results (PreviewAny / ui.PreviewText `{"text": [...]}`), in node order. */
+  texts: Array<{ node: string; text: string }>;
+}
+
+const refFromPath = (p: string): ComfyFileRef => {
+  const clean = p.replace(/\\/g, '/').replace(/^\/+/, '');
+  const i = clean.lastIndexOf('/');
+  return { filename: i >= 0 ? clean.slice(i + 1) : clean, subfolder: i >= 0 ? clean.slice(0, i) : '', type: 'output' };
+};
+
+/**
+ * Every task output in a history `outputs` map (or the `executed` outputs): entries
+ * `{filename, subfolder, type}` under any key (images, gifs, audio, video, 3d, ...) whose type is
+ * not `temp`; path strings of 3D files (Preview3D's `{"result": [path, camera]}`, the rule of
+ * comfy_execution/jobs.py normalize_output_item); `text` strings. `animated` flags are skipped.
+ */
+export function collectOutputs(outputs: unknown): ComfyOutputs {
+  const files: ComfyFileRef[] = [];
+  const texts: ComfyOutputs['texts'] = [];
+  if (!isRecord(outputs)) return { files, texts };
+  const seen = new Set<string>();
+  const add = (ref: ComfyFileRef): void => {
+    if (ref.type === 'temp' || ref.filename === '' || ref.filename.includes('..')) return;
+    const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    files.push(ref);
+  };
+  const nodeIds = Object.keys(outputs).sort((a, b) => {
+    const na = Number(a);
+    const nb = Number(b);
+    return Number.isFinite(na) && Number.isFinite(nb) ? na - nb : a.localeCompare(b);
+  });
+  for (const id of nodeIds) {
+    const nodeOut = outputs[id];
+    if (!isRecord(nodeOut)) continue;
+    for (const [key, value] of Object.entries(nodeOut)) {
+      if (key === 'animated' || !Array.isArray(value)) continue;
+      for (const item of value) {
+        if (isRecord(item) && typeof item.filename === 'string') {
+          add({
+            filename: item.filename,
+            subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
+            type: typeof item.type === 'string' ? item.type : 'output',
+          });
+        } else if (typeof item === 'string') {
+          if (key === 'text') texts.push({ node: id, text: item });
+          else if (THREE_D_EXTENSIONS.some((ext) => item.toLowerCase().endsWith(ext))) add(refFromPath(item));
+        }
+      }
+    }
+  }
+  return { files, texts };
+}
+
+/** Merges the outputs of `executed` messages into a history `outputs` map (history wins per node). */
+export function mergeOutputs(history: unknown, executed: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...executed };
+  if (isRecord(history)) for (const [k, v] of Object.entries(history)) out[k] = v;
+  return out;
 }

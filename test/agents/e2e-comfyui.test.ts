@@ -1,7 +1,9 @@
 /**
  * `gantry agent --executor comfyui` (child process) against the ComfyUI stand-in (real HTTP and
  * WebSocket): a run completes with its image uploaded; cancel mid-run reaches ComfyUI as
- * POST /interrupt; an execution_error fails the task with ComfyUI's exception message.
+ * POST /interrupt; an execution_error fails the task with ComfyUI's exception message; a ComfyUI
+ * restart mid-run (history and queue lost) fails the attempt within --comfy-liveness-s and the retry
+ * completes.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,7 +23,7 @@ before(async () => {
   const { mkdirSync, writeFileSync } = await import('node:fs');
   mkdirSync(`${models}/checkpoints`);
   writeFileSync(`${models}/checkpoints/v1-5-pruned-emaonly.safetensors`, Buffer.alloc(1024));
-  agent = spawnAgent(['--server', `127.0.0.1:${t.node.grpcPort}`, '--credential', s.ak.value, '--executor', 'comfyui', '--comfy-url', comfy.url, '--state-dir', tmpDir('gantry-agent-state-'), '--models-dir', models, '--gpu', 'NVIDIA L4:24']);
+  agent = spawnAgent(['--server', `127.0.0.1:${t.node.grpcPort}`, '--credential', s.ak.value, '--executor', 'comfyui', '--comfy-url', comfy.url, '--state-dir', tmpDir('gantry-agent-state-'), '--models-dir', models, '--gpu', 'NVIDIA L4:24', '--comfy-liveness-s', '3']);
   await waitFor('comfyui agent online', async () => (await agentsOf(t, s)).find((a) => a.agent_status === 'online'), 30_000);
 });
 after(async () => {
@@ -99,4 +101,26 @@ test('comfyui: a file parameter is staged, downloaded by the agent (PresignInput
   const up = comfy.received.uploads.slice(uploads);
   assert.equal(up.length, 1, 'the input reached ComfyUI through /upload/image');
   assert.ok(up[0]?.bytes.equals(png), 'byte for byte');
+});
+
+test('comfyui: ComfyUI restarts mid-run (history and queue lost): the attempt fails within the liveness timeout and the retry completes', async (tc) => {
+  const wf = await createWorkflow(t, s, tinyGraph(300), { max_retries: 1 });
+  const taskId = await runWorkflow(t, s, wf, { prompt: 'ComfyUI restarts during this one' });
+  await waitTask(t, s, taskId, (x) => x.task_status === 'running' && (x.progress?.step_current ?? 0) >= 2, 'running with progress');
+  const t0 = Date.now();
+  await comfy.restart();
+  comfy.options.tickDelayMs = 2;
+  try {
+    const failed = await waitTask(t, s, taskId, terminal, 'terminal', 30_000);
+    assert.equal(failed.task_status, 'failed');
+    assert.match(String(failed.task_error), /neither running, pending nor in history/);
+    assert.ok(Date.now() - t0 < 15_000, `failed ${Date.now() - t0} ms after the restart`);
+    tc.diagnostic(`--comfy-liveness-s 3: the task failed ${Date.now() - t0} ms after the restart`);
+    assert.ok(failed.retry_task_id, 'a retry task was created');
+    const retry = await waitTask(t, s, failed.retry_task_id, terminal, 'retry terminal', 30_000);
+    assert.equal(retry.task_status, 'completed', JSON.stringify(retry));
+    assert.equal(retry.attempt, 2);
+  } finally {
+    comfy.options.tickDelayMs = 40;
+  }
 });

@@ -1,26 +1,36 @@
 /**
  * comfyui: runs a resolved API-format graph on a local ComfyUI through its own HTTP + WebSocket API
- * (server.py / execution.py / main.py):
+ * (server.py / execution.py / main.py / comfy_execution/jobs.py):
  *
- *   GET  /ws?clientId=<sid>        JSON frames {type, data}; binary frames are previews (ignored)
+ *   GET  /ws?clientId=<sid>        JSON frames {type, data}; binary frames (4-byte big-endian type:
+ *                                  1 preview image, 3 text, 4 preview with metadata) are ignored
  *   POST /upload/image             multipart image, overwrite, type, [subfolder] -> {name, subfolder, type}
- *   POST /prompt                   {prompt, client_id} -> {prompt_id, number, node_errors}
+ *   POST /prompt                   {prompt, client_id, prompt_id} -> {prompt_id, number, node_errors}
+ *                                  200 with non-empty node_errors: invalid outputs dropped, the rest runs
  *                                  400 -> {error: {type, message, details, extra_info}, node_errors}
- *   POST /interrupt                optional {prompt_id} (targeted interrupt in current ComfyUI)
+ *                                  409 -> {error: "prompt_id already exists"} (newer ComfyUI)
+ *   POST /interrupt                {prompt_id}: interrupts that prompt only if it is the running one
  *   POST /queue                    {delete: [prompt_id]} removes a still-pending prompt
- *   GET  /history/<prompt_id>      {<prompt_id>: {prompt, outputs, status: {status_str, completed, messages}, meta}}
+ *   GET  /queue                    {queue_running, queue_pending}: items [number, prompt_id, ...]
+ *   GET  /history/<prompt_id>      {<prompt_id>: {prompt, outputs, status: {status_str, completed, messages}, meta}} or {}
+ *   GET  /api/jobs/<prompt_id>     {id, status: pending|in_progress|completed|failed|cancelled}; 404 unknown (newer ComfyUI)
  *   GET  /view?filename&subfolder&type
  *   GET  /system_stats
  *
- * WebSocket messages handled (all carry prompt_id except `status`):
- *   status, execution_start, execution_cached {nodes}, executing {node|null, display_node},
- *   progress {value, max, node}, executed {node, output}, execution_success,
- *   execution_error {node_id, node_type, exception_message, exception_type, traceback, ...},
- *   execution_interrupted {node_id, node_type, executed}.
+ * Correctness rules (issue 25, each proven against the stand-in in test/agent-executors/comfyui.test.ts):
+ *   - submission is idempotent: the prompt_id is ours; after a timed-out POST /prompt the prompt is
+ *     looked up (queue, history, jobs) before it is submitted again with the same id;
+ *   - a 200 carrying node_errors is a bad_input failure: the prompt is removed (queue delete +
+ *     interrupt {prompt_id}) instead of running without the dropped outputs;
+ *   - the end of a prompt is read from history (an ExecutionBlocker sends execution_error while the
+ *     prompt goes on; execution_success comes before history is written);
+ *   - liveness: a prompt neither running, pending nor in history for livenessTimeoutMs (ComfyUI
+ *     restarted, the queue was cleared, the process died) ends the attempt with a retryable tool_error;
+ *   - cancel targets our prompt only (queue delete + interrupt {prompt_id}), never a body-less interrupt.
  */
 import { randomUUID } from 'node:crypto';
 import { createWriteStream, openAsBlob } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -28,7 +38,19 @@ import type { ReadableStream as NodeReadableStream } from 'node:stream/web';
 import WebSocket from 'ws';
 import { ExecutorError, type ExecContext, type ExecOutput, type ExecResult, type Executor } from './types.js';
 import { contentTypeFor, isRecord } from './util.js';
-import { collectFileRefs, executionErrorMessage, historyStatus, ProgressTracker as SharedTracker, promptRejection, toApiGraph, type ComfyFileRef } from '../../protocol/comfyui.js';
+import {
+  collectFileRefs,
+  collectOutputs,
+  describeNodeErrors,
+  executionErrorMessage,
+  historyStatus,
+  mergeOutputs,
+  ProgressTracker as SharedTracker,
+  promptRejection,
+  toApiGraph,
+  type ApiGraph,
+  type ComfyFileRef,
+} from '../../protocol/comfyui.js';
 
 export { collectFileRefs, type ComfyFileRef };
 
@@ -39,17 +61,31 @@ export interface ComfyUIOptions {
   clientId?: string;
   /** Timeout for each plain HTTP request. Default 30 s. */
   fetchTimeoutMs?: number;
+  /** Timeout of one POST /prompt; on expiry the prompt is looked up by its id before a resubmission. Default 30 s. */
+  submitTimeoutMs?: number;
+  /** POST /prompt attempts (same prompt_id) while ComfyUI does not answer and the prompt is not found. Default 3. */
+  submitAttempts?: number;
   /** Timeout for uploads and output downloads. Default 10 min. */
   transferTimeoutMs?: number;
-  /** How long to wait for execution_interrupted after POST /interrupt. Default 15 s. */
+  /** How long to wait for ComfyUI to confirm a cancel (interrupted, removed or finished). Default 15 s. */
   interruptWaitMs?: number;
-  /** Poll interval for /history when the WebSocket is gone. Default 1 s. */
+  /** Poll interval for /history once the end is near or the WebSocket is gone. Default 1 s. */
   historyPollMs?: number;
   /** WebSocket connect timeout. Default 10 s. */
   wsConnectTimeoutMs?: number;
   /** Subfolder of ComfyUI's input dir for uploaded task files. Default '' (top level). */
   uploadSubfolder?: string;
+  /**
+   * Liveness: the attempt ends (retryable tool_error) once its prompt has been neither running,
+   * pending nor in history, or ComfyUI unreachable, for this long. Default 30 s.
+   */
+  livenessTimeoutMs?: number;
+  /** Interval of the liveness lookups while the WebSocket is up. Default 5 s (at most livenessTimeoutMs / 3). */
+  livenessCheckMs?: number;
 }
+
+/** Where ComfyUI has a prompt: `finished` = in history (GET /history/{id} or /api/jobs/{id}). */
+export type PromptWhere = 'pending' | 'running' | 'finished' | 'unknown';
 
 /** GET /system_stats, as ComfyUI returns it. */
 export interface ComfySystemStats {
@@ -117,27 +153,47 @@ export class ComfyUIExecutor implements Executor {
   readonly baseUrl: string;
   private readonly clientIdPrefix: string;
   private readonly fetchTimeoutMs: number;
+  private readonly submitTimeoutMs: number;
+  private readonly submitAttempts: number;
   private readonly transferTimeoutMs: number;
   private readonly interruptWaitMs: number;
   private readonly historyPollMs: number;
   private readonly wsConnectTimeoutMs: number;
   private readonly uploadSubfolder: string;
+  private readonly livenessTimeoutMs: number;
+  private readonly livenessCheckMs: number;
   private readonly sockets = new Set<WebSocket>();
+  /** In-flight runs: abortAll() ends them (the agent's ComfyUI supervisor saw ComfyUI die). */
+  private readonly inflight = new Set<(reason: string) => void>();
 
   constructor(opts: ComfyUIOptions) {
     this.baseUrl = opts.baseUrl.replace(/\/+$/, '');
     this.clientIdPrefix = sanitize(opts.clientId ?? 'gantry');
     this.fetchTimeoutMs = opts.fetchTimeoutMs ?? 30_000;
+    this.submitTimeoutMs = opts.submitTimeoutMs ?? 30_000;
+    this.submitAttempts = Math.max(1, opts.submitAttempts ?? 3);
     this.transferTimeoutMs = opts.transferTimeoutMs ?? 600_000;
     this.interruptWaitMs = opts.interruptWaitMs ?? 15_000;
     this.historyPollMs = opts.historyPollMs ?? 1_000;
     this.wsConnectTimeoutMs = opts.wsConnectTimeoutMs ?? 10_000;
     this.uploadSubfolder = opts.uploadSubfolder ?? '';
+    this.livenessTimeoutMs = opts.livenessTimeoutMs ?? 30_000;
+    this.livenessCheckMs = Math.max(10, Math.min(opts.livenessCheckMs ?? 5_000, Math.floor(this.livenessTimeoutMs / 3)));
   }
 
   async close(): Promise<void> {
     for (const ws of this.sockets) ws.terminate();
     this.sockets.clear();
+  }
+
+  /**
+   * Ends every in-flight run with a retryable tool_error naming `reason` (e.g. the supervisor saw
+   * the ComfyUI process exit). The runs stop following their prompts; nothing is sent to ComfyUI.
+   */
+  abortAll(reason: string): number {
+    const n = this.inflight.size;
+    for (const abort of [...this.inflight]) abort(reason);
+    return n;
   }
 
   // ---------------------------------------------------------------- HTTP
@@ -262,20 +318,46 @@ export class ComfyUIExecutor implements Executor {
     if (ctx.signal.aborted) throw new ExecutorError('cancelled', 'task cancelled');
     const clientId = `${this.clientIdPrefix}-${randomUUID().replace(/-/g, '')}`;
     const queue = new MessageQueue();
-    const ws = await this.connectWs(clientId, queue);
+    let abortAll: ((reason: string) => void) | undefined;
+    const aborted = new Promise<{ abortAll: string }>((resolve) => {
+      abortAll = (reason) => resolve({ abortAll: reason });
+    });
+    this.inflight.add(abortAll!);
+    let ws: WebSocket | undefined;
     try {
-      return await this.runWithSocket(ctx, graph, clientId, queue);
+      ws = await this.connectWs(clientId, queue);
+      return await this.runWithSocket(ctx, graph, clientId, queue, aborted);
     } finally {
-      ws.close();
-      setTimeout(() => ws.terminate(), 1000).unref();
+      this.inflight.delete(abortAll!);
+      if (ws) {
+        const sock = ws;
+        sock.close();
+        setTimeout(() => sock.terminate(), 1000).unref();
+      }
     }
+  }
+
+  /**
+   * The POST /prompt body, built in this one place: our client id (messages come to our socket) and
+   * our prompt_id (server.py post_prompt honours a client-chosen canonical UUID), so that a
+   * resubmission after a lost answer can be recognised.
+   */
+  protected promptBody(ctx: ExecContext, graph: ApiGraph, clientId: string, promptId: string): Record<string, unknown> {
+    return {
+      prompt: graph,
+      client_id: clientId,
+      prompt_id: promptId,
+      // partner (API) nodes read the key from extra_data.api_key_comfy_org (hidden input API_KEY_COMFY_ORG)
+      ...(ctx.comfyOrgApiKey ? { extra_data: { api_key_comfy_org: ctx.comfyOrgApiKey } } : {}),
+    };
   }
 
   private async runWithSocket(
     ctx: ExecContext,
-    graph: Record<string, { class_type: string; inputs: Record<string, unknown> }>,
+    graph: ApiGraph,
     clientId: string,
     queue: MessageQueue,
+    aborted: Promise<{ abortAll: string }>,
   ): Promise<ExecResult> {
     // 1. file parameters -> /upload/image, rewrite the graph input
     for (const f of ctx.inputFiles) {
@@ -288,44 +370,142 @@ export class ComfyUIExecutor implements Executor {
     }
     if (ctx.signal.aborted) throw new ExecutorError('cancelled', 'task cancelled');
 
-    // 2. queue the prompt (never abort this request half-way: we would lose the prompt_id)
-    const res = await this.http('/prompt', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      // partner (API) nodes read the key from extra_data.api_key_comfy_org (hidden input API_KEY_COMFY_ORG)
-      body: JSON.stringify({ prompt: graph, client_id: clientId, ...(ctx.comfyOrgApiKey ? { extra_data: { api_key_comfy_org: ctx.comfyOrgApiKey } } : {}) }),
-    });
-    const text = await res.text();
-    let body: Record<string, unknown> = {};
-    try {
-      const parsed = JSON.parse(text) as unknown;
-      if (isRecord(parsed)) body = parsed;
-    } catch {
-      /* handled below */
-    }
-    if (!res.ok) {
-      const err = body.error;
-      const message = `ComfyUI rejected the workflow: ${promptRejection(body, text).message}`;
-      throw new ExecutorError(res.status === 400 ? 'bad_input' : 'tool_error', message, {
-        details: { status: res.status, error: err, node_errors: body.node_errors },
+    // 2. queue the prompt under our own id (idempotent: see submit)
+    const sub = await this.submit(ctx, this.promptBody(ctx, graph, clientId, randomUUID()));
+    const promptId = sub.promptId;
+    ctx.log('comfyui: prompt queued', { prompt_id: promptId, number: sub.number, client_id: clientId, recovered: sub.recovered });
+    if (isRecord(sub.nodeErrors) && Object.keys(sub.nodeErrors).length > 0) {
+      // execution.py validate_prompt: invalid output nodes are dropped ("Output will be ignored")
+      // and the rest would run; a task must not silently lose outputs, so the prompt goes.
+      await this.removePrompt(ctx, promptId);
+      const nodes = describeNodeErrors(sub.nodeErrors);
+      throw new ExecutorError('bad_input', `ComfyUI refused output node(s) ${Object.keys(sub.nodeErrors).join(', ')}: ${nodes}`, {
+        details: { prompt_id: promptId, node_errors: sub.nodeErrors },
       });
     }
-    const promptId = body.prompt_id;
-    if (typeof promptId !== 'string') throw new ExecutorError('tool_error', `ComfyUI /prompt returned no prompt_id: ${text.slice(0, 200)}`);
-    ctx.log('comfyui: prompt queued', { prompt_id: promptId, number: body.number, client_id: clientId });
 
-    // 3. follow execution
+    // 3. follow execution until history confirms the end
     const tracker = new SharedTracker(graph, (p) => ctx.onProgress(p));
-    const outcome = await this.follow(ctx, promptId, queue, tracker);
+    const outcome = await this.follow(ctx, promptId, queue, tracker, aborted);
     if (outcome.kind === 'cancelled') throw new ExecutorError('cancelled', outcome.message, { details: { prompt_id: promptId } });
     if (outcome.kind === 'error') throw outcome.error;
 
-    // 4. collect outputs from /history (fall back to what `executed` reported)
-    const entry = outcome.entry ?? (await this.waitForHistory(promptId, ctx.signal, 5_000));
-    const refs = collectFileRefs(entry?.outputs ?? tracker.executedOutputs);
-    const outputs = await this.download(refs, ctx);
+    // 4. outputs: history (cached nodes included) merged with what `executed` reported
+    const found = collectOutputs(mergeOutputs(outcome.entry.outputs, tracker.executedOutputs));
+    const outputs = await this.download(found.files, ctx);
+    outputs.push(...(await this.writeTexts(found.texts, ctx, new Set(outputs.map((o) => o.name)))));
+    if (outcome.blocked.length > 0) ctx.log('comfyui: some nodes were blocked', { prompt_id: promptId, blocked: outcome.blocked });
     ctx.onProgress({ progress: 1, step_current: tracker.total, step_total: tracker.total, current_node: '' });
     return { outputs };
+  }
+
+  /**
+   * POST /prompt with our prompt_id. When ComfyUI does not answer in time the request may still
+   * have queued the prompt, so the id is looked up (queue, history, jobs) before each resubmission
+   * with the same id; a 409 (newer server.py: the id is already known) also means an earlier
+   * attempt got through. A prompt is never queued twice by us.
+   */
+  private async submit(
+    ctx: ExecContext,
+    body: Record<string, unknown>,
+  ): Promise<{ promptId: string; number: unknown; nodeErrors: unknown; recovered: boolean }> {
+    const promptId = String(body.prompt_id);
+    const payload = JSON.stringify(body);
+    let lastErr: ExecutorError | undefined;
+    const found = async (): Promise<boolean> => {
+      const where = await this.locate(promptId).catch(() => undefined);
+      ctx.log('comfyui: looked up the prompt after an unanswered POST /prompt', { prompt_id: promptId, where: where ?? 'unreachable' });
+      return where !== undefined && where !== 'unknown';
+    };
+    for (let attempt = 1; attempt <= this.submitAttempts; attempt++) {
+      if (attempt > 1 && (await found())) return { promptId, number: undefined, nodeErrors: {}, recovered: true };
+      if (ctx.signal.aborted) throw new ExecutorError('cancelled', 'task cancelled');
+      let res: Response;
+      let text: string;
+      try {
+        // never aborted by a cancel half-way: the prompt could be queued with no one to remove it
+        res = await this.http('/prompt', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: payload,
+          timeoutMs: this.submitTimeoutMs,
+        });
+        text = await res.text();
+      } catch (e) {
+        lastErr = e instanceof ExecutorError ? e : new ExecutorError('timeout', `ComfyUI POST /prompt: no complete answer within ${this.submitTimeoutMs} ms`, { cause: e });
+        ctx.log('comfyui: POST /prompt got no answer', { prompt_id: promptId, attempt, error: lastErr.message });
+        continue;
+      }
+      let parsed: Record<string, unknown> = {};
+      try {
+        const v = JSON.parse(text) as unknown;
+        if (isRecord(v)) parsed = v;
+      } catch {
+        /* handled below */
+      }
+      if (res.status === 409 && attempt > 1) return { promptId, number: undefined, nodeErrors: {}, recovered: true };
+      if (!res.ok) {
+        const message = `ComfyUI rejected the workflow: ${promptRejection(parsed, text).message}`;
+        throw new ExecutorError(res.status === 400 ? 'bad_input' : 'tool_error', message, {
+          details: { status: res.status, error: parsed.error, node_errors: parsed.node_errors },
+        });
+      }
+      const id = parsed.prompt_id;
+      if (typeof id !== 'string') throw new ExecutorError('tool_error', `ComfyUI /prompt returned no prompt_id: ${text.slice(0, 200)}`);
+      return { promptId: id, number: parsed.number, nodeErrors: parsed.node_errors, recovered: false };
+    }
+    if (await found()) return { promptId, number: undefined, nodeErrors: {}, recovered: true };
+    throw new ExecutorError(lastErr?.code === 'timeout' ? 'timeout' : 'tool_error', `ComfyUI did not queue the prompt after ${this.submitAttempts} attempt(s): ${lastErr?.message ?? 'no answer'}`);
+  }
+
+  /**
+   * Where ComfyUI has the prompt. GET /api/jobs/{id} (comfy_execution/jobs.py get_job: history,
+   * then running, then pending; 404 {"error": "Job not found"}) when the server has it, otherwise
+   * GET /queue then GET /history/{id} (in that order: a prompt moves from running to history).
+   */
+  async locate(promptId: string): Promise<PromptWhere> {
+    if (this.jobsApi !== false) {
+      const res = await this.http(`/api/jobs/${encodeURIComponent(promptId)}`);
+      const text = await res.text();
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        body = undefined;
+      }
+      if (res.ok && isRecord(body) && typeof body.status === 'string') {
+        this.jobsApi = true;
+        if (body.status === 'pending') return 'pending';
+        if (body.status === 'in_progress') return 'running';
+        return 'finished';
+      }
+      if (res.status === 404 && isRecord(body) && typeof body.error === 'string') {
+        this.jobsApi = true;
+        return 'unknown';
+      }
+      if (res.status === 404) this.jobsApi = false; // an older ComfyUI: no jobs route
+    }
+    const q = await this.json<{ queue_running?: unknown[]; queue_pending?: unknown[] }>('/queue');
+    const has = (items: unknown[] | undefined): boolean => (items ?? []).some((item) => Array.isArray(item) && item[1] === promptId);
+    if (has(q.queue_running)) return 'running';
+    if (has(q.queue_pending)) return 'pending';
+    return (await this.getHistory(promptId)) ? 'finished' : 'unknown';
+  }
+
+  private jobsApi: boolean | undefined;
+
+  /** Removes our prompt only: POST /queue {delete} (pending) + POST /interrupt {prompt_id} (running). */
+  private async removePrompt(ctx: ExecContext, promptId: string): Promise<void> {
+    await this.http('/queue', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ delete: [promptId] }),
+    }).catch((e: unknown) => ctx.log('comfyui: POST /queue delete failed', { error: (e as Error).message }));
+    await this.http('/interrupt', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt_id: promptId }),
+    }).catch((e: unknown) => ctx.log('comfyui: POST /interrupt failed', { error: (e as Error).message }));
   }
 
   private async follow(
@@ -333,69 +513,108 @@ export class ComfyUIExecutor implements Executor {
     promptId: string,
     queue: MessageQueue,
     tracker: SharedTracker,
-  ): Promise<
-    | { kind: 'success'; entry?: HistoryEntry }
-    | { kind: 'error'; error: ExecutorError }
-    | { kind: 'cancelled'; message: string }
-  > {
+    aborted: Promise<{ abortAll: string }>,
+  ): Promise<Outcome> {
     let started = false;
+    let wsUp = true;
+    /** End announced (execution_success / _interrupted / _error / executing null): poll history fast. */
+    let endNear = false;
     let cancelDeadline: number | undefined;
+    let lastSeen = Date.now();
+    let lastError: Record<string, unknown> | undefined;
+    const blocked: string[] = [];
     const abortSeen = new Promise<'abort'>((resolve) => {
       if (ctx.signal.aborted) resolve('abort');
       else ctx.signal.addEventListener('abort', () => resolve('abort'), { once: true });
     });
     let pendingNext: Promise<Next> | undefined;
 
-    const startCancel = async (): Promise<'gone' | 'interrupting'> => {
+    const finish = (entry: HistoryEntry): Outcome => {
+      const o = outcomeFromHistory(entry, promptId, cancelDeadline !== undefined);
+      return o.kind === 'success' ? { ...o, blocked } : o;
+    };
+    /** A cancel: our prompt only (never a body-less interrupt, which stops whatever runs for every client). */
+    const startCancel = async (): Promise<'gone' | 'waiting'> => {
       ctx.log('comfyui: cancelling', { prompt_id: promptId, started });
-      if (!started) {
-        // Still queued: just remove it. Only interrupt if it slipped into running meanwhile.
-        await this.http('/queue', {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ delete: [promptId] }),
-        }).catch(() => undefined);
-        const running = await this.isRunning(promptId).catch(() => false);
-        if (!running) return 'gone';
-      }
-      await this.http('/interrupt', {
+      await this.http('/queue', {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt_id: promptId }),
-      }).catch((e: unknown) => ctx.log('comfyui: /interrupt failed', { error: (e as Error).message }));
+        body: JSON.stringify({ delete: [promptId] }),
+      }).catch(() => undefined);
       cancelDeadline = Date.now() + this.interruptWaitMs;
-      return 'interrupting';
+      const where = await this.locate(promptId).catch(() => undefined);
+      if (where === 'unknown') return 'gone';
+      if (where === 'running' || where === undefined) {
+        await this.http('/interrupt', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ prompt_id: promptId }),
+        }).catch((e: unknown) => ctx.log('comfyui: /interrupt failed', { error: (e as Error).message }));
+      }
+      return 'waiting';
     };
 
-    // WebSocket phase
     for (;;) {
-      pendingNext ??= queue.next();
-      const waiters: Promise<Next | 'abort' | 'deadline'>[] = [pendingNext];
+      const waiters: Promise<Next | 'abort' | 'tick' | { abortAll: string }>[] = [aborted];
+      if (wsUp) waiters.push((pendingNext ??= queue.next()));
       if (cancelDeadline === undefined) waiters.push(abortSeen);
-      let deadlineTimer: NodeJS.Timeout | undefined;
-      if (cancelDeadline !== undefined) {
-        const ms = Math.max(0, cancelDeadline - Date.now());
-        waiters.push(new Promise((r) => (deadlineTimer = setTimeout(() => r('deadline'), ms))));
-      }
+      const fast = endNear || !wsUp || cancelDeadline !== undefined || lastError !== undefined;
+      let ms = fast ? this.historyPollMs : this.livenessCheckMs;
+      if (cancelDeadline !== undefined) ms = Math.min(ms, Math.max(0, cancelDeadline - Date.now()));
+      let timer: NodeJS.Timeout | undefined;
+      waiters.push(new Promise((r) => (timer = setTimeout(() => r('tick'), ms))));
       const ev = await Promise.race(waiters);
-      if (deadlineTimer) clearTimeout(deadlineTimer);
+      clearTimeout(timer);
 
+      if (typeof ev === 'object' && 'abortAll' in ev) {
+        return { kind: 'error', error: new ExecutorError('tool_error', `ComfyUI run aborted: ${ev.abortAll}`, { details: { prompt_id: promptId } }) };
+      }
       if (ev === 'abort') {
         if ((await startCancel()) === 'gone') return { kind: 'cancelled', message: 'task cancelled before ComfyUI started it' };
         continue;
       }
-      if (ev === 'deadline') {
-        ctx.log('comfyui: no execution_interrupted before the deadline', { prompt_id: promptId });
-        return { kind: 'cancelled', message: 'task cancelled (ComfyUI did not confirm the interrupt in time)' };
+      if (ev === 'tick') {
+        if (cancelDeadline !== undefined && Date.now() >= cancelDeadline) {
+          ctx.log('comfyui: the cancel was not confirmed before the deadline', { prompt_id: promptId });
+          return { kind: 'cancelled', message: 'task cancelled (ComfyUI did not confirm the interrupt in time)' };
+        }
+        let where: PromptWhere | undefined;
+        let why = '';
+        try {
+          where = await this.locate(promptId);
+        } catch (e) {
+          why = (e as Error).message;
+        }
+        if (where === 'finished') {
+          const entry = await this.getHistory(promptId).catch(() => undefined);
+          if (entry) return finish(entry);
+        } else if (where === 'running' || where === 'pending') {
+          lastSeen = Date.now();
+          if (where === 'running') started = true;
+          continue;
+        }
+        if (where === 'unknown' && cancelDeadline !== undefined) return { kind: 'cancelled', message: 'task cancelled' };
+        const missingFor = Date.now() - lastSeen;
+        if (missingFor >= this.livenessTimeoutMs) {
+          const cause =
+            where === undefined
+              ? `ComfyUI at ${this.baseUrl} has been unreachable for ${Math.round(missingFor / 1000)} s (${why}); the process died or restarted`
+              : `ComfyUI lost prompt ${promptId}: it has been neither running, pending nor in history for ${Math.round(missingFor / 1000)} s (ComfyUI restarted, or another client cleared the queue or history)`;
+          ctx.log('comfyui: liveness check failed', { prompt_id: promptId, where: where ?? 'unreachable' });
+          return { kind: 'error', error: new ExecutorError('tool_error', cause, { details: { prompt_id: promptId, where: where ?? 'unreachable' } }) };
+        }
+        continue;
       }
       pendingNext = undefined;
       if (ev.kind === 'closed') {
-        ctx.log('comfyui: websocket lost, polling /history', { prompt_id: promptId, reason: ev.reason });
-        break;
+        ctx.log('comfyui: websocket lost, polling', { prompt_id: promptId, reason: ev.reason });
+        wsUp = false;
+        continue;
       }
       const { type, data } = ev.msg;
       if (type === 'status' || type === 'progress_state' || type === 'feature_flags') continue;
       if (data.prompt_id !== promptId) continue;
+      lastSeen = Date.now();
       switch (type) {
         case 'execution_start':
           started = true;
@@ -408,89 +627,72 @@ export class ComfyUIExecutor implements Executor {
           started = true;
           const node = data.node;
           if (node === null || node === undefined) {
-            // Older ComfyUI signals the end this way (no execution_success). Status comes from history.
-            const entry = await this.waitForHistory(promptId, undefined, 5_000);
-            const fromHistory = outcomeFromHistory(entry, promptId);
-            if (cancelDeadline !== undefined && fromHistory.kind !== 'error') return { kind: 'cancelled', message: 'task cancelled' };
-            return fromHistory;
+            // main.py prompt_worker: sent after task_done wrote the history entry
+            const entry = await this.waitForHistory(promptId, 5_000).catch(() => undefined);
+            if (entry) return finish(entry);
+            endNear = true;
+            break;
           }
-          tracker.executing(String(node));
+          tracker.executing(String(node), typeof data.display_node === 'string' ? data.display_node : undefined);
           break;
         }
         case 'progress':
           started = true;
-          tracker.progress(
-            typeof data.node === 'string' ? data.node : undefined,
-            Number(data.value ?? 0),
-            Number(data.max ?? 0),
-          );
+          tracker.progress(typeof data.node === 'string' ? data.node : undefined, Number(data.value ?? 0), Number(data.max ?? 0));
           break;
         case 'executed':
           tracker.executed(String(data.node), data.output);
           break;
         case 'execution_success':
-          if (cancelDeadline !== undefined) return { kind: 'cancelled', message: 'task cancelled' };
-          return { kind: 'success' };
+        case 'execution_interrupted': {
+          // execution.py: sent before main.py's task_done writes history; read the outcome there
+          endNear = true;
+          const entry = await this.getHistory(promptId).catch(() => undefined);
+          if (entry) return finish(entry);
+          break;
+        }
         case 'execution_error':
-          return { kind: 'error', error: errorFromExecutionError(data) };
-        case 'execution_interrupted':
-          return {
-            kind: 'cancelled',
-            message:
-              cancelDeadline !== undefined
-                ? 'task cancelled'
-                : `ComfyUI interrupted the prompt at node ${String(data.node_id)} (${String(data.node_type)})`,
-          };
+          // Either the prompt failed (history records it) or an ExecutionBlocker with a message
+          // stopped one branch (execution_block_cb: sent while the prompt goes on, not in history).
+          lastError = data;
+          if (data.exception_type === 'ExecutionBlocked') blocked.push(`node ${String(data.node_id)}: ${String(data.exception_message ?? '')}`);
+          break;
         default:
           break;
       }
     }
-
-    // Polling phase: the socket is gone; /history gets an entry once the prompt finished.
-    for (;;) {
-      if (ctx.signal.aborted && cancelDeadline === undefined) {
-        if ((await startCancel()) === 'gone') return { kind: 'cancelled', message: 'task cancelled before ComfyUI started it' };
-      }
-      if (cancelDeadline !== undefined && Date.now() > cancelDeadline) {
-        return { kind: 'cancelled', message: 'task cancelled (ComfyUI did not confirm the interrupt in time)' };
-      }
-      const entry = await this.getHistory(promptId).catch((e: unknown) => {
-        ctx.log('comfyui: /history poll failed', { error: (e as Error).message });
-        return undefined;
-      });
-      if (entry) {
-        const o = outcomeFromHistory(entry, promptId);
-        if (cancelDeadline !== undefined && o.kind !== 'error') return { kind: 'cancelled', message: 'task cancelled' };
-        return o;
-      }
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(done, this.historyPollMs);
-        function done(): void {
-          clearTimeout(t);
-          ctx.signal.removeEventListener('abort', done);
-          resolve();
-        }
-        if (cancelDeadline === undefined) ctx.signal.addEventListener('abort', done, { once: true });
-      });
-    }
-  }
-
-  private async isRunning(promptId: string): Promise<boolean> {
-    const q = await this.json<{ queue_running?: unknown[] }>('/queue');
-    return (q.queue_running ?? []).some((item) => Array.isArray(item) && item[1] === promptId);
   }
 
   /** History is written by the prompt worker right after execution_success; retry briefly. */
-  private async waitForHistory(promptId: string, signal: AbortSignal | undefined, maxWaitMs: number): Promise<HistoryEntry | undefined> {
+  private async waitForHistory(promptId: string, maxWaitMs: number): Promise<HistoryEntry | undefined> {
     const deadline = Date.now() + maxWaitMs;
-    let delay = 25;
+    let delay = 10;
     for (;;) {
       const entry = await this.getHistory(promptId);
       if (entry) return entry;
-      if (Date.now() + delay > deadline || signal?.aborted) return undefined;
+      if (Date.now() + delay > deadline) return undefined;
       await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 500);
+      delay = Math.min(delay * 2, 250);
     }
+  }
+
+  /** Text results become .txt outputs (`<node>_text.txt`, numbered when a node has several). */
+  private async writeTexts(texts: Array<{ node: string; text: string }>, ctx: ExecContext, used: Set<string>): Promise<ExecOutput[]> {
+    if (texts.length === 0) return [];
+    const dir = path.join(ctx.workDir, 'outputs');
+    await mkdir(dir, { recursive: true });
+    const out: ExecOutput[] = [];
+    for (const t of texts) {
+      const stem = `${sanitize(t.node)}_text`;
+      let name = `${stem}.txt`;
+      for (let i = 2; used.has(name); i++) name = `${stem}_${i}.txt`;
+      used.add(name);
+      const localPath = path.join(dir, name);
+      const bytes = Buffer.from(t.text, 'utf8');
+      await writeFile(localPath, bytes);
+      out.push({ name, localPath, contentType: 'text/plain', size: bytes.length });
+    }
+    return out;
   }
 
   private async download(refs: ComfyFileRef[], ctx: ExecContext): Promise<ExecOutput[]> {
@@ -533,7 +735,12 @@ export class ComfyUIExecutor implements Executor {
 
 // ------------------------------------------------------------------ helpers
 
-function prepareGraph(workflow: unknown): Record<string, { class_type: string; inputs: Record<string, unknown> }> {
+type Outcome =
+  | { kind: 'success'; entry: HistoryEntry; blocked: string[] }
+  | { kind: 'error'; error: ExecutorError }
+  | { kind: 'cancelled'; message: string };
+
+function prepareGraph(workflow: unknown): ApiGraph {
   const g = toApiGraph(workflow);
   if (!g.ok) throw new ExecutorError('bad_input', g.error);
   return g.graph;
@@ -551,13 +758,20 @@ function errorFromExecutionError(data: Record<string, unknown>): ExecutorError {
   });
 }
 
-function outcomeFromHistory(
-  entry: HistoryEntry | undefined,
-  promptId: string,
-): { kind: 'success'; entry?: HistoryEntry } | { kind: 'error'; error: ExecutorError } | { kind: 'cancelled'; message: string } {
-  if (!entry) return { kind: 'error', error: new ExecutorError('tool_error', `ComfyUI finished prompt ${promptId} but has no history for it`) };
+/** The outcome a history entry records (main.py task_done: status {status_str, completed, messages}). */
+function outcomeFromHistory(entry: HistoryEntry, promptId: string, cancelling: boolean): Outcome {
   const st = historyStatus(entry);
-  if (st.kind === 'error') return { kind: 'error', error: st.data ? errorFromExecutionError(st.data) : new ExecutorError('tool_error', `ComfyUI reported an error for prompt ${promptId}`) };
-  if (st.kind === 'interrupted') return { kind: 'cancelled', message: `ComfyUI interrupted the prompt at node ${String(st.data.node_id)}` };
-  return { kind: 'success', entry };
+  if (st.kind === 'error') {
+    return { kind: 'error', error: st.data ? errorFromExecutionError(st.data) : new ExecutorError('tool_error', `ComfyUI reported an error for prompt ${promptId}`) };
+  }
+  if (st.kind === 'interrupted') {
+    if (cancelling) return { kind: 'cancelled', message: 'task cancelled' };
+    // someone else's body-less POST /interrupt (or ComfyUI itself) stopped our prompt: retryable
+    return {
+      kind: 'error',
+      error: new ExecutorError('tool_error', `ComfyUI interrupted prompt ${promptId} at node ${String(st.data.node_id)} (${String(st.data.node_type)}); the task did not ask for it`),
+    };
+  }
+  if (cancelling) return { kind: 'cancelled', message: 'task cancelled' };
+  return { kind: 'success', entry, blocked: [] };
 }
