@@ -354,8 +354,12 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     logger: log,
     provision: async (requiredModels): Promise<unknown> => {
       const r = await syncer.provision(requiredModels);
-      // a managed ComfyUI restarts to import the packages the sync installed: the task waits for it
-      await comfy?.settled();
+      if (comfy) {
+        // a managed ComfyUI restarts to import the packages the sync installed: the task waits for it,
+        // and the inventory it loaded goes out before `provisioned`
+        await comfy.settled();
+        await refreshInventory();
+      }
       return r;
     },
   });
