@@ -760,8 +760,8 @@ export class GuardedComfyExecutor implements Executor {
     }
   }
 
-  close(): Promise<void> {
-    return this.inner.close?.() ?? Promise.resolve();
+  async close(): Promise<void> {
+    await this.inner.close?.();
   }
 }
 

@@ -166,7 +166,7 @@ test('agent flags: --comfy-cmd needs the comfyui executor; --comfy-python defaul
 
 test('managed: ComfyUI killed mid-run is restarted, the attempt fails with a clear error, the retry completes on the new ComfyUI', async () => {
   const s = await setupTeam(t);
-  const m = await managedAgent(s);
+  const m = await managedAgent(s, [], { tickMs: 15 });
   await m.agent.waitLine((l) => l.msg === 'comfyui: ready', 'ComfyUI ready', 30_000);
   const first = await m.standinPid(1);
   const wf = await createWorkflow(t, s, tinyGraph(300), { max_retries: 1 });
@@ -188,7 +188,7 @@ test('managed: ComfyUI killed mid-run is restarted, the attempt fails with a cle
 
 test('managed watchdog: a prompt that stops progressing, and a ComfyUI that stops answering, are restarted; the attempt fails and its retry completes', async () => {
   const s = await setupTeam(t);
-  const m = await managedAgent(s, ['--comfy-stall-timeout-s', '2']);
+  const m = await managedAgent(s, ['--comfy-stall-timeout-s', '2'], { tickMs: 10 });
   await m.agent.waitLine((l) => l.msg === 'comfyui: ready', 'ComfyUI ready', 30_000);
   const wf = await createWorkflow(t, s, tinyGraph(400), { max_retries: 1 });
   const taskId = await runWorkflow(t, s, wf, { prompt: 'stalls' });
