@@ -42,6 +42,16 @@ import { SYNC_STATE_FILE } from './sync.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * The environment of ComfyUI and of pip: the agent's own, minus every GANTRY_* variable (the agent
+ * credential among them): custom node packages and setup scripts are third-party code.
+ */
+export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('GANTRY_')) env[k] = v;
+  return { ...env, ...extra };
+}
+
 /** The module name nodes.py gives an entry of custom_nodes (get_module_name): a file loses its .py. */
 export const moduleOfEntry = (entry: string): string => (entry.endsWith('.py') ? entry.slice(0, -3) : entry);
 
@@ -240,7 +250,7 @@ export class RequirementsInstaller {
     log.info({ python, requirements: file }, 'installing custom node requirements');
     return new Promise((resolve) => {
       const tail: string[] = [];
-      const child = spawn(python, ['-m', 'pip', 'install', '-r', file], { cwd: path.dirname(file), stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(python, ['-m', 'pip', 'install', '-r', file], { cwd: path.dirname(file), stdio: ['ignore', 'pipe', 'pipe'], env: childEnv() });
       const timer = setTimeout(() => child.kill('SIGKILL'), this.o.timeoutMs ?? 30 * 60_000);
       const relay = (stream: string) => lineSplitter((line) => {
         log.info({ stream, line }, 'pip output');
@@ -442,11 +452,11 @@ export class ComfySupervisor {
     const child = spawn('/bin/sh', ['-c', LAUNCHER], {
       detached: true,
       stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, GANTRY_COMFY_CMD: this.o.cmd },
+      env: childEnv({ GANTRY_COMFY_CMD: this.o.cmd }),
     });
     this.child = child;
     const gen = this.o.nodes.generation;
-    this.log.info({ pid: child.pid, generation: gen, cmd: this.o.cmd }, 'comfyui: starting');
+    this.log.info({ pid: child.pid, generation: gen }, 'comfyui: starting');
     if (child.pid !== undefined) {
       try {
         mkdirSync(this.o.stateDir, { recursive: true, mode: 0o700 });

@@ -392,3 +392,26 @@ test('managed: no ComfyUI outlives a SIGKILLed agent, and a restarted agent kill
   await waitFor('the leftover is gone', () => !pidAlive(lpid), 10_000);
   await m2.agent.waitLine((l) => l.msg === 'comfyui: ready', 'ComfyUI ready again', 30_000);
 });
+
+test('managed: --comfy-restart-after-runs and --comfy-restart-vram-percent restart ComfyUI between runs', async () => {
+  const s = await setupTeam(t);
+  // the stand-in's /system_stats: 25.39 GB total, 24.02 GB free = 5.4 % used
+  const vram = await managedAgent(s, ['--comfy-restart-vram-percent', '5'], { tickMs: 5 });
+  const team2 = await setupTeam(t);
+  const runs = await managedAgent(team2, ['--comfy-restart-after-runs', '2'], { tickMs: 5 });
+  await vram.agent.waitLine((l) => l.msg === 'comfyui: ready', 'ComfyUI ready', 30_000);
+  const wf = await createWorkflow(t, s, tinyGraph(2), { max_retries: 0 });
+  assert.equal((await waitTask(t, s, await runWorkflow(t, s, wf), terminal, 'a run', 30_000)).task_status, 'completed');
+  const r = await vram.agent.waitLine((l) => l.msg === 'comfyui: restarting', 'the VRAM restart', 20_000);
+  assert.match(String(r.why), /uses 5\.\d% of its VRAM after a run \(--comfy-restart-vram-percent 5\)/);
+  await waitFor('ready again', () => readyCount(vram) >= 2, 30_000);
+
+  await runs.agent.waitLine((l) => l.msg === 'comfyui: ready', 'ComfyUI ready', 30_000);
+  const wf2 = await createWorkflow(t, team2, tinyGraph(2), { max_retries: 0 });
+  assert.equal((await waitTask(t, team2, await runWorkflow(t, team2, wf2), terminal, 'run 1', 30_000)).task_status, 'completed');
+  assert.ok(!runs.parsed().some((l) => l.msg === 'comfyui: restarting'), 'no restart after one run');
+  assert.equal((await waitTask(t, team2, await runWorkflow(t, team2, wf2), terminal, 'run 2', 30_000)).task_status, 'completed');
+  const r2 = await runs.agent.waitLine((l) => l.msg === 'comfyui: restarting', 'the restart after 2 runs', 20_000);
+  assert.match(String(r2.why), /2 run\(s\) since the last start \(--comfy-restart-after-runs\)/);
+  await waitFor('ready again', () => readyCount(runs) >= 2, 30_000);
+});
