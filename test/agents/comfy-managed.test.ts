@@ -6,9 +6,12 @@
  *  - watchdog: a prompt that stops progressing, and a ComfyUI that stops answering, are restarted;
  *  - a synced custom node is advertised only once ComfyUI loaded it; the task needing it runs only then
  *    (managed: provisioning waits for the restart; external: it fails with the reason until a restart);
+ *    a sync while a task runs restarts ComfyUI only once the task has ended;
+ *  - optional restarts after N runs and above a VRAM threshold;
  *  - requirements.txt is installed with --comfy-python; a failure fails only tasks needing the package;
  *  - models outside ComfyUI's known folders/extensions are not advertised, extra_model_paths.yaml dirs are;
- *  - no ComfyUI outlives a SIGKILLed agent, and a restarted agent reaps one left by a dead agent.
+ *  - no ComfyUI outlives a SIGKILLed agent, and a restarted agent reaps one left by a dead agent;
+ *    ComfyUI does not inherit the agent's GANTRY_* variables (its credential).
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -242,6 +245,27 @@ test('managed: a synced custom node is advertised only after ComfyUI loaded it, 
   assert.ok(events.includes('provisioning'), `provisioned first: ${events.join(' > ')}`);
 });
 
+test('managed: a package synced while a task runs restarts ComfyUI only when that task has ended', async () => {
+  const s = await setupTeam(t);
+  const m = await managedAgent(s, [], { tickMs: 15 });
+  await m.agent.waitLine((l) => l.msg === 'comfyui: ready', 'ComfyUI ready', 30_000);
+  const long = await runWorkflow(t, s, await createWorkflow(t, s, tinyGraph(300), { max_retries: 0 }), { prompt: 'long' });
+  await waitTask(t, s, long, (x) => x.task_status === 'running' && (x.progress?.step_current ?? 0) >= 2, 'running', 30_000);
+  // the registry change hints the agent: it syncs now, while the task runs
+  await registerPackage(s, 'LatePkg', '1.0', { '__init__.py': 'NODE_CLASS_MAPPINGS = {"LateNode": object}\n' });
+  await m.agent.waitLine((l) => l.msg === 'comfyui: restart requested; it happens when the running tasks end', 'the deferred restart', 30_000);
+  const done = await waitTask(t, s, long, terminal, 'the long task', 30_000);
+  assert.equal(done.task_status, 'completed', JSON.stringify(done));
+  await waitFor('advertised after the restart', async () => (await agentRow(s, m.machineId))?.custom_nodes.includes('LatePkg@1.0'), 30_000);
+  // the task was not killed (it completed at its first attempt), and the one restart came after the deferral
+  assert.equal(done.attempt, 1);
+  const lines = m.parsed();
+  const deferred = lines.findIndex((l) => l.msg === 'comfyui: restart requested; it happens when the running tasks end');
+  const restarting = lines.findIndex((l) => l.msg === 'comfyui: restarting');
+  assert.ok(deferred >= 0 && restarting > deferred, `restarted (${restarting}) after the deferral (${deferred})`);
+  assert.equal(readyCount(m), 2);
+});
+
 test('external ComfyUI: a package synced while it runs is not advertised (a task needing it fails with the reason) until ComfyUI restarts', async () => {
   const s = await setupTeam(t);
   const base = tmpDir('gantry-external-');
@@ -373,9 +397,13 @@ test('models: only what ComfyUI sees is advertised (known folders and extensions
 
 test('managed: no ComfyUI outlives a SIGKILLed agent, and a restarted agent kills one a dead agent left (pid file)', async () => {
   const s = await setupTeam(t);
-  const m = await managedAgent(s);
+  const m = await managedAgent(s, [], { env: { GANTRY_AGENT_CREDENTIAL: s.ak.value } });
   await m.agent.waitLine((l) => l.msg === 'comfyui: ready', 'ComfyUI ready', 30_000);
   const pid = await m.standinPid(1);
+  // third-party code never sees the agent's credential
+  const environ = readFileSync(`/proc/${pid}/environ`, 'utf8');
+  assert.ok(environ.includes('FAKE_PYTHON_SITE='), 'the rest of the environment is passed on');
+  assert.ok(!environ.includes(s.ak.value) && !environ.includes('GANTRY_AGENT_'), 'no GANTRY_* variable reaches ComfyUI');
   const pidFile = JSON.parse(readFileSync(join(m.state, 'comfyui.pid'), 'utf8')) as { pid: number; start: string };
   assert.ok(pidFile.pid > 0 && pidFile.start.length > 0);
   m.agent.kill('SIGKILL');
