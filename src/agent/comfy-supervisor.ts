@@ -911,7 +911,8 @@ export class ComfyRuntime {
     const classes = [...new Set(Object.values(g.graph).map((n) => n.class_type))];
     let missing = classes.filter((c) => !this.nodes.hasClass(c));
     if (missing.length > 0 && !this.supervisor) {
-      await this.nodes.refresh();
+      // an external ComfyUI may have been restarted meanwhile; unreachable: the executor says so
+      if (!(await this.nodes.refresh())) return;
       missing = classes.filter((c) => !this.nodes.hasClass(c));
     }
     if (missing.length === 0 || !this.nodes.known || !this.o.customNodesDir) return;
