@@ -19,6 +19,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -165,6 +166,25 @@ test('agent flags: --comfy-cmd needs the comfyui executor; --comfy-python defaul
   assert.equal(e?.comfyPython, '/usr/bin/python3.12');
   assert.equal(e?.comfyStallTimeoutS, 30);
   assert.throws(() => parseAgentArgs([...base, '--comfy-restart-vram-percent', '101'], {}), /between 0 and 100/);
+});
+
+test('extra_model_paths.yaml as utils/extra_config.py reads it: base_path with ~ and $VARS, paths relative to the file, legacy folder names, bad entries skipped', () => {
+  const dir = tmpDir('gantry-extra-');
+  const file = join(dir, 'extra.yaml');
+  writeFileSync(
+    file,
+    ['envbase:', '  base_path: $GANTRY_TEST_EXTRA_BASE/models', '  is_default: true', '  unet: u', 'home:', '  base_path: ~/m', '  vae: v', 'relative:', '  clip: |', '    rel/a', '    /abs/b', 'odd: [1, 2]', 'nums:', '  loras: 3', ''].join('\n'),
+  );
+  const r = readExtraModelPaths(file, { GANTRY_TEST_EXTRA_BASE: '/srv/base' });
+  assert.deepEqual(r.dirs, [
+    { key: 'unet', dir: '/srv/base/models/u' },
+    { key: 'vae', dir: join(os.homedir(), 'm', 'v') },
+    { key: 'clip', dir: join(dir, 'rel/a') },
+    { key: 'clip', dir: '/abs/b' },
+  ]);
+  assert.deepEqual(r.ignored, ['odd', 'nums.loras']);
+  writeFileSync(file, 'a: [unclosed\n');
+  assert.throws(() => readExtraModelPaths(file), new RegExp(`${file.replace(/[/.]/g, '\\$&')}: `));
 });
 
 test('managed: ComfyUI killed mid-run is restarted, the attempt fails with a clear error, the retry completes on the new ComfyUI', async () => {
