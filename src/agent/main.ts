@@ -19,6 +19,8 @@ import { DockerRuntime } from './containers/docker.js';
 import { ExecRuntime } from './containers/exec.js';
 import type { ContainerRuntime, InstanceReport } from './containers/types.js';
 import { AgentTunnel, type TunnelTarget } from './tunnel.js';
+import { ComfyRuntime } from './comfy-supervisor.js';
+import { readExtraModelPaths, scanComfyModels, type ExtraModelDir } from './comfy-models.js';
 import type { ContainerCommand__Output } from '../gen/gantry/agent/v1/ContainerCommand.js';
 
 export const AGENT_VERSION = '0.1.0';
@@ -33,6 +35,17 @@ export interface AgentConfig {
   comfyUrl: string;
   /** comfyui executor: a prompt neither running, pending nor in history (or ComfyUI unreachable) this long ends the attempt. Default 30. */
   comfyLivenessS?: number;
+  /** Managed mode: the command that starts ComfyUI (run by /bin/sh -c); absent = attach to --comfy-url. */
+  comfyCmd?: string | undefined;
+  /** The Python ComfyUI runs with (synced packages' requirements.txt are installed with it). */
+  comfyPython?: string | undefined;
+  comfyStartTimeoutS?: number;
+  /** Watchdog: 0 = off. */
+  comfyStallTimeoutS?: number;
+  comfyRestartAfterRuns?: number;
+  comfyRestartVramPercent?: number;
+  /** extra_model_paths.yaml files whose directories are scanned for models (comfyui executor). */
+  extraModelPaths?: string[];
   nsBinDir: string | undefined;
   concurrency: number;
   machineId: string | undefined;
@@ -75,6 +88,13 @@ export const AGENT_FLAGS = [
   ['executor', 'GANTRY_AGENT_EXECUTOR', 'comfyui', 'comfyui | nerfstudio | simulate'],
   ['comfy-url', 'GANTRY_AGENT_COMFY_URL', 'http://127.0.0.1:8188', 'ComfyUI base URL (comfyui executor)'],
   ['comfy-liveness-s', 'GANTRY_AGENT_COMFY_LIVENESS_S', '30', 'comfyui executor: end an attempt (retryable) whose prompt ComfyUI has lost (restart, cleared queue) or that ComfyUI left unreachable this long'],
+  ['comfy-cmd', 'GANTRY_AGENT_COMFY_CMD', '', 'managed ComfyUI: start it with this command (/bin/sh -c; it must listen on --comfy-url), restart it after custom node syncs, crashes and hangs; without it the agent attaches to --comfy-url'],
+  ['comfy-python', 'GANTRY_AGENT_COMFY_PYTHON', '(--comfy-cmd\'s first word when it is a python)', 'the Python ComfyUI runs with: a synced custom node package\'s requirements.txt is installed with `<python> -m pip install -r`'],
+  ['comfy-start-timeout-s', 'GANTRY_AGENT_COMFY_START_TIMEOUT_S', '300', 'managed ComfyUI: how long a (re)start may take to answer GET /system_stats'],
+  ['comfy-stall-timeout-s', 'GANTRY_AGENT_COMFY_STALL_TIMEOUT_S', '600', 'managed ComfyUI watchdog: restart it when it does not answer, or a running prompt makes no progress, for N s (the attempt fails and is retried; 0: off)'],
+  ['comfy-restart-after-runs', 'GANTRY_AGENT_COMFY_RESTART_AFTER_RUNS', '0', 'managed ComfyUI: restart it after N runs (0: never)'],
+  ['comfy-restart-vram-percent', 'GANTRY_AGENT_COMFY_RESTART_VRAM_PERCENT', '0', 'managed ComfyUI: restart it after a run when a device\'s used VRAM (/system_stats) is above N % (0: never)'],
+  ['extra-model-paths', 'GANTRY_AGENT_EXTRA_MODEL_PATHS', '<models-dir>/../extra_model_paths.yaml (if present)', 'comma-separated extra_model_paths.yaml files: their directories are advertised too (comfyui executor)'],
   ['ns-bin-dir', 'GANTRY_AGENT_NS_BIN_DIR', '(PATH)', 'directory of ns-process-data, ns-train, ns-export'],
   ['concurrency', 'GANTRY_AGENT_CONCURRENCY', '1', 'tasks run at once (slots)'],
   ['machine-id', 'GANTRY_AGENT_MACHINE_ID', '(persisted)', 'stable machine id; default: generated once, kept in <state-dir>/agent-id'],
@@ -180,6 +200,14 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
   const tunnelFlag = get('tunnel-url') ?? (executor === 'comfyui' ? (get('comfy-url') ?? 'http://127.0.0.1:8188') : 'none');
   if (tunnelFlag !== 'none' && !/^http:\/\/[^/\s]+:\d{1,5}\/?$/.test(tunnelFlag)) throw new UsageError(`--tunnel-url: expected http://HOST:PORT or none, got ${JSON.stringify(tunnelFlag)}`);
   const tunnelUrl = tunnelFlag === 'none' ? '' : tunnelFlag;
+  const comfyCmd = get('comfy-cmd');
+  if (comfyCmd !== undefined && executor !== 'comfyui') throw new UsageError('--comfy-cmd needs --executor comfyui');
+  // the default Python: --comfy-cmd's first word when it is one (/opt/venv/bin/python3 main.py ...)
+  const firstWord = comfyCmd?.trim().split(/\s+/)[0] ?? '';
+  const comfyPython = get('comfy-python') ?? (/^python[0-9.]*$/.test(path.basename(firstWord)) && !/["'$`]/.test(firstWord) ? firstWord : undefined);
+  const extraFlag = get('extra-model-paths');
+  const defExtra = modelsDir ? path.join(path.dirname(path.resolve(modelsDir)), 'extra_model_paths.yaml') : undefined;
+  const extraModelPaths = extraFlag !== undefined ? extraFlag.split(',').map((s) => s.trim()).filter(Boolean) : defExtra && existsSync(defExtra) ? [defExtra] : [];
   return {
     server,
     credential,
@@ -189,6 +217,13 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     executor,
     comfyUrl: get('comfy-url') ?? 'http://127.0.0.1:8188',
     comfyLivenessS: intIn('comfy-liveness-s', get('comfy-liveness-s') ?? '30', 1, 86_400),
+    comfyCmd,
+    comfyPython,
+    comfyStartTimeoutS: intIn('comfy-start-timeout-s', get('comfy-start-timeout-s') ?? '300', 1, 86_400),
+    comfyStallTimeoutS: intIn('comfy-stall-timeout-s', get('comfy-stall-timeout-s') ?? '600', 0, 7 * 86_400),
+    comfyRestartAfterRuns: intIn('comfy-restart-after-runs', get('comfy-restart-after-runs') ?? '0', 0, 1_000_000),
+    comfyRestartVramPercent: intIn('comfy-restart-vram-percent', get('comfy-restart-vram-percent') ?? '0', 0, 100),
+    extraModelPaths,
     nsBinDir: get('ns-bin-dir'),
     concurrency: intIn('concurrency', get('concurrency') ?? '1', 1, 256),
     machineId: get('machine-id'),
@@ -259,13 +294,57 @@ function executorConfig(c: AgentConfig): ExecutorConfig {
 export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<RunningAgent> {
   const log = o.logger;
   const machineId = resolveMachineId(c.machineId, c.stateDir);
-  const executor = o.executor ?? createExecutor(executorConfig(c));
+  // the comfyui executor: what ComfyUI has loaded decides the custom node inventory; --comfy-cmd runs it
+  const comfy: ComfyRuntime | null =
+    c.executor === 'comfyui'
+      ? new ComfyRuntime({
+          baseUrl: c.comfyUrl,
+          customNodesDir: c.customNodesDir,
+          stateDir: c.stateDir,
+          logger: log,
+          cmd: c.comfyCmd,
+          python: c.comfyPython,
+          startTimeoutMs: (c.comfyStartTimeoutS ?? 300) * 1000,
+          stallTimeoutMs: (c.comfyStallTimeoutS ?? 600) * 1000,
+          restartAfterRuns: c.comfyRestartAfterRuns ?? 0,
+          restartVramPercent: c.comfyRestartVramPercent ?? 0,
+          onChange: () => void refreshInventory().catch((e: unknown) => log.warn({ err: e }, 'inventory rescan failed')),
+        })
+      : null;
+  const baseExecutor = o.executor ?? createExecutor(executorConfig(c));
+  const executor = comfy ? comfy.wrap(baseExecutor) : baseExecutor;
+  let extraSig = '';
+  /** The directories of the extra_model_paths.yaml files (re-read at every scan; a broken file is logged when it changes). */
+  const extraDirs = (): ExtraModelDir[] => {
+    const dirs: ExtraModelDir[] = [];
+    const problems: string[] = [];
+    for (const f of c.extraModelPaths ?? []) {
+      try {
+        const r = readExtraModelPaths(f);
+        dirs.push(...r.dirs);
+        if (r.ignored.length) problems.push(`${f}: entries that are not paths ignored: ${r.ignored.join(', ')}`);
+      } catch (e) {
+        problems.push((e as Error).message);
+      }
+    }
+    const sig = JSON.stringify(problems);
+    if (sig !== extraSig && problems.length) log.warn({ problems }, 'extra_model_paths.yaml');
+    extraSig = sig;
+    return dirs;
+  };
+  /** Models: every file under --models-dir, or for ComfyUI only what it can see (comfy-models.ts). */
+  const scanInventoryModels = (): Promise<ModelEntry[]> => (c.executor === 'comfyui' ? scanComfyModels(c.modelsDir, extraDirs()) : scanModels(c.modelsDir));
+  /** Custom nodes: the custom_nodes dir, or for ComfyUI only the packages it has loaded. */
+  const scanInventoryNodes = async (): Promise<string[]> => {
+    const all = await customNodeInventory(c.customNodesDir);
+    return comfy ? comfy.advertised(all) : all;
+  };
   const probe = !o.noGpuProbe && c.gpus.length === 0;
   const firstSample: GpuSample[] | null = probe ? await sampleGpus() : null;
   const gpus: GpuInfo[] = c.gpus.length ? c.gpus : (firstSample ?? []).map((g) => ({ name: g.name, vram_gb: g.vram_total_gb }));
   let gpuSample: GpuSample[] | null = firstSample;
-  let models: ModelEntry[] = await scanModels(c.modelsDir);
-  let customNodes: string[] = await customNodeInventory(c.customNodesDir);
+  let models: ModelEntry[] = await scanInventoryModels();
+  let customNodes: string[] = await scanInventoryNodes();
   if (c.executor === 'simulate' && (c.simulateFail !== undefined || c.simulateHang || c.simulateCrash))
     log.warn({ simulate_fail: c.simulateFail !== undefined ? c.simulateFail || 'simulated failure' : false, simulate_hang: c.simulateHang ?? false, simulate_crash: c.simulateCrash ?? false }, 'simulate failure mode on: it applies to every task this agent runs');
   log.info({ machine_id: machineId, executor: c.executor, gpus, models: models.length, custom_nodes: customNodes.length, gpu_source: c.gpus.length ? 'flags' : firstSample ? 'nvidia-smi' : 'none' }, 'agent starting');
@@ -277,7 +356,16 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     toolTypes: c.executor === 'simulate' ? null : new Set([c.executor]),
     executorName: c.executor,
     logger: log,
-    provision: (requiredModels): Promise<unknown> => syncer.provision(requiredModels),
+    provision: async (requiredModels): Promise<unknown> => {
+      const r = await syncer.provision(requiredModels);
+      if (comfy) {
+        // a managed ComfyUI restarts to import the packages the sync installed: the task waits for it,
+        // and the inventory it loaded goes out before `provisioned`
+        await comfy.settled();
+        await refreshInventory();
+      }
+      return r;
+    },
   });
   // container services: the runtime, its instances (reported on the stream) and the gateway tunnel
   const runtime: ContainerRuntime | null =
@@ -373,20 +461,23 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
 
   /** Rescans the disk; a changed inventory is reported (queued on the stream, ahead of anything sent after). */
   const refreshInventory = async (): Promise<void> => {
-    const m = await scanModels(c.modelsDir);
-    const n = await customNodeInventory(c.customNodesDir);
+    const m = await scanInventoryModels();
+    const n = await scanInventoryNodes();
     const sig = (x: ModelEntry[], y: string[]): string => JSON.stringify([x.map((e) => [e.path, e.size]), y]);
     if (sig(m, n) === sig(models, customNodes)) return;
     models = m;
     customNodes = n;
-    log.info({ models: m.length, custom_nodes: n.length }, 'inventory changed');
+    log.info({ models: m.length, custom_nodes: n.length, custom_node_names: n }, 'inventory changed');
     client.send({ inventory: { models: m.map((e) => ({ path: e.path, size: e.size })), custom_nodes: n } }, 'inventory');
   };
   const syncer: ModelSyncer = new ModelSyncer({
     modelsDir: c.modelsDir,
     customNodesDir: c.customNodesDir,
     fetchManifest: (): Promise<SyncManifest__Output> => client.getSyncManifest(),
-    afterSync: refreshInventory,
+    afterSync: async () => {
+      await comfy?.afterSync();
+      await refreshInventory();
+    },
     logger: log.child({ component: 'sync' }),
   });
   /** Errors are logged by the syncer and retried at the next period (a provisioning task reports its own). */
@@ -394,6 +485,7 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     log.debug({ why }, 'sync requested');
     syncer.request().catch(() => undefined);
   };
+  comfy?.start().catch((e: unknown) => log.error({ err: e }, 'comfyui: could not start'));
   client.start();
   if (syncIntervalS > 0) backgroundSync('start');
   const syncTimer = syncIntervalS > 0 ? setInterval(() => backgroundSync('periodic'), syncIntervalS * 1000) : null;
@@ -419,6 +511,7 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
       syncer.close();
       tunnel.close();
       await containers?.close();
+      await comfy?.stop();
       await client.close();
       await executor.close?.();
       log.info('agent stopped');
@@ -427,6 +520,7 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     return stopping;
   };
   void done.then(() => {
+    void comfy?.stop();
     tunnel.close();
     void containers?.close();
     if (rescan) clearInterval(rescan);
