@@ -43,6 +43,13 @@ export interface Assign {
    * tracing is off: the agent's span for this run is its child, so one run is one trace.
    */
   'traceparent'?: (string);
+  /**
+   * 20-29: another extension. The latest checkpoint an earlier attempt of this task uploaded
+   * (CommitCheckpoint), "" = none: training resumes after checkpoint_step (PresignCheckpoint gives
+   * its download URL).
+   */
+  'checkpoint_key'?: (string);
+  'checkpoint_step'?: (number);
 }
 
 export interface Assign__Output {
@@ -85,4 +92,11 @@ export interface Assign__Output {
    * tracing is off: the agent's span for this run is its child, so one run is one trace.
    */
   'traceparent': (string);
+  /**
+   * 20-29: another extension. The latest checkpoint an earlier attempt of this task uploaded
+   * (CommitCheckpoint), "" = none: training resumes after checkpoint_step (PresignCheckpoint gives
+   * its download URL).
+   */
+  'checkpoint_key': (string);
+  'checkpoint_step': (number);
 }
