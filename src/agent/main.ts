@@ -75,7 +75,7 @@ export const AGENT_FLAGS = [
   ['ns-bin-dir', 'GANTRY_AGENT_NS_BIN_DIR', '(PATH)', 'directory of ns-process-data, ns-train, ns-export'],
   ['concurrency', 'GANTRY_AGENT_CONCURRENCY', '1', 'tasks run at once (slots)'],
   ['machine-id', 'GANTRY_AGENT_MACHINE_ID', '(persisted)', 'stable machine id; default: generated once, kept in <state-dir>/agent-id'],
-  ['state-dir', 'GANTRY_AGENT_STATE_DIR', '~/.gantry', 'where the generated machine id is kept'],
+  ['state-dir', 'GANTRY_AGENT_STATE_DIR', '~/.gantry', 'where the generated machine id (and running process records) are kept'],
   ['name', 'GANTRY_AGENT_NAME', '(hostname)', 'display name'],
   ['tls', 'GANTRY_AGENT_TLS', 'false', 'connect with TLS'],
   ['ca', 'GANTRY_AGENT_CA', '', 'PEM CA bundle for a private CA (implies --tls)'],
