@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
@@ -369,6 +369,37 @@ describe('NerfstudioExecutor against the fake ns-* toolchain', () => {
     await run;
     ac.abort();
   });
+
+  for (const mode of ['setpriv', 'none'] as const) {
+    const noSetpriv = mode === 'setpriv' && !['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv'].some((p) => existsSync(p));
+    test(`the CLI and its whole process group die with the agent (${mode === 'setpriv' ? 'setpriv --pdeathsig and the watchdog' : 'the watchdog alone'})`, { skip: noSetpriv ? 'setpriv (util-linux) is not installed' : false }, async () => {
+      const capture = path.join(tmpRoot, `death-${++seq}`);
+      await mkdir(capture, { recursive: true });
+      for (const n of ['1.png', '2.png']) await writeFile(path.join(capture, n), renderSeededPng(n, { width: 8, height: 8 }));
+      const workDir = path.join(tmpRoot, `death-work-${seq}`);
+      await mkdir(workDir);
+      const pidFile = path.join(tmpRoot, `death-worker-${seq}.pid`);
+      const harness = fileURLToPath(new URL('../fixtures/ns-death-harness.ts', import.meta.url));
+      const agent = spawn(process.execPath, ['--import', 'tsx', harness, binDir, workDir, capture, mode], { env: { ...process.env, NS_FAKE_WORKER_PIDFILE: pidFile }, stdio: ['ignore', 'pipe', 'inherit'] });
+      const exited = new Promise((r) => agent.on('exit', r));
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error('the harness never reached training')), 20_000);
+        agent.stdout.on('data', (c: Buffer) => {
+          if (c.toString().includes('training')) {
+            clearTimeout(t);
+            resolve();
+          }
+        });
+      });
+      const workerPid = Number(readFileSync(pidFile, 'utf8'));
+      const trainerPid = Number(readFileSync(`/proc/${workerPid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+      assert.ok(alive(trainerPid) && alive(workerPid));
+      agent.kill('SIGKILL');
+      await exited;
+      assert.ok(await waitDead(trainerPid, 5000), 'ns-train died with its agent');
+      assert.ok(await waitDead(workerPid, 5000), 'its dataloader worker too');
+    });
+  }
 
   test('a zip of images is extracted and processed', { skip: spawnSync('python3', ['--version']).status !== 0 ? 'python3 is needed to build the zip fixture' : false }, async () => {
     const src = path.join(tmpRoot, 'zipsrc', 'capture');

@@ -52,6 +52,21 @@ export interface NerfstudioOptions {
   setpriv?: string | null;
 }
 
+/**
+ * The watchdog beside each CLI: a tiny node process holding a pipe from the agent. When the agent
+ * dies the pipe closes and it SIGKILLs the CLI's whole process group (workers included), unless the
+ * group leader is no longer the process it was given (start time: a reused pid is not ours).
+ */
+const WATCHDOG = `
+const fs = require('node:fs');
+const pgid = Number(process.argv[1]);
+const start = (p) => { try { const s = fs.readFileSync('/proc/' + p + '/stat', 'utf8'); return s.slice(s.lastIndexOf(')') + 2).split(' ')[19]; } catch { return null; } };
+const was = start(pgid);
+process.stdin.on('data', () => {});
+process.stdin.on('end', () => { const now = start(pgid); if (now === null || now === was) { try { process.kill(-pgid, 'SIGKILL'); } catch {} } process.exit(0); });
+process.stdin.on('error', () => process.stdin.emit('end'));
+`;
+
 /** The run's fixed names: outputs/<EXPERIMENT>/<method_name>/<TIMESTAMP>/config.yml (experiment_config.py get_base_dir). */
 const EXPERIMENT = 'gantry';
 const TIMESTAMP = 'run';
@@ -635,6 +650,17 @@ export class NerfstudioExecutor implements Executor {
       }
       this.running.add(child);
       const recordFile = child.pid !== undefined ? this.record(ctx.taskId, child.pid) : null;
+      // setpriv kills the CLI itself with the agent; the watchdog takes the rest of its group
+      let watchdog: ChildProcess | null = null;
+      if (child.pid !== undefined) {
+        try {
+          watchdog = spawn(process.execPath, ['-e', WATCHDOG, String(child.pid)], { stdio: ['pipe', 'ignore', 'ignore'], detached: true });
+          watchdog.on('error', () => undefined);
+          watchdog.stdin?.on('error', () => undefined);
+        } catch {
+          watchdog = null;
+        }
+      }
       const output = new ToolOutput();
       let cancelled = false;
       let killTimer: NodeJS.Timeout | undefined;
@@ -664,6 +690,7 @@ export class NerfstudioExecutor implements Executor {
       child.stderr?.on('data', (c: Buffer) => output.push('stderr', c.toString('utf8')));
 
       const cleanup = (): void => {
+        watchdog?.kill('SIGKILL');
         if (killTimer) clearTimeout(killTimer);
         if (exitTimer) clearTimeout(exitTimer);
         ctx.signal.removeEventListener('abort', onAbort);
