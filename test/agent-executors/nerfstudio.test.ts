@@ -183,6 +183,11 @@ describe('NerfstudioExecutor against the fake ns-* toolchain', () => {
     assert.equal((await exec0().run(ctx)).outputs[0]!.name, 'splat.ply');
   });
 
+  test('a work dir with a space works (COLMAP runs through shell strings with unquoted paths)', async () => {
+    const { ctx } = await makeCtx(spec({ train: { max_num_iterations: 20 } }), images, { workDir: path.join(tmpRoot, `with space ${++seq}`) });
+    assert.equal((await exec0().run(ctx)).outputs[0]!.name, 'splat.ply');
+  });
+
   test('no export section: the checkpoint (config.yml + the latest .ckpt, one archive) is the output', async () => {
     const { ctx } = await makeCtx(spec({ export: undefined, train: { max_num_iterations: 30 } }), images);
     const res = await exec0().run(ctx);

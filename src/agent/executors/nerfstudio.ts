@@ -27,6 +27,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsc, mkdirSync, readFileSync, readdirSync, unlinkSync, writeFileSync } from 'node:fs';
 import { copyFile, link, mkdir, readdir, rm, stat, symlink } from 'node:fs/promises';
 import { createWriteStream } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -358,7 +359,23 @@ export class NerfstudioExecutor implements Executor {
     const spec = plan.spec;
     const redact = spec.data.url ? [spec.data.url] : [];
     if (ctx.signal.aborted) throw cancelledError();
-    const work = path.resolve(ctx.workDir);
+    // ns-process-data runs COLMAP through shell strings with unquoted paths: give the tools a path without whitespace
+    let work = path.resolve(ctx.workDir);
+    let alias: string | null = null;
+    if (/\s/.test(work)) {
+      alias = path.join(os.tmpdir(), `gantry-ns-${ctx.taskId.replace(/[^A-Za-z0-9_-]/g, '_')}-${process.pid}-${Date.now().toString(36)}`);
+      await symlink(work, alias, 'dir');
+      work = alias;
+    }
+    try {
+      return await this.runIn(ctx, plan, work, redact);
+    } finally {
+      if (alias) await rm(alias, { force: true }).catch(() => undefined);
+    }
+  }
+
+  private async runIn(ctx: ExecContext, plan: NerfstudioPlan, work: string, redact: string[]): Promise<ExecResult> {
+    const spec = plan.spec;
     const tick = (stage: Exclude<ProgressStage, 'upload'>, within: number, step: number, total: number, node: string, message: string): void => {
       const [a, b] = SPAN[stage];
       ctx.onProgress({ progress: a + (b - a) * clamp01(within), step_current: step, step_total: total, current_node: node, stage, message });
