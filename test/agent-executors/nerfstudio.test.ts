@@ -261,6 +261,10 @@ describe('NerfstudioExecutor against the fake ns-* toolchain', () => {
     assert.match(err.message, /^ns-process-data finished without writing transforms\.json:/);
     assert.match(err.message, /Could not find existing COLMAP results\. Not generating transforms\.json/);
     assert.ok(!ticks.some((t) => t.stage === 'train'), 'training never started');
+    // a RuntimeError caught by process_data.py entrypoint (printed, exit 0)
+    const caught = await makeCtx(spec(), images);
+    const e2 = await rejection(exec0({ NS_FAKE_FAIL: 'process_data' }).run(caught.ctx));
+    assert.match(e2.message, /^ns-process-data finished without writing transforms\.json:[\s\S]*Invalid combination of sfm_tool, feature_type, and matcher_type/);
     // with the capture's COLMAP model, --skip-colmap works (the bare flag)
     const dir = path.join(tmpRoot, `colmap-${++seq}`);
     await mkdir(path.join(dir, 'colmap', 'sparse', '0'), { recursive: true });
@@ -426,6 +430,32 @@ describe('NerfstudioExecutor against the fake ns-* toolchain', () => {
     assert.equal((await rejection(exec0().run(noInputs))).code, 'bad_input');
     const { ctx: notDataset } = await makeCtx(spec({ process_data: undefined }), images);
     assert.match((await rejection(exec0().run(notDataset))).message, /not a processed nerfstudio dataset/);
+  });
+});
+
+describe('the fake ns-* tools refuse what tyro refuses (exit 2, message on stderr)', () => {
+  const run = (tool: string, args: string[]) => spawnSync(process.execPath, [path.join(binDir, tool), ...args], { encoding: 'utf8' });
+  test('ns-process-data takes bare booleans; ns-train and ns-export take True/False; unknown flags and values exit 2', async () => {
+    const dir = path.join(tmpRoot, `tyro-${++seq}`);
+    await mkdir(dir, { recursive: true });
+    const cases: Array<[string, string[], RegExp]> = [
+      ['ns-process-data', ['images', '--data', dir, '--output-dir', dir, '--skip-colmap', 'True'], /Unrecognized options: True/],
+      ['ns-process-data', ['images', '--data', dir, '--output-dir', dir, '--bogus', '1'], /Unrecognized options: --bogus 1/],
+      ['ns-process-data', ['polycam', '--data', dir, '--output-dir', dir, '--matching-method', 'exhaustive'], /Unrecognized options: --matching-method/],
+      ['ns-process-data', ['images', '--data', dir, '--output-dir', dir, '--num-frames-target', '5'], /Unrecognized options: --num-frames-target/],
+      ['ns-process-data', ['metashape', '--data', dir, '--output-dir', dir], /required: --xml/],
+      ['ns-process-data', ['images', '--data', dir, '--output-dir', dir, '--matching-method', 'fast'], /invalid choice: 'fast'/],
+      ['ns-train', ['nerfacto', '--data', dir, '--mixed-precision'], /--mixed-precision: expected 1 argument/],
+      ['ns-train', ['nerfacto', '--data', dir, '--mixed-precision', 'yes'], /invalid choice: 'yes' \(choose from 'True', 'False'\)/],
+      ['ns-train', ['nerfacto', '--data', dir, '--seed', '1'], /Unrecognized options: --seed 1/],
+      ['ns-export', ['tsdf', '--load-config', 'c.yml', '--output-dir', dir, '--normal-method', 'open3d'], /Unrecognized options: --normal-method open3d/],
+      ['ns-export', ['pointcloud', '--load-config', 'c.yml', '--output-dir', dir, '--remove-outliers'], /--remove-outliers: expected 1 argument/],
+    ];
+    for (const [tool, args, msg] of cases) {
+      const r = run(tool, args);
+      assert.equal(r.status, 2, `${tool} ${args.join(' ')}: exit ${r.status} ${r.stdout}${r.stderr}`);
+      assert.match(r.stderr, msg, `${tool} ${args.join(' ')}`);
+    }
   });
 });
 
