@@ -375,7 +375,7 @@ describe('workflow_json: nerfstudio pipeline spec', () => {
       nerf(spec(), [
         scanParam,
         { key: 'iters', target_path: 'train.max_num_iterations', min: 100, max: 100000 },
-        { key: 'fmt', target_path: 'export.format', options: ['gaussian-splat', 'pointcloud'] },
+        { key: 'fmt', target_path: 'export.format', options: ['gaussian-splat'] },
         { key: 'cull', target_path: 'train.extra_args.pipeline.model.cull-alpha-thresh', type: 'number' },
         { key: 'seed', target_path: 'train.seed', default: 42 },
       ]),
@@ -449,7 +449,11 @@ describe('workflow_json: nerfstudio pipeline spec', () => {
     bad(nerf(spec(), [scanParam, { key: 'x', type: 'json', target_path: 'train' }, { key: 'y', target_path: 'train.seed', type: 'integer' }]), 'parameters[2] (y): target_path "train.seed" overlaps the target of parameters[1] (x)');
     bad(nerf(spec(), [scanParam, { key: 'x', target_path: 'train.seed' }]), 'parameters[1] (x): type is required');
     bad(nerf(spec({ export: undefined }), [scanParam, { key: 'x', type: 'integer', target_path: 'export.num_points' }]), 'parameters[1] (x): target_path "export.num_points" needs workflow_json.export (with its format) to exist');
-    ok(nerf(spec({ export: undefined }), [scanParam, { key: 'x', target_path: 'export.format', options: ['mesh'], type: 'string' }]));
+    ok(nerf(spec({ export: undefined }), [scanParam, { key: 'x', target_path: 'export.format', options: ['gaussian-splat'], type: 'string' }]));
+    // an option that cannot run on this method (a splatfacto run has no mesh export) is refused now, not at run time
+    bad(nerf(spec({ export: undefined }), [scanParam, { key: 'x', target_path: 'export.format', options: ['gaussian-splat', 'mesh'], type: 'string' }]), 'parameters[1] (x): option "mesh" makes workflow_json.export.format invalid: mesh cannot export a splatfacto run');
+    bad(nerf(spec(), [scanParam, { key: 'm', target_path: 'method', options: ['splatfacto', 'nerfacto'] }]), 'parameters[1] (m): option "nerfacto" makes workflow_json.export.format invalid: gaussian-splat needs a splatfacto-family method');
+    bad(nerf(spec(), [scanParam, { key: 'm', target_path: 'method', default: 'dnerf' }]), 'parameters[1] (m): default "dnerf" makes workflow_json.method invalid');
     ok(nerf(spec({ train: undefined }), [scanParam, { key: 'x', type: 'integer', target_path: 'train.seed' }]));
     assert.equal(ok(nerf(spec(), [scanParam, { key: 'x', target_path: 'train.seed', default: 7 }])).parameters[1]?.type, 'integer');
   });
