@@ -755,7 +755,7 @@ export class AgentGrpcServer {
   }
 
   private async presignCheckpoint(ident: { credentialId: string; teamId: string }, raw: PresignCheckpointRequest__Output): Promise<PresignCheckpointResponse> {
-    if (!this.o.checkpoints) throw unavailable('checkpoints_unavailable', 'checkpoints are not kept on this node');
+    if (!this.o.checkpoints) throw new AppError('precondition_failed', 'checkpoints_unavailable', 'checkpoints are not kept on this node');
     const store = this.store();
     const req = decodeRequest(PresignCheckpointRequest, raw);
     const { task } = await this.heldTask(ident, req);
@@ -773,7 +773,7 @@ export class AgentGrpcServer {
   }
 
   private async commitCheckpoint(ident: { credentialId: string; teamId: string }, raw: CommitCheckpointRequest__Output): Promise<CommitCheckpointResponse> {
-    if (!this.o.checkpoints) throw unavailable('checkpoints_unavailable', 'checkpoints are not kept on this node');
+    if (!this.o.checkpoints) throw new AppError('precondition_failed', 'checkpoints_unavailable', 'checkpoints are not kept on this node');
     const store = this.store();
     const req = decodeRequest(CommitCheckpointRequest, raw);
     const { task } = await this.heldTask(ident, req);
