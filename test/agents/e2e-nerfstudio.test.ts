@@ -45,7 +45,7 @@ function agent(s: TeamSetup, stateDir: string, env: Record<string, string>): Age
   return p;
 }
 
-test('a training killed with its agent at 60% is retried and resumes from the last uploaded checkpoint; the export is downloadable', { timeout: 120_000 }, async () => {
+test('a training killed with its agent at 60% is retried and resumes from the last uploaded checkpoint; the export is downloadable', { timeout: 120_000 }, async (tc) => {
   const s = await setupTeam(t);
   const capture = tmpDir('gantry-ns-capture-');
   await mkdir(capture, { recursive: true });
@@ -101,6 +101,7 @@ test('a training killed with its agent at 60% is retried and resumes from the la
   const resumedAt = rows.findIndex((v, i) => i > 0 && v < (rows[i - 1] ?? 0));
   assert.ok(resumedAt > 0 && (rows[resumedAt] ?? 0) > 100, `the second run started after a checkpoint (rows ${rows.slice(Math.max(0, resumedAt - 2), resumedAt + 2).join(',')})`);
   assert.ok(rows.length * 10 < total * 1.5, `steps run in all: about ${rows.length * 10} for ${total} configured`);
+  tc.diagnostic(`first attempt killed at step ~${rows[resumedAt - 1]}, retry resumed at step ${rows[resumedAt]}; about ${rows.length * 10} steps run for ${total} configured`);
 
   const res = await t.http.get(`/r/tasks/${retryId}/result`, { token: s.sk.value });
   assert.equal(res.status, 200, res.text);
