@@ -368,6 +368,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     sessions,
     agents: agentStore,
     tasks: taskStore,
+    checkpoints: taskStore,
     verifyCredential: (v) => identity.verifyAgentCredential(v),
     objectStore,
     needsSync: (teamId, inv) => files.sync.needsSync(teamId, inv),

@@ -24,6 +24,8 @@ export interface TaskAssignment {
   requiredModels?: string[];
   /** W3C traceparent the agent's span of the run is parented on (tracing on; absent or null otherwise). */
   traceParent?: string | null;
+  /** The latest checkpoint an earlier attempt uploaded (nerfstudio resume); absent or null: none. */
+  checkpoint?: { key: string; step: number } | null;
 }
 
 /**

@@ -17,6 +17,9 @@ import type { PresignOutputsRequest } from '../gen/gantry/agent/v1/PresignOutput
 import type { PresignOutputsResponse__Output } from '../gen/gantry/agent/v1/PresignOutputsResponse.js';
 import type { PresignInputsRequest } from '../gen/gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse__Output } from '../gen/gantry/agent/v1/PresignInputsResponse.js';
+import type { PresignCheckpointRequest } from '../gen/gantry/agent/v1/PresignCheckpointRequest.js';
+import type { PresignCheckpointResponse__Output } from '../gen/gantry/agent/v1/PresignCheckpointResponse.js';
+import type { CommitCheckpointRequest } from '../gen/gantry/agent/v1/CommitCheckpointRequest.js';
 import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.js';
 import type { TunnelFrame, TunnelFrame__Output } from '../gen/gantry/agent/v1/TunnelFrame.js';
 
@@ -215,6 +218,16 @@ export class AgentClient {
 
   async presignInputs(req: Omit<PresignInputsRequest, 'session_id'>): Promise<PresignInputsResponse__Output> {
     return this.unary((sid, cb) => this.client.PresignInputs({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+  }
+
+  /** Checkpoint URLs (nerfstudio resume): PUT for this attempt's checkpoint of `step` (size > 0), GET of the remembered one. */
+  async presignCheckpoint(req: Omit<PresignCheckpointRequest, 'session_id'>): Promise<PresignCheckpointResponse__Output> {
+    return this.unary((sid, cb) => this.client.PresignCheckpoint({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+  }
+
+  /** The node remembers the uploaded checkpoint for the task's next attempts. */
+  async commitCheckpoint(req: Omit<CommitCheckpointRequest, 'session_id'>): Promise<void> {
+    await this.unary((sid, cb) => this.client.CommitCheckpoint({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
   }
 
   /** The team's sync manifest (every active model and custom node, presigned download URLs). */

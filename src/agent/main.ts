@@ -10,7 +10,7 @@ import { AgentClient } from './client.js';
 import { AgentRunner } from './runner.js';
 import { CpuMeter, parseGpuFlag, resolveMachineId, sampleGpus, scanModels, type GpuInfo, type GpuSample, type ModelEntry } from './discovery.js';
 import { customNodeInventory, ModelSyncer } from './sync.js';
-import { createExecutor, type Executor, type ExecutorConfig } from './executors/index.js';
+import { NerfstudioExecutor, createExecutor, type Executor, type ExecutorConfig } from './executors/index.js';
 import { DEFAULT_WINDOW } from '../protocol/agent-wire.js';
 import type { SyncManifest__Output } from '../gen/gantry/agent/v1/SyncManifest.js';
 import { existsSync } from 'node:fs';
@@ -98,7 +98,7 @@ export const AGENT_FLAGS = [
   ['ns-bin-dir', 'GANTRY_AGENT_NS_BIN_DIR', '(PATH)', 'directory of ns-process-data, ns-train, ns-export'],
   ['concurrency', 'GANTRY_AGENT_CONCURRENCY', '1', 'tasks run at once (slots)'],
   ['machine-id', 'GANTRY_AGENT_MACHINE_ID', '(persisted)', 'stable machine id; default: generated once, kept in <state-dir>/agent-id'],
-  ['state-dir', 'GANTRY_AGENT_STATE_DIR', '~/.gantry', 'where the generated machine id is kept'],
+  ['state-dir', 'GANTRY_AGENT_STATE_DIR', '~/.gantry', 'where the generated machine id (and running process records) are kept'],
   ['name', 'GANTRY_AGENT_NAME', '(hostname)', 'display name'],
   ['tls', 'GANTRY_AGENT_TLS', 'false', 'connect with TLS'],
   ['ca', 'GANTRY_AGENT_CA', '', 'PEM CA bundle for a private CA (implies --tls)'],
@@ -287,7 +287,7 @@ function executorConfig(c: AgentConfig): ExecutorConfig {
     case 'comfyui':
       return { kind: 'comfyui', baseUrl: c.comfyUrl, ...(c.comfyLivenessS !== undefined ? { livenessTimeoutMs: c.comfyLivenessS * 1000 } : {}) };
     case 'nerfstudio':
-      return c.nsBinDir ? { kind: 'nerfstudio', binDir: c.nsBinDir } : { kind: 'nerfstudio' };
+      return { kind: 'nerfstudio', stateDir: c.stateDir, ...(c.nsBinDir ? { binDir: c.nsBinDir } : {}) };
   }
 }
 
@@ -352,7 +352,7 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   const syncIntervalS = c.syncIntervalS ?? 60;
   const runner: AgentRunner = new AgentRunner(executor, {
     slots: c.concurrency,
-    workDir: c.workDir ?? path.join(os.tmpdir(), `gantry-agent-${machineId.replace(/[^A-Za-z0-9._-]/g, '_')}`),
+    workDir: c.workDir ? path.resolve(c.workDir) : path.join(os.tmpdir(), `gantry-agent-${machineId.replace(/[^A-Za-z0-9._-]/g, '_')}`),
     toolTypes: c.executor === 'simulate' ? null : new Set([c.executor]),
     executorName: c.executor,
     logger: log,
@@ -372,6 +372,8 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
     c.containerRuntime === 'docker' ? new DockerRuntime({ logger: log.child({ component: 'docker' }), socketPath: c.dockerSocket }) : c.containerRuntime === 'exec' ? new ExecRuntime({ logger: log.child({ component: 'exec' }), stateDir: c.stateDir }) : null;
   // processes a killed previous run left behind are stopped (the server re-places their replicas)
   if (runtime instanceof ExecRuntime) runtime.reapLeftovers();
+  // ns-* trainings a killed previous run left on the GPU are stopped too
+  if (executor instanceof NerfstudioExecutor && executor.reapLeftovers() > 0) log.warn('stopped nerfstudio processes left running by a previous run of this agent');
   const reportOf = (r: InstanceReport) => ({ instance_id: r.instanceId, service_id: r.serviceId, state: r.state, healthy: r.healthy, error: r.error });
   const containers: ContainerManager | null = runtime
     ? new ContainerManager({ runtime, report: (r) => client.send({ container: reportOf(r) }, 'container'), healthIntervalMs: c.containerHealthIntervalMs, logger: log.child({ component: 'containers' }) })

@@ -4,12 +4,12 @@
  * the executor (nothing is reported: the server already ended the task). Every message about a
  * task echoes the (attempt, epoch) its assignment carried: the epoch is the fencing token.
  */
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../shared/logger.js';
 import { endSpan, inSpan, markSpanError, SpanKind, startSpan, traceparentOfSpan, tracingEnabled, withActive, type Span } from '../shared/tracing.js';
 import type { AgentClient, TaskRef } from './client.js';
-import { ExecutorError, isExecutorError, type ExecOutput, type Executor, type InputFile, type ProgressTick } from './executors/index.js';
+import { ExecutorError, isExecutorError, type CheckpointStore, type ExecOutput, type Executor, type InputFile, type ProgressTick } from './executors/index.js';
 import { downloadTo, uploadFile } from './transfer.js';
 import type { ServerMessage__Output } from '../protocol/agent-wire.js';
 import type { Assign__Output } from '../gen/gantry/agent/v1/Assign.js';
@@ -282,6 +282,7 @@ export class AgentRunner {
         ...(a.comfy_org_api_key ? { comfyOrgApiKey: a.comfy_org_api_key } : {}),
         onProgress: (p) => this.progress(ref, p),
         log: (msg, extra) => log.debug(extra ?? {}, msg),
+        ...(isNerf ? { checkpoints: this.checkpointStore(a, ref) } : {}),
       }));
       if (isNerf) this.progress(ref, { progress: 0.99, step_current: 0, step_total: 0, current_node: 'upload', stage: 'upload', message: `uploading ${res.outputs.length} file(s)` });
       const outputs = await inSpan('agent upload outputs', { attributes: { 'gantry.outputs': res.outputs.length } }, () => this.upload(ref, res.outputs, t.abort.signal));
@@ -317,6 +318,25 @@ export class AgentRunner {
     } finally {
       if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
     }
+  }
+
+  /** Checkpoints kept by the node across attempts (PresignCheckpoint / CommitCheckpoint). */
+  private checkpointStore(a: Assign__Output, ref: TaskRef): CheckpointStore {
+    const c = this.client as AgentClient;
+    return {
+      resumeStep: a.checkpoint_key ? a.checkpoint_step : null,
+      download: async (dest, signal) => {
+        const r = await c.presignCheckpoint({ ...ref, size: 0, step: 0 });
+        if (!r.download_url) throw new ExecutorError('tool_error', 'the node has no checkpoint for this task any more');
+        await downloadTo(r.download_url, dest, signal);
+      },
+      upload: async (localPath, step, signal) => {
+        const size = (await stat(localPath)).size;
+        const r = await c.presignCheckpoint({ ...ref, size, step });
+        await uploadFile(r.upload_url, r.upload_headers, localPath, 'application/x-tar', signal);
+        await c.commitCheckpoint({ ...ref, storage_key: r.storage_key, step });
+      },
+    };
   }
 
   /** Waits for a sync (abortable: a cancel does not wait for the download, which continues for the next task). */

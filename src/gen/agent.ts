@@ -6,6 +6,8 @@ import type { AgentServiceClient as _gantry_agent_v1_AgentServiceClient, AgentSe
 import type { AgentStatus as _gantry_agent_v1_AgentStatus, AgentStatus__Output as _gantry_agent_v1_AgentStatus__Output } from './gantry/agent/v1/AgentStatus.js';
 import type { Assign as _gantry_agent_v1_Assign, Assign__Output as _gantry_agent_v1_Assign__Output } from './gantry/agent/v1/Assign.js';
 import type { Cancel as _gantry_agent_v1_Cancel, Cancel__Output as _gantry_agent_v1_Cancel__Output } from './gantry/agent/v1/Cancel.js';
+import type { CommitCheckpointRequest as _gantry_agent_v1_CommitCheckpointRequest, CommitCheckpointRequest__Output as _gantry_agent_v1_CommitCheckpointRequest__Output } from './gantry/agent/v1/CommitCheckpointRequest.js';
+import type { CommitCheckpointResponse as _gantry_agent_v1_CommitCheckpointResponse, CommitCheckpointResponse__Output as _gantry_agent_v1_CommitCheckpointResponse__Output } from './gantry/agent/v1/CommitCheckpointResponse.js';
 import type { ContainerCommand as _gantry_agent_v1_ContainerCommand, ContainerCommand__Output as _gantry_agent_v1_ContainerCommand__Output } from './gantry/agent/v1/ContainerCommand.js';
 import type { ContainerReport as _gantry_agent_v1_ContainerReport, ContainerReport__Output as _gantry_agent_v1_ContainerReport__Output } from './gantry/agent/v1/ContainerReport.js';
 import type { ContainerStart as _gantry_agent_v1_ContainerStart, ContainerStart__Output as _gantry_agent_v1_ContainerStart__Output } from './gantry/agent/v1/ContainerStart.js';
@@ -23,6 +25,8 @@ import type { Inventory as _gantry_agent_v1_Inventory, Inventory__Output as _gan
 import type { ModelFile as _gantry_agent_v1_ModelFile, ModelFile__Output as _gantry_agent_v1_ModelFile__Output } from './gantry/agent/v1/ModelFile.js';
 import type { OutputFile as _gantry_agent_v1_OutputFile, OutputFile__Output as _gantry_agent_v1_OutputFile__Output } from './gantry/agent/v1/OutputFile.js';
 import type { OutputFileSpec as _gantry_agent_v1_OutputFileSpec, OutputFileSpec__Output as _gantry_agent_v1_OutputFileSpec__Output } from './gantry/agent/v1/OutputFileSpec.js';
+import type { PresignCheckpointRequest as _gantry_agent_v1_PresignCheckpointRequest, PresignCheckpointRequest__Output as _gantry_agent_v1_PresignCheckpointRequest__Output } from './gantry/agent/v1/PresignCheckpointRequest.js';
+import type { PresignCheckpointResponse as _gantry_agent_v1_PresignCheckpointResponse, PresignCheckpointResponse__Output as _gantry_agent_v1_PresignCheckpointResponse__Output } from './gantry/agent/v1/PresignCheckpointResponse.js';
 import type { PresignInputsRequest as _gantry_agent_v1_PresignInputsRequest, PresignInputsRequest__Output as _gantry_agent_v1_PresignInputsRequest__Output } from './gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse as _gantry_agent_v1_PresignInputsResponse, PresignInputsResponse__Output as _gantry_agent_v1_PresignInputsResponse__Output } from './gantry/agent/v1/PresignInputsResponse.js';
 import type { PresignOutputsRequest as _gantry_agent_v1_PresignOutputsRequest, PresignOutputsRequest__Output as _gantry_agent_v1_PresignOutputsRequest__Output } from './gantry/agent/v1/PresignOutputsRequest.js';
@@ -65,6 +69,8 @@ export interface ProtoGrpcType {
         AgentStatus: MessageTypeDefinition<_gantry_agent_v1_AgentStatus, _gantry_agent_v1_AgentStatus__Output>
         Assign: MessageTypeDefinition<_gantry_agent_v1_Assign, _gantry_agent_v1_Assign__Output>
         Cancel: MessageTypeDefinition<_gantry_agent_v1_Cancel, _gantry_agent_v1_Cancel__Output>
+        CommitCheckpointRequest: MessageTypeDefinition<_gantry_agent_v1_CommitCheckpointRequest, _gantry_agent_v1_CommitCheckpointRequest__Output>
+        CommitCheckpointResponse: MessageTypeDefinition<_gantry_agent_v1_CommitCheckpointResponse, _gantry_agent_v1_CommitCheckpointResponse__Output>
         ContainerCommand: MessageTypeDefinition<_gantry_agent_v1_ContainerCommand, _gantry_agent_v1_ContainerCommand__Output>
         ContainerReport: MessageTypeDefinition<_gantry_agent_v1_ContainerReport, _gantry_agent_v1_ContainerReport__Output>
         ContainerStart: MessageTypeDefinition<_gantry_agent_v1_ContainerStart, _gantry_agent_v1_ContainerStart__Output>
@@ -82,6 +88,8 @@ export interface ProtoGrpcType {
         ModelFile: MessageTypeDefinition<_gantry_agent_v1_ModelFile, _gantry_agent_v1_ModelFile__Output>
         OutputFile: MessageTypeDefinition<_gantry_agent_v1_OutputFile, _gantry_agent_v1_OutputFile__Output>
         OutputFileSpec: MessageTypeDefinition<_gantry_agent_v1_OutputFileSpec, _gantry_agent_v1_OutputFileSpec__Output>
+        PresignCheckpointRequest: MessageTypeDefinition<_gantry_agent_v1_PresignCheckpointRequest, _gantry_agent_v1_PresignCheckpointRequest__Output>
+        PresignCheckpointResponse: MessageTypeDefinition<_gantry_agent_v1_PresignCheckpointResponse, _gantry_agent_v1_PresignCheckpointResponse__Output>
         PresignInputsRequest: MessageTypeDefinition<_gantry_agent_v1_PresignInputsRequest, _gantry_agent_v1_PresignInputsRequest__Output>
         PresignInputsResponse: MessageTypeDefinition<_gantry_agent_v1_PresignInputsResponse, _gantry_agent_v1_PresignInputsResponse__Output>
         PresignOutputsRequest: MessageTypeDefinition<_gantry_agent_v1_PresignOutputsRequest, _gantry_agent_v1_PresignOutputsRequest__Output>

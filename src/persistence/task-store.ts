@@ -54,7 +54,7 @@ const rowToEvent = (r: Record<string, any>): TaskEvent => ({
 const TASK_COLS = `id, team_id, task_status, attempt, max_retries, lease_epoch, agent_id, dispatch_target, tool_type, task_timeout_s, required_labels,
   min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id, not_before, trace_parent`;
 /** What an agent needs besides the record (returned by the assigning transition). */
-const ASSIGNMENT_COLS = 'resolved_workflow, parameters, input_files';
+const ASSIGNMENT_COLS = 'resolved_workflow, parameters, input_files, checkpoint_key, checkpoint_step';
 
 const rowToAssignment = (r: Record<string, any>): TaskAssignment => ({
   taskId: r.id,
@@ -66,6 +66,7 @@ const rowToAssignment = (r: Record<string, any>): TaskAssignment => ({
   timeoutS: Number(r.task_timeout_s),
   requiredModels: r.required_models ?? [],
   traceParent: r.trace_parent ?? null,
+  checkpoint: r.checkpoint_key ? { key: String(r.checkpoint_key), step: Number(r.checkpoint_step ?? 0) } : null,
 });
 
 /** Builds the fenced UPDATE of a transition (SET list and WHERE with the from-states and the epoch). */
@@ -163,7 +164,9 @@ const batchSql = (fence: string): string => `with r as (
     returning r.i, r.with_assignment, ${TASK_COLS.split(',').map((c) => `t.${c.trim()}`).join(', ')},
       case when r.with_assignment then t.resolved_workflow end as resolved_workflow,
       case when r.with_assignment then t.parameters end as parameters,
-      case when r.with_assignment then t.input_files end as input_files),
+      case when r.with_assignment then t.input_files end as input_files,
+      case when r.with_assignment then t.checkpoint_key end as checkpoint_key,
+      case when r.with_assignment then t.checkpoint_step end as checkpoint_step),
   e as (
     insert into task_events (task_id, team_id, event_type, payload)
     select u.id, u.team_id, x.ev->>'type', x.ev->'data'
@@ -335,10 +338,10 @@ export class PgTaskStore implements TaskStorePort {
          r as (
            insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type,
              parameters, resolved_workflow, input_files, attempt, max_retries, parent_task_id, lease_epoch, task_timeout_s, required_labels,
-             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, not_before, trace_parent)
+             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, not_before, trace_parent, checkpoint_key, checkpoint_step)
            select ?::uuid, p.team_id, p.workflow_id, p.workflow_slug, p.workflow_version, p.snapshot_id, 'pending', p.dispatch_target, p.tool_type,
              p.parameters, p.resolved_workflow, p.input_files, p.attempt + 1, p.max_retries, p.id, 0, p.task_timeout_s, p.required_labels,
-             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id, ?::timestamptz, p.trace_parent
+             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id, ?::timestamptz, p.trace_parent, p.checkpoint_key, p.checkpoint_step
            from u join tasks p on p.id = u.id
            where u.retry_task_id = ?::uuid
            returning id, team_id),
@@ -431,6 +434,27 @@ export class PgTaskStore implements TaskStorePort {
   async nonTerminal(): Promise<TaskRecord[]> {
     const rows = await q(this.db)(`select ${TASK_COLS} from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, [...NON_TERMINAL]);
     return rows.map(rowToTask);
+  }
+
+  /** The checkpoint remembered for a task (CommitCheckpoint), or null. */
+  async checkpoint(taskId: string): Promise<{ key: string; step: number } | null> {
+    const rows = await q(this.db)<{ checkpoint_key: string | null; checkpoint_step: number | null }>(`select checkpoint_key, checkpoint_step from tasks where id = ?`, [taskId]);
+    const r = rows[0];
+    return r?.checkpoint_key ? { key: r.checkpoint_key, step: Number(r.checkpoint_step ?? 0) } : null;
+  }
+
+  /**
+   * Remembers a task's latest checkpoint, fenced like every agent write (the attempt's epoch, a
+   * running task). Returns the key it replaced (null: none), or undefined when the fence failed.
+   */
+  async setCheckpoint(taskId: string, epoch: number, key: string, step: number): Promise<{ previous: string | null } | undefined> {
+    const rows = await q(this.db)<{ previous: string | null }>(
+      `update tasks t set checkpoint_key = ?, checkpoint_step = ?, updated_at = now()
+       from (select id, checkpoint_key as previous from tasks where id = ? for update) o
+       where t.id = o.id and t.lease_epoch = ? and t.task_status in ('queued','running') returning o.previous`,
+      [key, step, taskId, epoch],
+    );
+    return rows[0] ? { previous: rows[0].previous ?? null } : undefined;
   }
 
   async assignment(taskId: string): Promise<TaskAssignment | null> {

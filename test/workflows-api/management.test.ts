@@ -116,6 +116,28 @@ describe('POST /workflows: create rules over HTTP (boundary on each side)', () =
     expect400(await create(ns), 'workflow_json.train: unknown field(s): iterations');
   });
 
+  test('nerfstudio: every input type and export format either runs or is refused at create/update naming the field', async () => {
+    const ns = (wf: Record<string, unknown>): Record<string, any> => {
+      const b = nerfBody();
+      b.workflow_json = { ...b.workflow_json, ...wf };
+      return b;
+    };
+    // these run end to end on the fake toolchain (test/agent-executors/nerfstudio.test.ts)
+    for (const input_type of ['images', 'video', 'polycam', 'record3d', 'metashape', 'realitycapture', 'odm']) await expectOk(ns({ process_data: { input_type, num_downscales: 1 } }), input_type);
+    await expectOk(ns({ method: 'nerfacto', export: { format: 'pointcloud' } }), 'nerfacto pointcloud');
+    await expectOk(ns({ method: 'nerfacto', export: { format: 'mesh' } }), 'nerfacto mesh (poisson)');
+    await expectOk(ns({ method: 'nerfacto', export: { format: 'mesh', mesh_method: 'tsdf' } }), 'nerfacto mesh (tsdf)');
+    await expectOk(ns({ export: undefined }), 'no export: the checkpoint');
+    // these cannot: 400 naming the field, before any run
+    expect400(await create(ns({ export: { format: 'pointcloud' } })), 'workflow_json.export.format: pointcloud cannot export a splatfacto run');
+    expect400(await create(ns({ method: 'nerfacto', export: { format: 'gaussian-splat' } })), 'workflow_json.export.format: gaussian-splat needs a splatfacto-family method');
+    expect400(await create(ns({ method: 'nerfacto', export: { format: 'mesh', mesh_method: 'marching-cubes' } })), 'workflow_json.export.mesh_method: marching-cubes needs an SDF method');
+    expect400(await create(ns({ process_data: { input_type: 'polycam', matching_method: 'exhaustive' } })), 'workflow_json.process_data.matching_method: only applies to process_data.input_type images or video');
+    expect400(await create(ns({ method: 'dnerf' })), 'workflow_json.method: dnerf cannot train on a capture');
+    const id = await expectOk(ns({}), 'splat');
+    expect400(await t.http.put(`/workflows/${id}`, { workflow_json: ns({ method: 'nerfacto', export: { format: 'mesh', mesh_method: 'tsdf', normal_method: 'open3d' } }).workflow_json }, auth), 'workflow_json.export.normal_method: ns-export tsdf has no normal method');
+  });
+
   test('malformed JSON and a non-object body are 400', async () => {
     const r = await t.http.req('POST', '/workflows', { ...auth, rawBody: '{"workflow_slug":', headers: { 'content-type': 'application/json' } });
     assert.equal(r.status, 400);

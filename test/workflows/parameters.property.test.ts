@@ -151,12 +151,12 @@ describe('property: injection changes only declared targets', () => {
       workflow_slug: 'splat',
       display_name: 'splat',
       tool_type: 'nerfstudio',
-      workflow_json: { method: 'splatfacto', data: { source: 'url', url: 'https://example.com/scan.zip' }, train: { max_num_iterations: 30000, seed: 1 }, export: { format: 'pointcloud' } },
+      workflow_json: { method: 'nerfacto', data: { source: 'url', url: 'https://example.com/scan.zip' }, train: { max_num_iterations: 30000, seed: 1 }, export: { format: 'pointcloud' } },
       parameters: [
         { key: 'iters', target_path: 'train.max_num_iterations', min: 100, max: 100000 },
         { key: 'points', type: 'integer', target_path: 'export.num_points', min: 1, max: 10_000_000 },
         { key: 'flag', type: 'boolean', target_path: 'train.extra_args.verbose' },
-        { key: 'method', target_path: 'method', options: ['splatfacto', 'splatfacto-big'] },
+        { key: 'method', target_path: 'method', options: ['nerfacto', 'nerfacto-big'] },
       ],
     });
     const inputArb = fc.record(
@@ -164,7 +164,7 @@ describe('property: injection changes only declared targets', () => {
         iters: fc.integer({ min: 100, max: 100000 }),
         points: fc.integer({ min: 1, max: 10_000_000 }),
         flag: fc.boolean(),
-        method: fc.constantFrom('splatfacto', 'splatfacto-big'),
+        method: fc.constantFrom('nerfacto', 'nerfacto-big'),
       },
       { requiredKeys: [] },
     );

@@ -375,7 +375,7 @@ describe('workflow_json: nerfstudio pipeline spec', () => {
       nerf(spec(), [
         scanParam,
         { key: 'iters', target_path: 'train.max_num_iterations', min: 100, max: 100000 },
-        { key: 'fmt', target_path: 'export.format', options: ['gaussian-splat', 'pointcloud'] },
+        { key: 'fmt', target_path: 'export.format', options: ['gaussian-splat'] },
         { key: 'cull', target_path: 'train.extra_args.pipeline.model.cull-alpha-thresh', type: 'number' },
         { key: 'seed', target_path: 'train.seed', default: 42 },
       ]),
@@ -403,6 +403,38 @@ describe('workflow_json: nerfstudio pipeline spec', () => {
     bad(nerf([]), /^workflow_json: /);
   });
 
+  it('what a real nerfstudio install cannot run to the end is refused at create, naming the field', () => {
+    const ns = (over: Record<string, unknown>): Record<string, unknown> => nerf(spec(over), [scanParam]);
+    // methods that cannot train on a nerfstudio dataset (method_configs.py dataparsers)
+    for (const m of ['dnerf', 'neus-facto', 'generfacto', 'phototourism', 'semantic-nerfw']) bad(ns({ method: m, export: undefined }), new RegExp(`^workflow_json\\.method: ${m} cannot train on a capture`));
+    // COLMAP options on input types that run no COLMAP (process_data.py)
+    for (const it of ['polycam', 'record3d', 'metashape', 'realitycapture', 'odm']) {
+      for (const f of ['camera_type', 'matching_method', 'sfm_tool', 'skip_colmap']) {
+        const v = { camera_type: 'fisheye', matching_method: 'exhaustive', sfm_tool: 'colmap', skip_colmap: true }[f];
+        bad(ns({ process_data: { input_type: it, [f]: v } }), `workflow_json.process_data.${f}: only applies to process_data.input_type images or video`);
+      }
+      ok(ns({ process_data: { input_type: it, num_downscales: 2 } }));
+    }
+    bad(ns({ process_data: { input_type: 'images', num_frames_target: 10 } }), 'workflow_json.process_data.num_frames_target: only applies to process_data.input_type video');
+    // export formats the model cannot produce (exporter.py)
+    bad(ns({ export: { format: 'pointcloud' } }), /^workflow_json\.export\.format: pointcloud cannot export a splatfacto run/);
+    bad(ns({ export: { format: 'mesh' } }), /^workflow_json\.export\.format: mesh cannot export a splatfacto run/);
+    bad(ns({ method: 'nerfacto', export: { format: 'gaussian-splat' } }), /^workflow_json\.export\.format: gaussian-splat needs a splatfacto-family method/);
+    bad(ns({ method: 'nerfacto', export: { format: 'mesh', mesh_method: 'marching-cubes' } }), /^workflow_json\.export\.mesh_method: marching-cubes needs an SDF method/);
+    bad(ns({ method: 'nerfacto', export: { format: 'mesh', mesh_method: 'tsdf', normal_method: 'open3d' } }), /^workflow_json\.export\.normal_method: ns-export tsdf has no normal method/);
+    bad(ns({ method: 'nerfacto', export: { format: 'pointcloud', normal_method: 'model_output' } }), /^workflow_json\.export\.normal_method: model_output needs a model that predicts normals/);
+    ok(ns({ method: 'nerfacto', train: { extra_args: { 'pipeline.model.predict-normals': true } }, export: { format: 'pointcloud', normal_method: 'model_output' } }));
+    ok(ns({ method: 'nerfacto', export: { format: 'mesh', mesh_method: 'tsdf', target_num_faces: 1000 } }));
+    ok(ns({ method: 'nerfacto', export: {} })); // export.format is optional: the method decides
+    ok(ns({ method: 'my-plugin-method', export: { format: 'gaussian-splat' } })); // an unknown (plugin) method is left to ns-train
+    // extra_args cannot override what the executor sets
+    bad(ns({ train: { extra_args: { 'output-dir': '/tmp/x' } } }), 'workflow_json.train.extra_args.output-dir: is set by the executor and cannot be overridden');
+    bad(ns({ train: { extra_args: { vis: 'viewer' } } }), 'workflow_json.train.extra_args.vis: is set by the executor');
+    bad(ns({ train: { extra_args: { load_dir: '/x' } } }), 'workflow_json.train.extra_args.load_dir: is set by the executor');
+    bad(ns({ process_data: { input_type: 'video', extra_args: { 'output-dir': 'x' } } }), 'workflow_json.process_data.extra_args.output-dir: is set by the executor');
+    bad(ns({ export: { extra_args: { 'load-config': 'x' } } }), 'workflow_json.export.extra_args.load-config: is set by the executor');
+  });
+
   it('file_param source needs a required file parameter at data.file_key', () => {
     bad(nerf(spec(), []), 'workflow_json.data.source: file_param needs a parameter of type file with target_path "data.file_key"');
     bad(nerf(spec(), [{ ...scanParam, required: false }]), 'parameters[0] (scan): must be required');
@@ -417,7 +449,11 @@ describe('workflow_json: nerfstudio pipeline spec', () => {
     bad(nerf(spec(), [scanParam, { key: 'x', type: 'json', target_path: 'train' }, { key: 'y', target_path: 'train.seed', type: 'integer' }]), 'parameters[2] (y): target_path "train.seed" overlaps the target of parameters[1] (x)');
     bad(nerf(spec(), [scanParam, { key: 'x', target_path: 'train.seed' }]), 'parameters[1] (x): type is required');
     bad(nerf(spec({ export: undefined }), [scanParam, { key: 'x', type: 'integer', target_path: 'export.num_points' }]), 'parameters[1] (x): target_path "export.num_points" needs workflow_json.export (with its format) to exist');
-    ok(nerf(spec({ export: undefined }), [scanParam, { key: 'x', target_path: 'export.format', options: ['mesh'], type: 'string' }]));
+    ok(nerf(spec({ export: undefined }), [scanParam, { key: 'x', target_path: 'export.format', options: ['gaussian-splat'], type: 'string' }]));
+    // an option that cannot run on this method (a splatfacto run has no mesh export) is refused now, not at run time
+    bad(nerf(spec({ export: undefined }), [scanParam, { key: 'x', target_path: 'export.format', options: ['gaussian-splat', 'mesh'], type: 'string' }]), 'parameters[1] (x): option "mesh" makes workflow_json.export.format invalid: mesh cannot export a splatfacto run');
+    bad(nerf(spec(), [scanParam, { key: 'm', target_path: 'method', options: ['splatfacto', 'nerfacto'] }]), 'parameters[1] (m): option "nerfacto" makes workflow_json.export.format invalid: gaussian-splat needs a splatfacto-family method');
+    bad(nerf(spec(), [scanParam, { key: 'm', target_path: 'method', default: 'dnerf' }]), 'parameters[1] (m): default "dnerf" makes workflow_json.method invalid');
     ok(nerf(spec({ train: undefined }), [scanParam, { key: 'x', type: 'integer', target_path: 'train.seed' }]));
     assert.equal(ok(nerf(spec(), [scanParam, { key: 'x', target_path: 'train.seed', default: 7 }])).parameters[1]?.type, 'integer');
   });

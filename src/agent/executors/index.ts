@@ -1,7 +1,7 @@
 export * from './types.js';
 export { SimulateExecutor, type SimulateOptions } from './simulate.js';
 export { ComfyUIExecutor, collectFileRefs, type ComfyUIOptions, type ComfySystemStats, type ComfyFileRef } from './comfyui.js';
-export { NerfstudioExecutor, parseNerfstudioSpec, TrainOutputParser, type NerfstudioOptions, type NerfstudioSpec, type ExportFormat } from './nerfstudio.js';
+export { NerfstudioExecutor, parseNerfstudioSpec, TrainOutputParser, type NerfstudioOptions, type NerfstudioPlan, type ExportCommand } from './nerfstudio.js';
 
 import { ComfyUIExecutor, type ComfyUIOptions } from './comfyui.js';
 import { NerfstudioExecutor, type NerfstudioOptions } from './nerfstudio.js';

@@ -52,6 +52,21 @@ export interface ExecContext {
   comfyOrgApiKey?: string;
   onProgress(t: ProgressTick): void;
   log(msg: string, extra?: Record<string, unknown>): void;
+  /** Checkpoints kept across attempts of the task (nerfstudio training); absent: none are kept. */
+  checkpoints?: CheckpointStore;
+}
+
+/**
+ * The node remembers the latest checkpoint uploaded for a task (across attempts and agents) and
+ * names it in the next attempt's assignment.
+ */
+export interface CheckpointStore {
+  /** The step of the checkpoint an earlier attempt left (training resumes after it), or null. */
+  readonly resumeStep: number | null;
+  /** Downloads that checkpoint archive to dest. */
+  download(dest: string, signal: AbortSignal): Promise<void>;
+  /** Uploads a checkpoint archive of this attempt; the node then remembers it (replacing the previous one). */
+  upload(localPath: string, step: number, signal: AbortSignal): Promise<void>;
 }
 
 export interface ExecOutput {

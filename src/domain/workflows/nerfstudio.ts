@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { fromZodIssues, invalidParameter } from '../../shared/errors.js';
 import { RESERVED_KEYS, isPlainObject } from './values.js';
+import { isSplatMethod, nsMethod } from './nerfstudio-methods.js';
 
 /** Extra CLI flags passed through verbatim (`--pipeline.model.cull-alpha-thresh 0.005`). */
 const EXTRA_ARG_KEY_RE = /^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$/;
@@ -46,7 +47,8 @@ export const nerfstudioTrainSchema = z.strictObject({
 });
 
 export const nerfstudioExportSchema = z.strictObject({
-  format: z.enum(NERFSTUDIO_EXPORT_FORMATS),
+  /** absent: the method decides (gaussian-splat for the splatfacto family, pointcloud otherwise). */
+  format: z.enum(NERFSTUDIO_EXPORT_FORMATS).optional(),
   /** pointcloud only */
   num_points: z.int().min(1).max(100_000_000).optional(),
   /** pointcloud only */
@@ -60,14 +62,15 @@ export const nerfstudioExportSchema = z.strictObject({
   extra_args: extraArgs.optional(),
 });
 
-export const nerfstudioSpecSchema = z
-  .strictObject({
-    method: z.string().min(1).max(64).regex(/^[a-z0-9][a-z0-9-]*$/, 'must be a nerfstudio method name such as nerfacto or splatfacto'),
-    data: nerfstudioDataSchema,
-    process_data: nerfstudioProcessDataSchema.optional(),
-    train: nerfstudioTrainSchema.optional(),
-    export: nerfstudioExportSchema.optional(),
-  })
+const nerfstudioSpecBase = z.strictObject({
+  method: z.string().min(1).max(64).regex(/^[a-z0-9][a-z0-9-]*$/, 'must be a nerfstudio method name such as nerfacto or splatfacto'),
+  data: nerfstudioDataSchema,
+  process_data: nerfstudioProcessDataSchema.optional(),
+  train: nerfstudioTrainSchema.optional(),
+  export: nerfstudioExportSchema.optional(),
+});
+
+export const nerfstudioSpecSchema = nerfstudioSpecBase
   .superRefine((spec, ctx) => {
     const d = spec.data;
     const need = (field: 'url' | 'path'): void => {
@@ -90,8 +93,9 @@ export const nerfstudioSpecSchema = z
     }
     const ex = spec.export;
     if (ex) {
+      const format = ex.format ?? defaultExportFormat(spec.method);
       const only = (field: keyof typeof ex, formats: readonly string[]): void => {
-        if (ex[field] !== undefined && !formats.includes(ex.format)) {
+        if (ex[field] !== undefined && !formats.includes(format)) {
           ctx.addIssue({ code: 'custom', path: ['export', field], message: `only applies to export.format ${formats.join(' or ')}` });
         }
       };
@@ -101,7 +105,68 @@ export const nerfstudioSpecSchema = z
       only('mesh_method', ['mesh']);
       only('target_num_faces', ['mesh']);
     }
+    checkRunnable(spec, ctx);
   });
+
+/** What ns-export runs for an export section: `mesh` is poisson unless mesh_method says otherwise. */
+export function defaultExportFormat(method: string): 'gaussian-splat' | 'pointcloud' {
+  return isSplatMethod(method) ? 'gaussian-splat' : 'pointcloud';
+}
+
+/**
+ * Flags the executor sets itself (paths, run naming, writer, resume); an extra_args entry naming one
+ * is refused. Compared with `_` read as `-` (tyro accepts both spellings).
+ */
+export const NERFSTUDIO_RESERVED_FLAGS: Readonly<Record<'process_data' | 'train' | 'export', readonly string[]>> = {
+  process_data: ['data', 'output-dir', 'eval-data', 'xml', 'csv'],
+  train: ['data', 'output-dir', 'experiment-name', 'timestamp', 'method-name', 'vis', 'load-dir', 'load-step', 'load-checkpoint', 'load-config', 'relative-model-dir', 'save-only-latest-checkpoint', 'pipeline.datamanager.data'],
+  export: ['load-config', 'output-dir'],
+};
+export const flagKey = (k: string): string => k.replace(/^-+/, '').replace(/_/g, '-');
+
+const COLMAP_TYPES = ['images', 'video'];
+
+/**
+ * Refuses, at create and at run (after parameters), what a real nerfstudio install cannot run to
+ * the end, naming the field: methods that cannot train on a nerfstudio dataset, COLMAP flags on
+ * input types that run no COLMAP (process_data.py: only ImagesToNerfstudioDataset and
+ * VideoToNerfstudioDataset have them), export formats the model cannot produce (exporter.py), and
+ * extra_args that would override what the executor sets.
+ */
+function checkRunnable(spec: z.output<typeof nerfstudioSpecBase>, ctx: z.RefinementCtx): void {
+  const issue = (path: (string | number)[], message: string): void => ctx.addIssue({ code: 'custom', path, message });
+  const m = nsMethod(spec.method);
+  if (m?.unsupported) issue(['method'], `${spec.method} cannot train on a capture: ${m.unsupported}`);
+  const pd = spec.process_data;
+  if (pd) {
+    for (const f of ['camera_type', 'matching_method', 'sfm_tool', 'skip_colmap'] as const) {
+      if (pd[f] !== undefined && !COLMAP_TYPES.includes(pd.input_type)) issue(['process_data', f], `only applies to process_data.input_type images or video (ns-process-data ${pd.input_type} runs no COLMAP)`);
+    }
+    if (pd.num_frames_target !== undefined && pd.input_type !== 'video') issue(['process_data', 'num_frames_target'], 'only applies to process_data.input_type video');
+  }
+  const ex = spec.export;
+  if (ex) {
+    const splat = isSplatMethod(spec.method);
+    const format = ex.format ?? defaultExportFormat(spec.method);
+    if (format === 'gaussian-splat' && !splat && m) issue(['export', 'format'], `gaussian-splat needs a splatfacto-family method (${spec.method} is not one); use pointcloud or mesh`);
+    if (format !== 'gaussian-splat' && splat) {
+      issue(['export', 'format'], `${format} cannot export a ${spec.method} run (ns-export ${format === 'mesh' ? 'poisson/tsdf' : format} needs a NeRF datamanager, splatfacto uses FullImageDatamanager); use gaussian-splat`);
+    }
+    if (format === 'mesh' && ex.mesh_method === 'marching-cubes' && m && m.family !== 'sdf') issue(['export', 'mesh_method'], `marching-cubes needs an SDF method (neus, neus-facto), not ${spec.method}; use poisson or tsdf`);
+    if (format === 'mesh' && ex.mesh_method === 'tsdf' && ex.normal_method !== undefined) issue(['export', 'normal_method'], 'ns-export tsdf has no normal method; only poisson and pointcloud take one');
+    if (ex.normal_method === 'model_output' && m) {
+      const predicts = m.methodName === 'nerfacto' && spec.train?.extra_args?.['pipeline.model.predict-normals'] === true;
+      if (!predicts) issue(['export', 'normal_method'], `model_output needs a model that predicts normals (${spec.method} predicts none${m.methodName === 'nerfacto' ? ' unless train.extra_args sets "pipeline.model.predict-normals": true' : ''}); use open3d`);
+    }
+  }
+  for (const section of ['process_data', 'train', 'export'] as const) {
+    const extra = spec[section]?.extra_args;
+    if (!extra) continue;
+    for (const k of Object.keys(extra)) {
+      if (NERFSTUDIO_RESERVED_FLAGS[section].includes(flagKey(k))) issue([section, 'extra_args', k], 'is set by the executor and cannot be overridden');
+    }
+  }
+}
 
 export type NerfstudioSpec = z.output<typeof nerfstudioSpecSchema>;
 

@@ -18,7 +18,7 @@ import { z } from 'zod';
 import { fromZodIssues, invalidParameter } from '../../shared/errors.js';
 import { modelPathProblem } from '../../protocol/model-path.js';
 import { validateComfyGraph, isComfyLink, type ComfyGraph } from './comfy.js';
-import { NERFSTUDIO_FILE_TARGET, getAtKeys, nerfstudioTargetKeys, validateNerfstudioSpec } from './nerfstudio.js';
+import { NERFSTUDIO_FILE_TARGET, getAtKeys, nerfstudioSpecSchema, nerfstudioTargetKeys, setAtKeys, validateNerfstudioSpec } from './nerfstudio.js';
 import {
   PARAMETER_TYPES,
   RESERVED_KEYS,
@@ -258,6 +258,14 @@ export function validateWorkflowDefinition(def: WorkflowCreate): WorkflowDefinit
       }
       targeted.push({ keys: t.keys, i });
       types.push(resolveType(p, getAtKeys(spec, t.keys), where(i), `workflow_json.${t.keys.join('.')}`, undefined));
+      // every option (and the default) must give a pipeline that can run: refused now, not at run time
+      for (const v of [...(p.options ?? []), ...(p.default !== undefined && p.options === undefined ? [p.default] : [])]) {
+        const probe = structuredClone(def.workflow_json) as Record<string, unknown>;
+        if (setAtKeys(probe, t.keys, v) !== null) continue;
+        const r = nerfstudioSpecSchema.safeParse(probe);
+        const issue = r.success ? undefined : r.error.issues[0];
+        if (issue) throw invalidParameter(`${where(i)}: ${p.options ? 'option' : 'default'} ${JSON.stringify(v)} makes workflow_json.${issue.path.map(String).join('.') || '(root)'} invalid: ${issue.message}`);
+      }
     });
     if (spec.data.source === 'file_param') {
       const i = params.findIndex((p) => p.target_path === NERFSTUDIO_FILE_TARGET);

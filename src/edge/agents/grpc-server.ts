@@ -20,12 +20,16 @@ import { toGrpcError } from '../error-map.js';
 import type { AgentSessions } from './sessions.js';
 import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, TunnelBatcher, clampWindow, loadAgentProto, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
 import type { TunnelFrame } from '../../gen/gantry/agent/v1/TunnelFrame.js';
-import { PresignInputsRequest, PresignOutputsRequest, decodeAgentMessage, decodeRequest, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
+import { CommitCheckpointRequest, PresignCheckpointRequest, PresignInputsRequest, PresignOutputsRequest, decodeAgentMessage, decodeRequest, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
 import type { PresignOutputsRequest__Output } from '../../gen/gantry/agent/v1/PresignOutputsRequest.js';
 import type { PresignOutputsResponse } from '../../gen/gantry/agent/v1/PresignOutputsResponse.js';
 import type { PresignInputsRequest__Output } from '../../gen/gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse } from '../../gen/gantry/agent/v1/PresignInputsResponse.js';
 import type { SyncManifest as SyncManifestMsg } from '../../gen/gantry/agent/v1/SyncManifest.js';
+import type { PresignCheckpointRequest__Output } from '../../gen/gantry/agent/v1/PresignCheckpointRequest.js';
+import type { PresignCheckpointResponse } from '../../gen/gantry/agent/v1/PresignCheckpointResponse.js';
+import type { CommitCheckpointRequest__Output } from '../../gen/gantry/agent/v1/CommitCheckpointRequest.js';
+import type { CommitCheckpointResponse } from '../../gen/gantry/agent/v1/CommitCheckpointResponse.js';
 import { TunnelMux, type TunnelChannel, type TunnelHandlers, type TunnelOpenInfo } from '../../gateway/tunnel.js';
 import type { ContainerReportMessage } from './wire-schema.js';
 
@@ -58,6 +62,13 @@ export interface TeamSyncManifest {
   models: Array<{ id: string; model_path: string; model_type: string; size: number; sha256: string; download_url: string }>;
   custom_nodes: Array<{ id: string; package_name: string; node_version: string; inventory_name: string; size: number; sha256: string; download_url: string }>;
   expires_at: string;
+}
+
+/** The checkpoint a task's attempts share (PgTaskStore implements it). */
+export interface TaskCheckpoints {
+  checkpoint(taskId: string): Promise<{ key: string; step: number } | null>;
+  /** Fenced by the epoch; undefined when the task is not running at it; else the key it replaced. */
+  setCheckpoint(taskId: string, epoch: number, key: string, step: number): Promise<{ previous: string | null } | undefined>;
 }
 
 /** The verified ak- (identity.verifyAgentCredential); throws unauthorized AppErrors. */
@@ -101,6 +112,8 @@ export interface AgentGrpcServerOptions {
   window?: number;
   /** Container service hooks (absent: container reports are ignored). */
   containers?: AgentContainerHooks;
+  /** Checkpoints kept across attempts (absent: the checkpoint RPCs are UNAVAILABLE). */
+  checkpoints?: TaskCheckpoints;
   /** How long a new stream may take to send hello. Default 10 s. */
   helloTimeoutMs?: number;
   /** Lifetime of presigned URLs. Default 3600 s. */
@@ -201,6 +214,10 @@ export class AgentGrpcServer {
       PresignInputs: (call: grpc.ServerUnaryCall<PresignInputsRequest__Output, PresignInputsResponse>, cb: grpc.sendUnaryData<PresignInputsResponse>) =>
         this.unary(call.metadata, cb, (ident) => this.presignInputs(ident, call.request)),
       GetSyncManifest: (call: grpc.ServerUnaryCall<unknown, SyncManifestMsg>, cb: grpc.sendUnaryData<SyncManifestMsg>) => this.unary(call.metadata, cb, (ident) => this.getSyncManifest(ident)),
+      PresignCheckpoint: (call: grpc.ServerUnaryCall<PresignCheckpointRequest__Output, PresignCheckpointResponse>, cb: grpc.sendUnaryData<PresignCheckpointResponse>) =>
+        this.unary(call.metadata, cb, (ident) => this.presignCheckpoint(ident, call.request)),
+      CommitCheckpoint: (call: grpc.ServerUnaryCall<CommitCheckpointRequest__Output, CommitCheckpointResponse>, cb: grpc.sendUnaryData<CommitCheckpointResponse>) =>
+        this.unary(call.metadata, cb, (ident) => this.commitCheckpoint(ident, call.request)),
     });
     let creds: grpc.ServerCredentials;
     if (this.o.tlsCertFile && this.o.tlsKeyFile) {
@@ -601,6 +618,8 @@ export class AgentGrpcServer {
             required_models: a.requiredModels ?? [],
             traceparent: a.traceParent ?? '',
             comfy_org_api_key: comfyOrgApiKey,
+            checkpoint_key: a.checkpoint?.key ?? '',
+            checkpoint_step: a.checkpoint?.step ?? 0,
           },
         };
         break;
@@ -763,6 +782,46 @@ export class AgentGrpcServer {
       uploads.push({ name: f.name, storage_key: key, upload_url: p.url, upload_headers: p.headers, expires_at_ms: p.expiresAt });
     }
     return { uploads };
+  }
+
+  /** One checkpoint key per attempt and step (objects are write-once), under the task's output prefix (swept with its outputs). */
+  private checkpointKey(task: TaskRecord, step: number): string {
+    return `teams/${task.teamId}/outputs/${task.id}/checkpoints/${task.attempt}/step-${step}.tar`;
+  }
+
+  private async presignCheckpoint(ident: { credentialId: string; teamId: string }, raw: PresignCheckpointRequest__Output): Promise<PresignCheckpointResponse> {
+    if (!this.o.checkpoints) throw new AppError('precondition_failed', 'checkpoints_unavailable', 'checkpoints are not kept on this node');
+    const store = this.store();
+    const req = decodeRequest(PresignCheckpointRequest, raw);
+    const { task } = await this.heldTask(ident, req);
+    const expiresInS = this.o.presignExpiresS ?? 3600;
+    const out: PresignCheckpointResponse = { storage_key: '', upload_url: '', upload_headers: {}, download_url: '', step: 0 };
+    if (req.size > 0) {
+      const key = this.checkpointKey(task, req.step);
+      const p = await store.presignPut(key, { contentLength: req.size, contentType: 'application/x-tar', expiresInS });
+      Object.assign(out, { storage_key: key, upload_url: p.url, upload_headers: p.headers });
+    }
+    const have = await this.o.checkpoints.checkpoint(task.id);
+    // only a key of this team's outputs is ever signed (it was checked when committed)
+    if (have && have.key.startsWith(`teams/${task.teamId}/outputs/`)) Object.assign(out, { download_url: await store.presignGet(have.key, { expiresInS }), step: have.step });
+    return out;
+  }
+
+  private async commitCheckpoint(ident: { credentialId: string; teamId: string }, raw: CommitCheckpointRequest__Output): Promise<CommitCheckpointResponse> {
+    if (!this.o.checkpoints) throw new AppError('precondition_failed', 'checkpoints_unavailable', 'checkpoints are not kept on this node');
+    const store = this.store();
+    const req = decodeRequest(CommitCheckpointRequest, raw);
+    const { task } = await this.heldTask(ident, req);
+    const key = this.checkpointKey(task, req.step);
+    if (req.storage_key !== key) throw invalidParameter(`storage_key: must be the key PresignCheckpoint gave (${key})`);
+    if (!(await store.head(key))) throw new AppError('precondition_failed', 'checkpoint_not_uploaded', 'the checkpoint was not uploaded to its storage_key');
+    const r = await this.o.checkpoints.setCheckpoint(task.id, task.leaseEpoch, key, req.step);
+    if (!r) throw new AppError('precondition_failed', 'task_not_held', 'this agent does not hold that task at this attempt and epoch');
+    // bounded: the checkpoint it replaces (an earlier attempt's) is deleted
+    if (r.previous && r.previous !== key && r.previous.startsWith(`teams/${task.teamId}/outputs/`)) {
+      await store.delete(r.previous).catch((e: unknown) => this.log.warn({ err: e, task_id: task.id }, 'could not delete the replaced checkpoint'));
+    }
+    return {};
   }
 
   private async getSyncManifest(ident: { credentialId: string; teamId: string }): Promise<SyncManifestMsg> {

@@ -236,6 +236,11 @@ export const PresignOutputsRequest = z.object({
     .refine((fs) => new Set(fs.map((f) => f.name)).size === fs.length, 'a file name appears twice'),
 });
 
+/** PresignCheckpoint: plus the archive's size (0 = download URL only), at most 5 GB. */
+export const PresignCheckpointRequest = z.object({ ...SessionTaskRef.shape, size: u64.max(MAX_OUTPUT_BYTES, 'must be at most 5 GB'), step: u32 });
+/** CommitCheckpoint: the key PresignCheckpoint gave and the checkpoint's training step. */
+export const CommitCheckpointRequest = z.object({ ...SessionTaskRef.shape, storage_key: z.string().min(1).max(1024), step: u32 });
+
 /** Decodes a unary request; a bad one is a 400-kind AppError (INVALID_ARGUMENT) naming the field. */
 export function decodeRequest<S extends z.ZodType>(schema: S, raw: z.input<S>): z.output<S> {
   const r = schema.safeParse(raw);

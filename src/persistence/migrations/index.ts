@@ -13,6 +13,7 @@ import { Migration20261125000100_cloud_providers } from './Migration202611250001
 import { Migration20261125000200_audit_sso } from './Migration20261125000200_audit_sso.js';
 import { Migration20261125000300_task_trace } from './Migration20261125000300_task_trace.js';
 import { Migration20261126000100_cloud_partner_nodes } from './Migration20261126000100_cloud_partner_nodes.js';
+import { Migration20261126000200_task_checkpoint } from './Migration20261126000200_task_checkpoint.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -34,4 +35,5 @@ export const migrationsList = [
   { name: 'Migration20261125000200_audit_sso', class: Migration20261125000200_audit_sso },
   { name: 'Migration20261125000300_task_trace', class: Migration20261125000300_task_trace },
   { name: 'Migration20261126000100_cloud_partner_nodes', class: Migration20261126000100_cloud_partner_nodes },
+  { name: 'Migration20261126000200_task_checkpoint', class: Migration20261126000200_task_checkpoint },
 ];

@@ -49,6 +49,13 @@ export interface Assign {
    * (PUT /cloud-providers/comfy_cloud {partner_nodes_on_agents: true}). A secret: never logged.
    */
   'comfy_org_api_key'?: (string);
+  /**
+   * The latest checkpoint an earlier attempt of this task uploaded
+   * (CommitCheckpoint), "" = none: training resumes after checkpoint_step (PresignCheckpoint gives
+   * its download URL).
+   */
+  'checkpoint_key'?: (string);
+  'checkpoint_step'?: (number);
 }
 
 export interface Assign__Output {
@@ -97,4 +104,11 @@ export interface Assign__Output {
    * (PUT /cloud-providers/comfy_cloud {partner_nodes_on_agents: true}). A secret: never logged.
    */
   'comfy_org_api_key': (string);
+  /**
+   * The latest checkpoint an earlier attempt of this task uploaded
+   * (CommitCheckpoint), "" = none: training resumes after checkpoint_step (PresignCheckpoint gives
+   * its download URL).
+   */
+  'checkpoint_key': (string);
+  'checkpoint_step': (number);
 }
