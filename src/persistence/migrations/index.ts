@@ -12,6 +12,7 @@ import { Migration20261124000800_vault } from './Migration20261124000800_vault.j
 import { Migration20261125000100_cloud_providers } from './Migration20261125000100_cloud_providers.js';
 import { Migration20261125000200_audit_sso } from './Migration20261125000200_audit_sso.js';
 import { Migration20261125000300_task_trace } from './Migration20261125000300_task_trace.js';
+import { Migration20261126002800_webhook_dropped } from './Migration20261126002800_webhook_dropped.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -32,4 +33,5 @@ export const migrationsList = [
   { name: 'Migration20261125000100_cloud_providers', class: Migration20261125000100_cloud_providers },
   { name: 'Migration20261125000200_audit_sso', class: Migration20261125000200_audit_sso },
   { name: 'Migration20261125000300_task_trace', class: Migration20261125000300_task_trace },
+  { name: 'Migration20261126002800_webhook_dropped', class: Migration20261126002800_webhook_dropped },
 ];
