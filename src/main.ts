@@ -21,6 +21,7 @@ import { WorkflowStore } from './persistence/workflow-store.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { LocalActorSystem } from './actors/runtime/system.js';
 import { registerActors, recoverTasks, recoverOwned, recoverContainers, envelopes, AGENT, SCHEDULER, CONTAINER_SERVICE } from './actors/index.js';
+import { PROGRESS_MIN_INTERVAL_MS } from './actors/task/task.actor.js';
 import type { Protocols } from './actors/ports.js';
 import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
@@ -266,7 +267,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     retryBackoffBaseMs: config.GANTRY_RETRY_BACKOFF_BASE_S * 1000,
     retryBackoffMaxMs: config.GANTRY_RETRY_BACKOFF_MAX_S * 1000,
     agentGraceMs: config.GANTRY_AGENT_GRACE_S * 1000,
-    progressIntervalMs: 500,
+    progressIntervalMs: PROGRESS_MIN_INTERVAL_MS,
     askTimeoutMs: 15_000,
     schedulerResyncMs: resyncMs,
     containers: containerStore,

@@ -208,7 +208,7 @@ test('cancel works from every non-terminal state and tells a running agent to in
   assert.deepEqual((await events(r)).map((e) => e.event_type).slice(-1), ['cancelled']);
 });
 
-test('progress ticks are coalesced on the server: a burst writes one row, the latest tick wins after the interval', async () => {
+test('progress ticks faster than the 20/s bound are coalesced on the server: a burst writes one row, the latest tick wins after the interval', async () => {
   const team = newTeam();
   const agent = await new FakeAgent(t.node, { teamId: team }).connect();
   const id = await submitTask(t.node, team);
@@ -227,6 +227,25 @@ test('progress ticks are coalesced on the server: a burst writes one row, the la
   assert.equal((await row(id)).progress.step_current, 100);
   agent.finish(a);
   await waitForStatus(t.node, id, 'completed');
+});
+
+test('a tick held back by the rate bound is written before the status change that follows it (failure, cancel)', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  for (const end of ['failed', 'cancelled'] as const) {
+    const id = await submitTask(t.node, team, { maxRetries: 0 });
+    const a = await agent.assignment(id);
+    agent.ack(a);
+    await waitForStatus(t.node, id, 'running');
+    agent.progress(a, { progress: 0.1, step_current: 1, step_total: 10, current_node: '3 KSampler' });
+    agent.progress(a, { progress: 0.9, step_current: 9, step_total: 10, current_node: '3 KSampler' });
+    if (end === 'failed') agent.fail(a, 'boom');
+    else await t.node.actors.ask({ kind: 'task', id }, { type: 'cancel' });
+    await waitForStatus(t.node, id, end);
+    const ev = (await events(id)).map((e) => (e.event_type === 'progress' ? `progress ${e.payload.step_current}` : e.event_type === 'status' ? e.payload.status : e.event_type));
+    assert.deepEqual(ev.slice(-3), ['progress 1', 'progress 9', end], end);
+    if (end === 'cancelled') await agent.next((m) => m.type === 'cancel' && m.taskId === id);
+  }
 });
 
 test('an assignment the agent never acknowledges goes back to waiting after the ACK deadline and is assigned again', async () => {
