@@ -82,6 +82,31 @@ test('timeout counts from ACK, not from submission', async () => {
   await agent.next((m) => m.type === 'cancel' && m.taskId === id);
 });
 
+test('a task_timeout above GANTRY_TASK_TIMEOUT_MAX_S is honoured (not cut to it); 0 is the maximum', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  // the node's maximum is 3600 s; the workflow asks for 2 h
+  const id = await submitTask(t.node, team, { timeoutS: 7200 });
+  const a = await agent.assignment(id);
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  clock.advance(3_700_000);
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'running', 'still running after the node maximum');
+  clock.advance(3_600_000);
+  await waitForStatus(t.node, id, 'failed');
+  assert.match((await row(id)).task_error, /timed out after 7200 s/);
+  await agent.next((m) => m.type === 'cancel' && m.taskId === id);
+  // task_timeout 0: the node's maximum
+  const zero = await submitTask(t.node, team, { timeoutS: 0 });
+  const z = await agent.assignment(zero);
+  agent.ack(z);
+  await waitForStatus(t.node, zero, 'running');
+  clock.advance(3_600_500);
+  await waitForStatus(t.node, zero, 'failed');
+  assert.match((await row(zero)).task_error, /timed out after 3600 s/);
+});
+
 test('retry: a new task (attempt+1) linked both ways, created in the failing transaction, up to max_retries', async () => {
   const team = newTeam();
   const agent = await new FakeAgent(t.node, { teamId: team }).connect();
