@@ -546,7 +546,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   });
   edge.addAll(
     withIdempotency(
-      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway }),
+      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway, guard: liveEvents.guard }),
       taskQueries.idempotency,
     ),
   );
