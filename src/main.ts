@@ -7,6 +7,7 @@ import { Database } from './persistence/db.js';
 import { assertPortFree, lockDataDir } from './shared/startup.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
 import { openApiRoutes } from './edge/routes/openapi.js';
+import { API_DESCRIPTION_VERSION } from './edge/openapi/build.js';
 import { createRateLimits, SharedRateLimits } from './edge/rate-limits.js';
 import { withIdempotency } from './edge/idempotency.js';
 import { RedisWindowCounter } from './cluster/rate-limit-redis.js';
@@ -573,7 +574,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute([nodeMetrics.registry]));
   edge.addAll(pageRoutes('/api/v1'));
-  edge.addAll(openApiRoutes({ routes: () => edge.routes(), basePath: '/api/v1', version: packageVersion() }));
+  edge.addAll(openApiRoutes({ routes: () => edge.routes(), basePath: '/api/v1', version: API_DESCRIPTION_VERSION }));
   // the web console (console/dist, built by `npm run build:console`) at `/`; it may fetch from and
   // show images of the object store's URLs (the public URL's /storage, or the S3 endpoint)
   if (config.GANTRY_CONSOLE_ENABLED)
