@@ -7,6 +7,7 @@ import { Database } from './persistence/db.js';
 import { assertPortFree, lockDataDir } from './shared/startup.js';
 import { HttpEdge, type RouteDef } from './edge/http.js';
 import { openApiRoutes } from './edge/routes/openapi.js';
+import { API_DESCRIPTION_VERSION } from './edge/openapi/build.js';
 import { createRateLimits, SharedRateLimits } from './edge/rate-limits.js';
 import { withIdempotency } from './edge/idempotency.js';
 import { RedisWindowCounter } from './cluster/rate-limit-redis.js';
@@ -21,6 +22,7 @@ import { WorkflowStore } from './persistence/workflow-store.js';
 import { systemClock, type Clock } from './shared/clock.js';
 import { LocalActorSystem } from './actors/runtime/system.js';
 import { registerActors, recoverTasks, recoverOwned, recoverContainers, envelopes, AGENT, SCHEDULER, CONTAINER_SERVICE } from './actors/index.js';
+import { PROGRESS_MIN_INTERVAL_MS } from './actors/task/task.actor.js';
 import type { Protocols } from './actors/ports.js';
 import { PgTaskStore } from './persistence/task-store.js';
 import { PgAgentStore } from './persistence/agent-store.js';
@@ -267,7 +269,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     retryBackoffBaseMs: config.GANTRY_RETRY_BACKOFF_BASE_S * 1000,
     retryBackoffMaxMs: config.GANTRY_RETRY_BACKOFF_MAX_S * 1000,
     agentGraceMs: config.GANTRY_AGENT_GRACE_S * 1000,
-    progressIntervalMs: 500,
+    progressIntervalMs: PROGRESS_MIN_INTERVAL_MS,
     askTimeoutMs: 15_000,
     schedulerResyncMs: resyncMs,
     containers: containerStore,
@@ -549,7 +551,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   });
   edge.addAll(
     withIdempotency(
-      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway }),
+      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway, guard: liveEvents.guard }),
       taskQueries.idempotency,
     ),
   );
@@ -576,7 +578,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
   edge.add(metricsRoute([nodeMetrics.registry]));
   edge.addAll(pageRoutes('/api/v1'));
-  edge.addAll(openApiRoutes({ routes: () => edge.routes(), basePath: '/api/v1', version: packageVersion() }));
+  edge.addAll(openApiRoutes({ routes: () => edge.routes(), basePath: '/api/v1', version: API_DESCRIPTION_VERSION }));
   // the web console (console/dist, built by `npm run build:console`) at `/`; it may fetch from and
   // show images of the object store's URLs (the public URL's /storage, or the S3 endpoint)
   if (config.GANTRY_CONSOLE_ENABLED)

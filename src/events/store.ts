@@ -73,6 +73,11 @@ export const webhookView = (r: WebhookRow, withSecret: boolean): Record<string, 
   updated_at: iso(r.updated_at),
 });
 
+/** `dropped`: pending or retrying when its webhook was disabled; never sent (see dropDisabled). */
+export const DELIVERY_STATUSES = ['pending', 'delivering', 'succeeded', 'failed', 'dropped'] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+export const DROPPED_ERROR = 'dropped: the webhook is disabled';
+
 export interface DeliveryRow {
   id: string;
   webhook_id: string;
@@ -81,7 +86,7 @@ export interface DeliveryRow {
   task_id: string;
   event_type: WebhookEvent;
   body: string;
-  delivery_status: 'pending' | 'delivering' | 'succeeded' | 'failed';
+  delivery_status: DeliveryStatus;
   attempt: number;
   max_attempts: number;
   next_attempt_at: Date | null;
@@ -141,6 +146,25 @@ export interface TerminalNotice {
   title: string;
   messageSuffix: string;
   dedupeKey: string;
+}
+
+/**
+ * Drops the pending deliveries (and those of a node that died mid-attempt) of disabled webhooks:
+ * status dropped, finished, the reason in last_error; never sent. Narrowed to one webhook or one
+ * delivery when given. Returns how many were dropped.
+ */
+async function dropDisabled(qq: Q, at: Date, webhookId: string | null = null, deliveryId: string | null = null): Promise<number> {
+  const r = await qq(
+    `update webhook_deliveries d
+        set delivery_status = 'dropped', next_attempt_at = null, lease_until = null, last_error = ?, updated_at = ?, finished_at = ?
+       from webhooks w
+      where w.id = d.webhook_id and w.webhook_status = 'disabled'
+        and (d.delivery_status = 'pending' or (d.delivery_status = 'delivering' and d.lease_until <= ?))
+        and (?::uuid is null or d.webhook_id = ?::uuid) and (?::uuid is null or d.id = ?::uuid)
+      returning d.id`,
+    [DROPPED_ERROR, at, at, at, webhookId, webhookId, deliveryId, deliveryId],
+  );
+  return r.length;
 }
 
 export class EventsStore {
@@ -207,8 +231,12 @@ export class EventsStore {
     }
     return audited(this.db, audit, async (tq, record) => {
       const r = await tq(`update webhooks set ${sets.join(', ')} where team_id = ? and id = ? returning id`, [...params, teamId, id]);
-      if (r.length === 1) await record({ details: p.status !== undefined ? { webhook_status: p.status } : {} });
-      return r.length === 1;
+      if (r.length !== 1) return false;
+      // "while disabled, deliveries are dropped, not queued": what waits for its (re)try goes now,
+      // in the same transaction, so neither a re-enable nor a new URL ever sends it
+      const dropped = p.status === 'disabled' ? await dropDisabled(tq, new Date(now), id) : 0;
+      await record({ details: p.status !== undefined ? { webhook_status: p.status, ...(dropped > 0 ? { dropped_deliveries: dropped } : {}) } : {} });
+      return true;
     });
   }
 
@@ -316,13 +344,16 @@ export class EventsStore {
    */
   async claimDue(now: number, leaseMs: number, limit: number): Promise<Array<DeliveryRow & { webhook_url: string; signing_secret: string }>> {
     return inTx(this.db, async (qq) => {
+      // a delivery whose webhook is disabled is dropped, never claimed (one made pending by an
+      // attempt that was in flight when the webhook was disabled, or a node of an older version)
+      await dropDisabled(qq, new Date(now));
       const rows = await qq<DeliveryRow & { webhook_url: string; signing_secret: string }>(
         `with due as (
-           select d.id from webhook_deliveries d
-            where (d.delivery_status = 'pending' and d.next_attempt_at <= ?) or (d.delivery_status = 'delivering' and d.lease_until <= ?)
+           select d.id from webhook_deliveries d join webhooks w on w.id = d.webhook_id and w.webhook_status = 'active'
+            where ((d.delivery_status = 'pending' and d.next_attempt_at <= ?) or (d.delivery_status = 'delivering' and d.lease_until <= ?))
             order by d.next_attempt_at
             limit ?
-            for update skip locked
+            for update of d skip locked
          )
          update webhook_deliveries d
             set delivery_status = 'delivering', attempt = d.attempt + 1, lease_until = ?, updated_at = ?
@@ -344,6 +375,8 @@ export class EventsStore {
         where id = ? and delivery_status = 'delivering' and attempt = ?`,
       [o.status, o.responseCode, o.latencyMs, o.error, o.nextAt === null ? null : new Date(o.nextAt), json([entry]), new Date(o.now), o.status === 'pending' ? null : new Date(o.now), id, o.attempt],
     );
+    // the webhook was disabled while this attempt was in flight: no retry
+    if (o.status === 'pending') await dropDisabled(this.q, new Date(o.now), null, id);
   }
 
   /** Shutdown mid-attempt: give the attempt back (it did not count) so the next node sends it. */

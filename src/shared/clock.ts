@@ -11,11 +11,24 @@ export interface Clock {
   setTimeout(fn: () => void, ms: number): TimerHandle;
 }
 
+/** Node's timers hold at most 2^31-1 ms (~24.8 days); a longer delay would fire after 1 ms. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
 export const systemClock: Clock = {
   now: () => Date.now(),
   setTimeout(fn, ms) {
-    const t = setTimeout(fn, ms);
-    t.unref?.();
+    // a longer delay (a task_timeout of weeks) is a chain of timers to the same instant
+    const at = Date.now() + ms;
+    let t: ReturnType<typeof setTimeout>;
+    const arm = (left: number): void => {
+      t = setTimeout(() => {
+        const rest = at - Date.now();
+        if (rest > 0 && left > MAX_TIMER_MS) arm(rest);
+        else fn();
+      }, Math.min(Math.max(0, left), MAX_TIMER_MS));
+      t.unref?.();
+    };
+    arm(ms);
     return { cancel: () => clearTimeout(t) };
   },
 };

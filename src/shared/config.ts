@@ -37,7 +37,8 @@ export const configSchema = z.object({
   GANTRY_PUBLIC_URL: optStr.pipe(z.url({ protocol: /^https?$/ }).optional()),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   GANTRY_MAX_BODY_BYTES: int(1024 * 1024, 1024, 64 * 1024 * 1024),
-  GANTRY_MAX_UPLOAD_BYTES: int(500 * 1024 * 1024, 1, 5 * 1024 * 1024 * 1024),
+  // the contract's single-part default: 500 MB (decimal), not MiB
+  GANTRY_MAX_UPLOAD_BYTES: int(500_000_000, 1, 5 * 1024 * 1024 * 1024),
   GANTRY_SHUTDOWN_TIMEOUT_MS: int(10_000, 0, 120_000),
   /** Container gateway: until a container's response head (502 upstream_timeout after). */
   GANTRY_PROXY_TIMEOUT_MS: int(60_000, 100, 3_600_000),

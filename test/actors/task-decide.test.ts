@@ -42,6 +42,22 @@ test('ack: only for the current epoch and attempt; a duplicate is idempotent; a 
   assert.deepEqual(dup, { effects: [] });
 });
 
+test('task_timeout is honoured above the default maximum (a 2-day training); 0 is the default maximum', () => {
+  const timerOf = (timeoutS: number): number | undefined => {
+    const d = decide(task({ status: 'queued', leaseEpoch: 1, agentId: 'a1', timeoutS }), { type: 'ack', attempt: 1, epoch: 1 }, NOW, cfg);
+    const e = d.effects.find((x) => x.type === 'set_timer' && x.name === 'timeout');
+    return e?.type === 'set_timer' ? e.ms : undefined;
+  };
+  assert.equal(timerOf(172_800), 172_800_000, 'not cut to GANTRY_TASK_TIMEOUT_MAX_S');
+  assert.equal(timerOf(30 * 86_400), 30 * 86_400_000);
+  assert.equal(timerOf(0), cfg.timeoutMaxS * 1000);
+  assert.equal(timerOf(60), 60_000);
+  const r = task({ status: 'running', leaseEpoch: 1, agentId: 'a1', startedAt: NOW - 100_000_000, timeoutS: 172_800 });
+  const rec = decide(r, { type: 'recover', graceMs: 5000 }, NOW, cfg);
+  assert.ok(rec.effects.some((e) => e.type === 'set_timer' && e.name === 'timeout' && e.ms === 72_800_000), 'a recovered task re-arms the rest of its own timeout');
+  assert.equal(decide(r, { type: 'timeout', epoch: 1 }, NOW, cfg).transition?.patch.error, 'task timed out after 172800 s');
+});
+
 test('finish and fail: one terminal transition fenced by epoch; fail asks for the retry task', () => {
   const r = task({ status: 'running', leaseEpoch: 1, agentId: 'a1', startedAt: NOW - 1000 });
   const done = decide(r, { type: 'finish', epoch: 1, output: { k: 1 } }, NOW, cfg);

@@ -40,7 +40,7 @@ test('a real SSE client sees pending -> queued -> running -> progress... -> comp
   agent.ack(a);
   await waitForStatus(t.node, id, 'running');
   for (let i = 1; i <= 3; i++) {
-    clock.advance(1_000); // the task actor throttles progress events to one per 500 ms
+    clock.advance(1_000);
     agent.progress(a, progress(i));
     await settle(id);
   }
@@ -64,6 +64,32 @@ test('a real SSE client sees pending -> queued -> running -> progress... -> comp
   const s = sse.messages[0]!;
   assert.deepEqual(Object.keys(s.data).sort(), ['status', 'task_id', 'timestamp']);
   assert.ok(sse.ended, 'the server closed the stream after the terminal event');
+  await agent.disconnect();
+});
+
+test('one progress event per tick (the contract): a 3-step run 100 ms apart sends 3; ticks faster than the 20/s bound keep the latest, written before the status change', async () => {
+  const agent = await new FakeAgent(t.node, { teamId: owner.teamId }).connect();
+  const id = await submitAs(t.node, owner.teamId, owner.userId);
+  const sse = await SseClient.connect(url(id), { ...auth(owner), 'last-event-id': '0' });
+  const a = await agent.assignment(id);
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  // a 3-step run, one tick every 100 ms (what the simulate executor and a fast ComfyUI graph send)
+  for (let i = 1; i <= 3; i++) {
+    clock.advance(100);
+    agent.progress(a, progress(i));
+    await settle(id);
+  }
+  await sse.until((c) => c.messages.filter((m) => m.event === 'progress').length === 3, 10_000, 'three progress events');
+  // a runaway agent: 4 ticks in the same instant, then the result at once (no time passes): the
+  // bound holds the later ticks back, and the latest is written before the completion
+  clock.advance(100);
+  for (let i = 4; i <= 7; i++) agent.progress(a, progress(i));
+  agent.finish(a);
+  await sse.closed;
+  assert.deepEqual(sse.messages.map(label), ['pending', 'queued', 'running', 'progress', 'progress', 'progress', 'progress', 'progress', 'completed']);
+  const steps = sse.messages.filter((m) => m.event === 'progress').map((m) => m.data.step_current);
+  assert.deepEqual(steps, [1, 2, 3, 4, 7], 'every tick at <= 20/s is an event; the last tick is never dropped');
   await agent.disconnect();
 });
 

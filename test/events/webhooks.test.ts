@@ -244,6 +244,102 @@ async function secretOf(node: TestNode, u: TestUser, id: string): Promise<string
   return (await node.http.get(`/webhooks/${id}`, as(u))).body.signing_secret;
 }
 
+test('disabling a webhook drops its pending and retrying deliveries: none reaches the old or the new URL, nor after a re-enable; the log says dropped', async () => {
+  const team = await registerUser(t.http);
+  const oldRx = await new Receiver(pki, () => clock.now()).start('localhost');
+  const newRx = await new Receiver(pki, () => clock.now()).start('localhost');
+  oldRx.respond = () => 503;
+  const dispatcher = t.node.liveEvents.dispatcher;
+  try {
+    const hook = await createHook(t, team, oldRx.url, ['task.completed', 'task.failed']);
+    const tasks = 3;
+    for (let i = 0; i < tasks; i++) await runTask(t.node, team.teamId, i % 2 === 0 ? 'completed' : 'failed');
+    await oldRx.waitFor(2 * tasks); // attempt 1 and the immediate retry of each
+    await dispatcher.idle();
+    const before = await deliveries(t.node, hook.id);
+    assert.equal(before.length, tasks);
+    for (const d of before) assert.equal(d.delivery_status, 'pending', 'each waits for its 5 s retry');
+    // a delivery that has not had its first attempt yet (enqueued, not yet claimed)
+    await t.node.db.execute(`update webhook_deliveries set attempt = 0, attempt_log = '[]', next_attempt_at = ? where id = ?`, [new Date(clock.now() + 1_000), before[0]!.id]);
+
+    // one PUT disables the webhook and moves it to a new URL
+    const put = await t.http.put(`/webhooks/${hook.id}`, { webhook_status: 'disabled', webhook_url: newRx.url }, as(team));
+    assert.equal(put.status, 200, put.text);
+    const after = await deliveries(t.node, hook.id);
+    for (const d of after) {
+      assert.equal(d.delivery_status, 'dropped');
+      assert.equal(d.next_attempt_at, null);
+      assert.ok(d.finished_at, 'a dropped delivery is finished');
+      assert.match(String(d.last_error), /dropped/);
+    }
+    for (const step of [5_000, 30_000, 120_000, 600_000]) {
+      clock.advance(step);
+      await dispatcher.idle();
+    }
+    assert.equal(oldRx.received.length, 2 * tasks, 'nothing more to the old URL');
+    assert.equal(newRx.received.length, 0, 'nothing to the new URL');
+
+    // re-enabling does not resurrect what was dropped
+    assert.equal((await t.http.put(`/webhooks/${hook.id}`, { webhook_status: 'active' }, as(team))).status, 200);
+    clock.advance(600_000);
+    await dispatcher.idle();
+    assert.equal(newRx.received.length, 0);
+
+    // the delivery log: status dropped, filterable
+    const log = await t.http.get(`/webhooks/${hook.id}/deliveries?delivery_status=dropped`, as(team));
+    assert.equal(log.status, 200, log.text);
+    assert.equal(log.body.page_meta.total_count, tasks);
+    for (const d of log.body.delivery_list) {
+      assert.equal(d.delivery_status, 'dropped');
+      assert.equal(d.next_attempt_at, null);
+      assert.equal(d.error, 'dropped: the webhook is disabled');
+    }
+    // a new event after the re-enable goes to the new URL
+    await runTask(t.node, team.teamId, 'completed');
+    await newRx.waitFor(1);
+  } finally {
+    await oldRx.stop();
+    await newRx.stop();
+  }
+});
+
+test('an attempt in flight when its webhook is disabled is not retried (dropped), and the dispatcher never claims a disabled webhook\'s delivery', async () => {
+  const team = await registerUser(t.http);
+  const rx = await new Receiver(pki, () => clock.now()).start('localhost');
+  rx.respond = () => 503;
+  const dispatcher = t.node.liveEvents.dispatcher;
+  const store = t.node.liveEvents.store;
+  try {
+    const hook = await createHook(t, team, rx.url, ['task.completed']);
+    await runTask(t.node, team.teamId);
+    await rx.waitFor(2);
+    await dispatcher.idle();
+    const [row] = await deliveries(t.node, hook.id);
+    // the retry is claimed (in flight) as a dispatcher does 5 s later (the node's own dispatcher
+    // waits on the fake clock, which stays put) ...
+    const now = clock.now() + 5_000;
+    const claimed = (await store.claimDue(now, 60_000, 100)).filter((d) => d.webhook_id === hook.id);
+    assert.equal(claimed.length, 1);
+    // ... the webhook is disabled meanwhile, then the attempt fails: no further retry
+    assert.equal((await t.http.put(`/webhooks/${hook.id}`, { webhook_status: 'disabled' }, as(team))).status, 200);
+    await store.recordAttempt(row!.id, { attempt: 3, status: 'pending', responseCode: 503, latencyMs: 1, error: 'HTTP 503', startedAt: now, now, nextAt: now + 30_000 });
+    let [d] = await deliveries(t.node, hook.id);
+    assert.equal(d!.delivery_status, 'dropped');
+    assert.equal(d!.attempt_log.length, 3, 'the attempt made is logged');
+
+    // a pending row of a disabled webhook (written by a node of an older version) is dropped at claim, not sent
+    await t.node.db.execute(`update webhook_deliveries set delivery_status = 'pending', next_attempt_at = ? where id = ?`, [new Date(clock.now()), row!.id]);
+    const again = (await store.claimDue(clock.now(), 60_000, 100)).filter((x) => x.webhook_id === hook.id);
+    assert.equal(again.length, 0);
+    [d] = await deliveries(t.node, hook.id);
+    assert.equal(d!.delivery_status, 'dropped');
+    await dispatcher.idle();
+    assert.equal(rx.received.length, 2);
+  } finally {
+    await rx.stop();
+  }
+});
+
 test('a receiver down for longer gets exactly 5 attempts, and a node restart between attempts loses none; admins get a webhook_failing notification', async () => {
   const team = await registerUser(t.http);
   const rx = await new Receiver(pki, () => clock.now()).start('localhost');

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Router } from '../../src/edge/router.js';
 import { loadConfig, ConfigError } from '../../src/shared/config.js';
-import { FakeClock } from '../../src/shared/clock.js';
+import { FakeClock, MAX_TIMER_MS, systemClock } from '../../src/shared/clock.js';
 import { uuidv7, isUuid } from '../../src/shared/ids.js';
 import { toHttpError } from '../../src/edge/error-map.js';
 import { AppError } from '../../src/shared/errors.js';
@@ -63,4 +63,20 @@ test('FakeClock fires timers in order as time advances', () => {
   c.advance(25);
   assert.deepEqual(seen, [1, 2]);
   assert.equal(c.now(), 25);
+});
+
+test('systemClock: a delay beyond Node\'s 2^31-1 ms timer limit (a task_timeout of weeks) waits, it does not fire at once', async () => {
+  let fired = false;
+  const h = systemClock.setTimeout(() => (fired = true), MAX_TIMER_MS + 10_000);
+  // an overflowing Node timer fires after 1 ms: give it several event-loop turns of real time
+  const probe = new Promise<void>((r) => setTimeout(r, 50));
+  await probe;
+  assert.equal(fired, false);
+  h.cancel();
+  // a short one still fires (its timer is unref'd: a ref'd one keeps the test's event loop alive)
+  const keep = setTimeout(() => undefined, 5_000);
+  let short = false;
+  await new Promise<void>((r) => systemClock.setTimeout(() => ((short = true), r()), 5));
+  clearTimeout(keep);
+  assert.equal(short, true);
 });

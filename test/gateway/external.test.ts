@@ -93,9 +93,23 @@ test('an external service: deploy makes it running at once; proxy and invoke go 
   assert.equal((await fetch(`${t.baseUrl}/r/containers/ext/models`, { headers: { authorization: `Bearer ${s.sk.value}` } })).status, 400);
 });
 
-test('an external URL the outbound guard refuses: 502 egress_refused', { skip }, async () => {
-  const r = await t.http.post('/containers', { service_slug: 'meta', display_name: 'x', service_type: 'external', external_url: 'https://169.254.169.254/latest' }, mgmt());
+test('an external URL the outbound guard refuses: 400 external_url_not_allowed at create and update (as for webhooks); a stored one is still refused at use (502 egress_refused)', { skip }, async () => {
+  for (const u of ['https://169.254.169.254/latest', 'https://10.0.0.1/v1', 'https://[::ffff:169.254.169.254]/', 'https://127.0.0.2:9/v1']) {
+    const c = await t.http.post('/containers', { service_slug: 'meta', display_name: 'x', service_type: 'external', external_url: u }, mgmt());
+    assert.equal(c.status, 400, `${u}: ${c.text}`);
+    assert.equal(c.body.error_code, 'external_url_not_allowed', u);
+    assert.match(c.body.error_message, /^external_url: /, u);
+  }
+  // an allowed URL is accepted; moving it to a refused address is refused too
+  const r = await t.http.post('/containers', { service_slug: 'meta', display_name: 'x', service_type: 'external', external_url: `https://127.0.0.1:${port}/v1` }, mgmt());
   assert.equal(r.status, 200, r.text);
+  const up = await t.http.put(`/containers/${r.body.id}`, { external_url: 'https://169.254.169.254/latest' }, mgmt());
+  assert.equal(up.status, 400, up.text);
+  assert.equal(up.body.error_code, 'external_url_not_allowed');
+  assert.equal((await t.http.get(`/containers/${r.body.id}`, mgmt())).body.external_url, `https://127.0.0.1:${port}/v1`, 'unchanged');
+  // the use-time guard stays: a stored URL that now points where the guard refuses (a row written
+  // before the create-time check existed, or DNS that changed since) is refused, not called
+  await t.node.db.execute(`update container_services set external_url = 'https://169.254.169.254/latest' where id = ?`, [r.body.id]);
   await t.http.post(`/containers/${r.body.id}/deploy`, {}, mgmt());
   const p = await fetch(`${t.baseUrl}/r/containers/meta/meta-data`, { headers: { authorization: `Bearer ${s.sk.value}` } });
   assert.equal(p.status, 502);

@@ -65,7 +65,13 @@ test('pairing end to end: pending, slow_down, confirm once, credentials exactly 
   assert.equal(mgmt.body.id, u.teamId);
   assert.equal((await t.http.get('/teams/current/members', { token: dk })).status, 200);
   assert.equal((await t.http.get('/users/me', { token: dk })).body.id, u.userId);
-  assert.equal((await t.http.get('/credentials', { token: dk })).status, 403, 'J-only endpoints refuse dk-');
+  // a dk- behaves as the JWT (the contract): the credentials endpoints too; the JWT-only ones refuse it
+  const creds = await t.http.get('/credentials', { token: dk });
+  assert.equal(creds.status, 200, creds.text);
+  assert.ok(Array.isArray(creds.body.credential_list) && creds.body.page_meta);
+  const confirmByDevice = await t.http.post('/desktop/pair/confirm', { user_code: 'ABCD-2345' }, { token: dk });
+  assert.equal(confirmByDevice.status, 403, 'J-only endpoints refuse dk-');
+  assert.equal(confirmByDevice.body.error_code, 'device_credential_not_allowed');
   // the ak- is for the agent stream only
   assert.equal((await t.http.get('/_debug/r/whoami', { token: ak })).status, 401);
   const agent = await t.node.identity.verifyAgentCredential(ak);

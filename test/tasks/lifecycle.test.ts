@@ -82,6 +82,31 @@ test('timeout counts from ACK, not from submission', async () => {
   await agent.next((m) => m.type === 'cancel' && m.taskId === id);
 });
 
+test('a task_timeout above GANTRY_TASK_TIMEOUT_MAX_S is honoured (not cut to it); 0 is the maximum', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  // the node's maximum is 3600 s; the workflow asks for 2 h
+  const id = await submitTask(t.node, team, { timeoutS: 7200 });
+  const a = await agent.assignment(id);
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  clock.advance(3_700_000);
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'running', 'still running after the node maximum');
+  clock.advance(3_600_000);
+  await waitForStatus(t.node, id, 'failed');
+  assert.match((await row(id)).task_error, /timed out after 7200 s/);
+  await agent.next((m) => m.type === 'cancel' && m.taskId === id);
+  // task_timeout 0: the node's maximum
+  const zero = await submitTask(t.node, team, { timeoutS: 0 });
+  const z = await agent.assignment(zero);
+  agent.ack(z);
+  await waitForStatus(t.node, zero, 'running');
+  clock.advance(3_600_500);
+  await waitForStatus(t.node, zero, 'failed');
+  assert.match((await row(zero)).task_error, /timed out after 3600 s/);
+});
+
 test('retry: a new task (attempt+1) linked both ways, created in the failing transaction, up to max_retries', async () => {
   const team = newTeam();
   const agent = await new FakeAgent(t.node, { teamId: team }).connect();
@@ -208,7 +233,7 @@ test('cancel works from every non-terminal state and tells a running agent to in
   assert.deepEqual((await events(r)).map((e) => e.event_type).slice(-1), ['cancelled']);
 });
 
-test('progress ticks are coalesced on the server: a burst writes one row, the latest tick wins after the interval', async () => {
+test('progress ticks faster than the 20/s bound are coalesced on the server: a burst writes one row, the latest tick wins after the interval', async () => {
   const team = newTeam();
   const agent = await new FakeAgent(t.node, { teamId: team }).connect();
   const id = await submitTask(t.node, team);
@@ -227,6 +252,25 @@ test('progress ticks are coalesced on the server: a burst writes one row, the la
   assert.equal((await row(id)).progress.step_current, 100);
   agent.finish(a);
   await waitForStatus(t.node, id, 'completed');
+});
+
+test('a tick held back by the rate bound is written before the status change that follows it (failure, cancel)', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  for (const end of ['failed', 'cancelled'] as const) {
+    const id = await submitTask(t.node, team, { maxRetries: 0 });
+    const a = await agent.assignment(id);
+    agent.ack(a);
+    await waitForStatus(t.node, id, 'running');
+    agent.progress(a, { progress: 0.1, step_current: 1, step_total: 10, current_node: '3 KSampler' });
+    agent.progress(a, { progress: 0.9, step_current: 9, step_total: 10, current_node: '3 KSampler' });
+    if (end === 'failed') agent.fail(a, 'boom');
+    else await t.node.actors.ask({ kind: 'task', id }, { type: 'cancel' });
+    await waitForStatus(t.node, id, end);
+    const ev = (await events(id)).map((e) => (e.event_type === 'progress' ? `progress ${e.payload.step_current}` : e.event_type === 'status' ? e.payload.status : e.event_type));
+    assert.deepEqual(ev.slice(-3), ['progress 1', 'progress 9', end], end);
+    if (end === 'cancelled') await agent.next((m) => m.type === 'cancel' && m.taskId === id);
+  }
 });
 
 test('an assignment the agent never acknowledges goes back to waiting after the ACK deadline and is assigned again', async () => {

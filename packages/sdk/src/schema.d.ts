@@ -785,7 +785,7 @@ export interface paths {
             cookie?: never;
         };
         get?: never;
-        /** Change a member's role */
+        /** Change a member's role (answers the member's user id) */
         put: operations["putTeamsCurrentMembersByUserId"];
         post?: never;
         /** Remove a member (or leave) */
@@ -911,7 +911,7 @@ export interface paths {
         };
         /** Get a webhook (with signing_secret) */
         get: operations["getWebhooksByWebhookId"];
-        /** Update a webhook (webhook_status disables deliveries) */
+        /** Update a webhook (disabling it drops its pending and retrying deliveries) */
         put: operations["putWebhooksByWebhookId"];
         post?: never;
         /** Delete a webhook */
@@ -1085,7 +1085,7 @@ export interface paths {
         /** List container services */
         get: operations["getContainers"];
         put?: never;
-        /** Create a container service */
+        /** Create a container service (an external_url the outbound guard refuses is a 400) */
         post: operations["postContainers"];
         delete?: never;
         options?: never;
@@ -1606,6 +1606,11 @@ export interface components {
             /** @description UUID */
             id: string;
         };
+        MultipartCompleted: {
+            file_key: string;
+            storage_key: string;
+            file_size: number;
+        };
         Success: {
             /** @constant */
             is_success: true;
@@ -1634,7 +1639,8 @@ export interface components {
             id: string;
             workflow_slug: string;
             display_name: string;
-            description: string | null;
+            /** @description "" when unset */
+            description: string;
             /** @description omitted for sk- callers */
             workflow_json?: {
                 [key: string]: unknown;
@@ -1649,7 +1655,8 @@ export interface components {
             required_labels: string[];
             task_timeout: number;
             max_retries: number;
-            preferred_gpu: string | null;
+            /** @description "" when unset */
+            preferred_gpu: string;
             /** @enum {string} */
             default_dispatch_target: "agent" | "comfy_cloud";
             min_vram_gb: number;
@@ -2116,6 +2123,11 @@ export interface components {
             created_at: string;
         };
         CloudProvider: {
+            /**
+             * Format: uuid
+             * @description stable per (team, provider): the create/update result id of the contract
+             */
+            id: string;
             /** @enum {string} */
             provider_slug: "comfy_cloud";
             /** @enum {string} */
@@ -3134,9 +3146,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["MultipartCompleted"];
                 };
             };
             400: components["responses"]["E400"];
@@ -4159,9 +4169,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["IdResult"];
                 };
             };
             400: components["responses"]["E400"];
@@ -4547,7 +4555,7 @@ export interface operations {
     getWebhooksByWebhookIdDeliveries: {
         parameters: {
             query?: {
-                delivery_status?: "pending" | "delivering" | "succeeded" | "failed";
+                delivery_status?: "pending" | "delivering" | "succeeded" | "failed" | "dropped";
                 current_page?: number;
                 per_page?: number;
             };
@@ -5883,7 +5891,10 @@ export interface operations {
     };
     getCloudProviders: {
         parameters: {
-            query?: never;
+            query?: {
+                current_page?: number;
+                per_page?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -5898,9 +5909,11 @@ export interface operations {
                 content: {
                     "application/json": {
                         provider_list: components["schemas"]["CloudProvider"][];
+                        page_meta: components["schemas"]["PageMeta"];
                     };
                 };
             };
+            400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             default: components["responses"]["Error"];

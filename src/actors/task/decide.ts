@@ -61,7 +61,11 @@ export function retryDelayMs(attempt: number, baseMs: number, maxMs: number, u: 
 const OPEN_AGENT: readonly TaskStatus[] = ON_AGENT;
 const statusEvent = (t: TaskRecord, status: TaskStatus, now: number) => ({ type: 'status' as const, data: { task_id: t.id, status, timestamp: new Date(now).toISOString() } });
 
-export const timeoutMs = (t: TaskRecord, cfg: DecideConfig): number => (t.timeoutS > 0 ? Math.min(t.timeoutS, cfg.timeoutMaxS) : cfg.timeoutMaxS) * 1000;
+/**
+ * The run timeout after ACK: the workflow's task_timeout as given (a training may run for days);
+ * 0 = the gateway default maximum (GANTRY_TASK_TIMEOUT_MAX_S), as the contract says.
+ */
+export const timeoutMs = (t: TaskRecord, cfg: DecideConfig): number => (t.timeoutS > 0 ? t.timeoutS : cfg.timeoutMaxS) * 1000;
 
 function failure(t: TaskRecord, now: number, error: string, from: readonly TaskStatus[], epoch: number, extra: TaskEffect[] = []): Decision {
   return {

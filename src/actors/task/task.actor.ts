@@ -14,12 +14,19 @@ export interface TaskActorDeps {
   store: TaskStorePort;
   events: EventBusPort;
   config: DecideConfig;
-  /** Minimum interval between persisted progress ticks (coalescing). */
+  /**
+   * Minimum interval between persisted progress ticks: a safety bound for runaway agents only
+   * (PROGRESS_MIN_INTERVAL_MS, 20 ticks/s per task); every tick slower than that is its own event,
+   * and the tick pending at a status change is written before it (see receive).
+   */
   progressIntervalMs: number;
   metrics?: TaskMetricsPort;
 }
 
 export const parseTaskMsg = (m: TaskMsg): TaskMsg => TaskMsg.parse(m);
+
+/** The contract: one SSE event per progress tick; the rate bound for runaway agents is >= 20/s per task. */
+export const PROGRESS_MIN_INTERVAL_MS = 50;
 
 type Ctx = ActorContext<Protocols, typeof TASK>;
 
@@ -42,6 +49,8 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
   /** A write or load is in flight: other messages are stashed until its continuation ran. */
   private busy = false;
   private pendingProgress: TaskProgressMsg | null = null;
+  /** The lease epoch the pending tick was sent for. */
+  private pendingEpoch = -1;
   /** The payload returned by the last assigning transition (handed to the dispatch effect). */
   private assignment: TaskAssignment | null = null;
   private lastProgressAt = 0;
@@ -79,9 +88,20 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
       });
       return undefined;
     }
-    if (m.type === 'progress') this.pendingProgress = m.progress;
+    if (m.type === 'progress') {
+      this.pendingProgress = m.progress;
+      this.pendingEpoch = m.epoch;
+    }
     const now = this.ctx.clock.now();
     const dec = decide(this.t, m, now, this.d.config);
+    if (dec.transition && m.type !== 'progress' && this.pendingProgress && this.t.status === 'running' && this.pendingEpoch === this.t.leaseEpoch) {
+      // never drop the last tick before a status change: write the tick held back by the rate
+      // bound first, then replay this message (decide is pure; it decides again on replay)
+      this.ctx.stash();
+      this.ctx.cancelTimer('progress');
+      this.writeProgress(this.t.leaseEpoch);
+      return undefined;
+    }
     if (dec.stale) this.ctx.log.warn({ task_id: this.id, msg: m.type, reason: dec.stale }, 'stale task message rejected');
     if (dec.conflict) throw conflict(dec.conflict.code, dec.conflict.message);
     if (dec.transition) {
@@ -221,16 +241,25 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
     }
   }
 
-  /** Coalesces ticks: at most one persisted progress row per interval; the latest tick wins. */
+  /**
+   * Writes the tick now, or, when it comes sooner than the rate bound after the previous one, at
+   * the end of the interval (ticks faster than the bound: the latest one wins).
+   */
   private progress(epoch: number): void {
-    const p = this.pendingProgress;
-    if (!p || !this.t) return;
-    const now = this.ctx.clock.now();
-    const wait = this.lastProgressAt + this.d.progressIntervalMs - now;
+    if (!this.pendingProgress || !this.t) return;
+    const wait = this.lastProgressAt + this.d.progressIntervalMs - this.ctx.clock.now();
     if (wait > 0) {
       this.ctx.setTimer('progress', wait, { type: 'flush_progress' });
       return;
     }
+    this.writeProgress(epoch);
+  }
+
+  /** Persists the pending tick (a progress row and its event, fenced by the epoch) and publishes it. */
+  private writeProgress(epoch: number): void {
+    const p = this.pendingProgress;
+    if (!p || !this.t) return;
+    const now = this.ctx.clock.now();
     this.pendingProgress = null;
     this.lastProgressAt = now;
     const data: Record<string, unknown> = { task_id: this.t.id, ...p, timestamp: new Date(now).toISOString() };

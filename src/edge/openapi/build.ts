@@ -39,7 +39,11 @@ const STATUS_TEXT: Record<number, string> = {
 /** `/r/containers/{serviceSlug}/*` -> `/r/containers/{serviceSlug}/{proxyPath}` */
 export const docPath = (path: string): string => path.replace(/\/\*$/, '/{proxyPath}');
 
+/** The interface description's version (the contract: "The interface description is at version 1.0.0"); not the server's package version. */
+export const API_DESCRIPTION_VERSION = '1.0.0';
+
 export interface OpenApiOptions {
+  /** info.version: API_DESCRIPTION_VERSION. */
   version: string;
   /** The API's base path (routes not `absolute` are documented relative to it). */
   basePath: string;

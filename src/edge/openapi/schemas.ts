@@ -36,6 +36,8 @@ export const PageMeta = named('PageMeta', z.object({ current_page: z.int(), per_
 export const pageOf = <T extends z.ZodType>(name: string, item: T) => z.object({ [name]: z.array(item), page_meta: PageMeta });
 
 export const IdResult = named('IdResult', z.object({ id: uuid }));
+/** POST /uploads/multipart/complete: the file_key shape of presign (api-decisions), with the stored key and size. */
+export const MultipartCompleted = named('MultipartCompleted', z.object({ file_key: z.string(), storage_key: z.string(), file_size: z.int() }));
 export const Success = named('Success', z.looseObject({ is_success: z.literal(true) }));
 
 export const ParameterDef = named('ParameterDef', parameterDefSchema);
@@ -46,14 +48,14 @@ export const Workflow = named(
     id: uuid,
     workflow_slug: z.string(),
     display_name: z.string(),
-    description: z.string().nullable(),
+    description: z.string().describe('"" when unset'),
     workflow_json: z.record(z.string(), z.unknown()).optional().describe('omitted for sk- callers'),
     parameters: z.array(z.looseObject({ key: z.string() })),
     tool_type: z.enum(TOOL_TYPES),
     required_labels: z.array(z.string()),
     task_timeout: z.int(),
     max_retries: z.int(),
-    preferred_gpu: z.string().nullable(),
+    preferred_gpu: z.string().describe('"" when unset'),
     default_dispatch_target: z.enum(DISPATCH_TARGETS),
     min_vram_gb: z.number(),
     required_models: z.array(z.string()),

@@ -3,13 +3,14 @@
  * runs workflows with dispatch_target comfy_cloud. Management auth: user JWT or dk- of a team
  * member, sk- rejected. Any member lists them (never the key); setting and deleting need admin.
  *
- *   PUT    /cloud-providers/{provider_slug}   {api_key, base_url?, max_concurrent_jobs?, partner_nodes_on_agents?} -> the record
+ *   PUT    /cloud-providers/{provider_slug}   {api_key, base_url?, max_concurrent_jobs?, partner_nodes_on_agents?} -> the record with its {id}
  *          (the key is checked with one authenticated call to the provider first: 400 with its reason,
  *          also when the account behind a working key is not active, e.g. waitlisted)
- *   GET    /cloud-providers                   {provider_list} (status, base_url, key prefix, last check; never the key)
+ *   GET    /cloud-providers                   {provider_list, page_meta} (status, base_url, key prefix, last check; never the key)
  *   GET    /cloud-providers/{provider_slug}   the record (provider_status shows a refused key or an inactive subscription)
  *   DELETE /cloud-providers/{provider_slug}   {is_success}
  */
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { badGateway, badRequest, notFound } from '../../shared/errors.js';
 import { OutboundRefused, type OutboundGuard } from '../../events/outbound.js';
@@ -18,6 +19,7 @@ import { cloudProviderRecord, PROVIDER_STATUSES, type CloudCredentials, type Clo
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, parseBody, teamPrincipalOf } from '../params.js';
+import { paged, parsePage } from '../../shared/pagination.js';
 import * as D from '../openapi/schemas.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
@@ -43,6 +45,7 @@ export const cloudProviderPutBody = z
 export const cloudProviderView = D.named(
   'CloudProvider',
   z.object({
+  id: z.uuid().describe('stable per (team, provider): the create/update result id of the contract'),
   provider_slug: z.enum(CLOUD_PROVIDER_SLUGS),
   provider_status: z.enum(PROVIDER_STATUSES),
   base_url: z.string(),
@@ -56,7 +59,21 @@ export const cloudProviderView = D.named(
   }),
 );
 
-export const cloudProviderListResponse = z.object({ provider_list: z.array(cloudProviderView) });
+export const cloudProviderListResponse = D.pageOf('provider_list', cloudProviderView);
+
+/**
+ * A team has one key per provider (the row's key is (team, provider)): its id is a name-based UUID
+ * (RFC 9562 version 8) of the two, so every PUT of the same provider answers the same {id}.
+ */
+export function cloudProviderId(teamId: string, slug: string): string {
+  const h = createHash('sha256').update(`gantry:cloud-provider:${teamId}:${slug}`).digest();
+  h[6] = (h[6]! & 0x0f) | 0x80;
+  h[8] = (h[8]! & 0x3f) | 0x80;
+  const x = h.subarray(0, 16).toString('hex');
+  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20, 32)}`;
+}
+
+const view = (teamId: string, row: Parameters<typeof cloudProviderRecord>[0]) => ({ id: cloudProviderId(teamId, row.provider_slug), ...cloudProviderRecord(row) });
 
 export interface CloudProviderRouteDeps {
   store: CloudProviderStore;
@@ -111,15 +128,21 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
         c.log.info({ provider_slug: slug, created, ...(b.partner_nodes_on_agents !== undefined ? { partner_nodes_on_agents: b.partner_nodes_on_agents } : {}) }, 'cloud provider key set');
         const row = await d.store.get(p.teamId, slug);
         if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
-        return cloudProviderRecord(row);
+        return view(p.teamId, row);
       },
     },
     {
       method: 'GET',
       path: '/cloud-providers',
       auth: READ,
-      doc: { summary: "The team's cloud provider keys (status, base_url, key prefix; never the key)", tags: ['cloud providers'], responses: { 200: cloudProviderListResponse } },
-      handler: async (c) => ({ provider_list: (await d.store.list(teamPrincipalOf(c).teamId)).map(cloudProviderRecord) }),
+      doc: { summary: "The team's cloud provider keys (status, base_url, key prefix; never the key)", tags: ['cloud providers'], paged: true, responses: { 200: cloudProviderListResponse } },
+      handler: async (c) => {
+        // at most one row per known provider: paged in memory, with the contract's page_meta
+        const pg = parsePage(c.query);
+        const teamId = teamPrincipalOf(c).teamId;
+        const rows = await d.store.list(teamId);
+        return paged('provider_list', rows.slice(pg.offset, pg.offset + pg.perPage).map((r) => view(teamId, r)), pg, rows.length);
+      },
     },
     {
       method: 'GET',
@@ -130,7 +153,7 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
         const slug = slugOf(c);
         const row = await d.store.get(teamPrincipalOf(c).teamId, slug);
         if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
-        return cloudProviderRecord(row);
+        return view(teamPrincipalOf(c).teamId, row);
       },
     },
     {

@@ -19,6 +19,7 @@ import { CreateServiceBody, UpdateServiceBody, checkTypeRules, serviceJson, type
 import { CONTAINER_SERVICE } from '../../actors/index.js';
 import type { ActorSystemPort } from '../../actors/ports.js';
 import type { PgContainerStore } from '../../persistence/container-store.js';
+import { OutboundRefused, type OutboundGuard } from '../../events/outbound.js';
 import { badRequest, fromZodIssues, notFound } from '../../shared/errors.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
@@ -39,6 +40,8 @@ export interface ContainerRouteDeps {
   /** The team's services changed (gateway routing tables on every node reload). */
   changed(teamId: string): void;
   gateway: Gateway;
+  /** The outbound guard: an external_url it refuses is a 400 at create and update, as for webhooks (and still refused at use). */
+  guard: Pick<OutboundGuard, 'checkUrl'>;
 }
 
 /**
@@ -71,6 +74,15 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
       return { is_success: true, service_status: r.status };
     },
   });
+  const checkExternalUrl = async (u: string | undefined): Promise<void> => {
+    if (u === undefined) return;
+    try {
+      await d.guard.checkUrl(u);
+    } catch (e) {
+      if (e instanceof OutboundRefused) throw badRequest('external_url_not_allowed', `external_url: ${e.message}`);
+      throw e;
+    }
+  };
   const reduced = (c: Ctx): boolean => teamPrincipalOf(c).kind === 'integration';
   const list = async (c: Ctx): Promise<unknown> => {
     const pg = parsePage(c.query);
@@ -81,11 +93,12 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
     {
       method: 'POST',
       path: '/containers',
-      doc: { summary: 'Create a container service', tags: ['containers'], body: CreateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
+      doc: { summary: 'Create a container service (an external_url the outbound guard refuses is a 400)', tags: ['containers'], body: CreateServiceBody, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(CreateServiceBody, c.body);
         const p = teamPrincipalOf(c);
+        await checkExternalUrl(b.external_url);
         await checkCredential(p.teamId, b.external_auth_credential_id);
         const id = await d.store.create(p.teamId, b, p.userId ?? null, auditOf(c, 'container.create', 'container'));
         d.changed(p.teamId);
@@ -122,6 +135,7 @@ export function containerRoutes(d: ContainerRouteDeps): RouteDef[] {
         const issues: Array<{ path: string[]; message: string }> = [];
         checkTypeRules(merged, { addIssue: (i) => issues.push(i) });
         if (issues.length) throw fromZodIssues(issues);
+        await checkExternalUrl(b.external_url);
         await checkCredential(s.teamId, b.external_auth_credential_id);
         const updated = await d.store.update(s.teamId, s.id, b, auditOf(c, 'container.update', 'container', s.id));
         if (!updated) throw notFound('container service', 'service_not_found');

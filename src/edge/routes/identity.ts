@@ -35,6 +35,8 @@ const S = {
 const PUBLIC: RouteAuth = { kinds: 'public' };
 const USER: RouteAuth = { kinds: ['user', 'device'] };
 const JWT_TEAM: RouteAuth = { kinds: ['user'], team: true };
+/** Team-scoped management: the JWT, or a dk- that behaves as its user's JWT (the contract). */
+const USER_TEAM: RouteAuth = { kinds: ['user', 'device'], team: true };
 
 /** Accounts, sessions, device pairing, credentials and the user profile. */
 export function identityRoutes(svc: IdentityService): RouteDef[] {
@@ -153,18 +155,18 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
       method: 'POST',
       path: '/credentials',
       doc: { summary: 'Create an sk- or ak- credential (value shown once)', tags: ['credentials'], body: S.credential, responses: { 200: D.CredentialCreated } },
-      auth: JWT_TEAM,
+      auth: USER_TEAM,
       handler: async (c) => {
         const b = parseBody(S.credential, c.body);
         return svc.createCredential(teamPrincipalOf(c), { credential_type: b.credential_type, display_name: b.display_name, expires_in_days: b.expires_in_days ?? undefined }, auditOf(c, 'credential.create', 'credential'));
       },
     },
-    { method: 'GET', path: '/credentials', auth: JWT_TEAM, doc: { summary: 'List credentials (never the value)', tags: ['credentials'], paged: true, responses: { 200: D.pageOf('credential_list', D.Credential) } }, handler: async (c) => svc.listCredentials(teamPrincipalOf(c), parsePage(c.query)) },
+    { method: 'GET', path: '/credentials', auth: USER_TEAM, doc: { summary: 'List credentials (never the value)', tags: ['credentials'], paged: true, responses: { 200: D.pageOf('credential_list', D.Credential) } }, handler: async (c) => svc.listCredentials(teamPrincipalOf(c), parsePage(c.query)) },
     {
       method: 'DELETE',
       path: '/credentials/{credentialId}',
       doc: { summary: 'Revoke a credential', tags: ['credentials'], responses: { 200: D.Success } },
-      auth: JWT_TEAM,
+      auth: USER_TEAM,
       handler: async (c) => {
         const id = uuidParam(c, 'credentialId');
         await svc.revokeCredential(teamPrincipalOf(c), id, auditOf(c, 'credential.revoke', 'credential', id));

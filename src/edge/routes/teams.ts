@@ -38,7 +38,7 @@ export function teamRoutes(svc: IdentityService): RouteDef[] {
     {
       method: 'PUT',
       path: '/teams/current/members/{userId}',
-      doc: { summary: 'Change a member\'s role', tags: ['teams'], body: S.role, responses: { 200: D.AnyObject }, errors: [409] },
+      doc: { summary: 'Change a member\'s role (answers the member\'s user id)', tags: ['teams'], body: S.role, responses: { 200: D.IdResult }, errors: [409] },
       auth: team('admin'),
       handler: async (c) => {
         const userId = uuidParam(c, 'userId');

@@ -14,7 +14,7 @@ export function uploadRoutes(d: { multipart: MultipartUploads }): RouteDef[] {
   return [
     { method: 'POST', path: '/uploads/multipart/initiate', auth: MULTIPART, doc: { summary: 'Start a multipart upload (JWT only)', tags: ['files'], body: initiateSchema, responses: { 200: D.MultipartInitiated } }, handler: async (c) => d.multipart.initiate(callerOf(c), c.body) },
     { method: 'POST', path: '/uploads/multipart/presign-parts', auth: MULTIPART, doc: { summary: 'Presign parts of a multipart upload', tags: ['files'], body: presignPartsSchema, responses: { 200: D.MultipartParts } }, handler: async (c) => d.multipart.presignParts(callerOf(c), c.body) },
-    { method: 'POST', path: '/uploads/multipart/complete', auth: MULTIPART, doc: { summary: 'Complete a multipart upload', tags: ['files'], body: completeSchema, responses: { 200: D.AnyObject } }, handler: async (c) => d.multipart.complete(callerOf(c), c.body) },
+    { method: 'POST', path: '/uploads/multipart/complete', auth: MULTIPART, doc: { summary: 'Complete a multipart upload', tags: ['files'], body: completeSchema, responses: { 200: D.MultipartCompleted } }, handler: async (c) => d.multipart.complete(callerOf(c), c.body) },
     { method: 'POST', path: '/uploads/multipart/abort', auth: MULTIPART, doc: { summary: 'Abort a multipart upload', tags: ['files'], body: abortSchema, responses: { 200: D.Success } }, handler: async (c) => d.multipart.abort(callerOf(c), c.body) },
   ];
 }

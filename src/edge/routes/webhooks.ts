@@ -14,7 +14,7 @@
 import { z } from 'zod';
 import type { LiveEvents } from '../../events/index.js';
 import { OutboundRefused } from '../../events/outbound.js';
-import { WEBHOOK_EVENTS, deliveryView, webhookView } from '../../events/store.js';
+import { DELIVERY_STATUSES, WEBHOOK_EVENTS, deliveryView, webhookView } from '../../events/store.js';
 import { badRequest, conflict, invalidParameter, notFound } from '../../shared/errors.js';
 import { paged, parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
@@ -39,7 +39,6 @@ const updateBody = z
   .strict()
   .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one of display_name, webhook_url, webhook_events, webhook_status is required');
 
-const DELIVERY_STATUSES = ['pending', 'delivering', 'succeeded', 'failed'];
 
 
 export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
@@ -85,7 +84,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     {
       method: 'PUT',
       path: '/webhooks/{webhookId}',
-      doc: { summary: 'Update a webhook (webhook_status disables deliveries)', tags: ['webhooks'], body: updateBody, responses: { 200: D.IdResult } },
+      doc: { summary: 'Update a webhook (disabling it drops its pending and retrying deliveries)', tags: ['webhooks'], body: updateBody, responses: { 200: D.IdResult } },
       auth: MANAGE,
       handler: async (c) => {
         const id = uuidParam(c, 'webhookId');
@@ -116,12 +115,12 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
     {
       method: 'GET',
       path: '/webhooks/{webhookId}/deliveries',
-      doc: { summary: 'List a webhook\'s deliveries', tags: ['webhooks'], paged: true, query: z.object({ delivery_status: z.enum(['pending', 'delivering', 'succeeded', 'failed']).optional() }), responses: { 200: D.pageOf('delivery_list', D.WebhookDelivery) } },
+      doc: { summary: 'List a webhook\'s deliveries', tags: ['webhooks'], paged: true, query: z.object({ delivery_status: z.enum(DELIVERY_STATUSES).optional() }), responses: { 200: D.pageOf('delivery_list', D.WebhookDelivery) } },
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
         const status = c.query.get('delivery_status') || undefined;
-        if (status !== undefined && !DELIVERY_STATUSES.includes(status)) throw invalidParameter(`delivery_status: must be one of ${DELIVERY_STATUSES.join(', ')}`);
+        if (status !== undefined && !(DELIVERY_STATUSES as readonly string[]).includes(status)) throw invalidParameter(`delivery_status: must be one of ${DELIVERY_STATUSES.join(', ')}`);
         const w = await load(c);
         const r = await live.store.listDeliveries(w.team_id, w.id, status, pg.perPage, pg.offset);
         return paged('delivery_list', r.rows.map(deliveryView), pg, r.total);

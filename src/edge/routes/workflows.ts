@@ -54,7 +54,8 @@ function versionQuery(ctx: Ctx): number | undefined {
 
 /**
  * The Workflow read shape, exactly the spec's fields in the spec's order. description and
- * preferred_gpu are null when unset. workflow_json is omitted for integration (sk-) callers.
+ * preferred_gpu are strings (the contract's type): "" when unset. workflow_json is omitted for
+ * integration (sk-) callers.
  */
 export function workflowRead(w: WorkflowRecord, opts: { includeJson: boolean }): Record<string, unknown> {
   const d = w.definition;
@@ -62,7 +63,7 @@ export function workflowRead(w: WorkflowRecord, opts: { includeJson: boolean }):
     id: w.id,
     workflow_slug: d.workflow_slug,
     display_name: d.display_name,
-    description: d.description ?? null,
+    description: d.description ?? '',
   };
   if (opts.includeJson) out.workflow_json = d.workflow_json;
   Object.assign(out, {
@@ -71,7 +72,7 @@ export function workflowRead(w: WorkflowRecord, opts: { includeJson: boolean }):
     required_labels: d.required_labels,
     task_timeout: d.task_timeout,
     max_retries: d.max_retries,
-    preferred_gpu: d.preferred_gpu ?? null,
+    preferred_gpu: d.preferred_gpu ?? '',
     default_dispatch_target: d.default_dispatch_target,
     min_vram_gb: d.min_vram_gb,
     required_models: d.required_models,

@@ -14,6 +14,7 @@ import { Migration20261125000200_audit_sso } from './Migration20261125000200_aud
 import { Migration20261125000300_task_trace } from './Migration20261125000300_task_trace.js';
 import { Migration20261126000100_cloud_partner_nodes } from './Migration20261126000100_cloud_partner_nodes.js';
 import { Migration20261126000200_task_checkpoint } from './Migration20261126000200_task_checkpoint.js';
+import { Migration20261126002800_webhook_dropped } from './Migration20261126002800_webhook_dropped.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -36,4 +37,5 @@ export const migrationsList = [
   { name: 'Migration20261125000300_task_trace', class: Migration20261125000300_task_trace },
   { name: 'Migration20261126000100_cloud_partner_nodes', class: Migration20261126000100_cloud_partner_nodes },
   { name: 'Migration20261126000200_task_checkpoint', class: Migration20261126000200_task_checkpoint },
+  { name: 'Migration20261126002800_webhook_dropped', class: Migration20261126002800_webhook_dropped },
 ];
