@@ -712,6 +712,9 @@ export class AgentGrpcServer {
   private endConn(c: Conn, reason: EndReason | null): void {
     if (c.closed) return;
     const g = reason ? toGrpcError(reason.error) : null;
+    // credit owed for what was processed goes out before the end (whether a transport delivers the
+    // batched grant before it must not depend on how the agent's messages were split into reads)
+    c.credit.flush();
     if (reason && g) {
       this.write(c, { error: { code: g.errorCode, message: g.details, fatal: reason.fatal } });
       this.log.info({ agent_id: c.agentId, session_id: c.sessionId, code: g.errorCode }, 'agent stream ended by the server');
