@@ -226,6 +226,12 @@ test('[ws] the handshake is refused before the upgrade: 401 with the JSON error 
   const body = JSON.parse(refused.body) as { error_code: string; error_message: string };
   assert.equal(typeof body.error_code, 'string');
   assert.ok(!refused.body.includes(s.sk.value), 'the credential is not echoed');
+  // a plain GET (no upgrade) is not the agent route: it is a REST request (GET /agents/{agentId},
+  // `connect` is no agent id), and an ak- there is refused as on every REST route
+  const plain = await fetch(`${t.origin}/api/v1/agents/connect`, { headers: { authorization: `Bearer ${s.user.accessToken}`, 'x-team-id': s.user.teamId } });
+  assert.equal(plain.status, 400, await plain.text());
+  const plainAk = await fetch(`${t.origin}/api/v1/agents/connect`, { headers: { authorization: `Bearer ${s.ak.value}` } });
+  assert.equal(((await plainAk.json()) as { error_code: string }).error_code, 'agent_credential_not_allowed');
 
   // a text frame: ServerError invalid_message, then close 4000 + INVALID_ARGUMENT
   const text = await new Promise<{ code: number; inbox: string[] }>((resolve) => {
