@@ -225,7 +225,10 @@ export function rawWsStream(httpPort: number, credential: string | null): RawStr
   let settleHttp: (s: number | null) => void = () => undefined;
   const httpStatus = new Promise<number | null>((r) => (settleHttp = r));
   let settleStatus: (s: { code: grpc.status; details: string }) => void = () => undefined;
+  let ended: { code: grpc.status; details: string; http: number | null; wsCode?: number } | null = null;
   const status = new Promise<{ code: grpc.status; details: string }>((r) => (settleStatus = r));
+  void status.then(async (st) => (ended = { ...st, http: await httpStatus }));
+  ws.on('close', (code: number) => void status.then(() => ended && (ended.wsCode = code)));
   ws.on('unexpected-response', (_req, res) => {
     settleHttp(res.statusCode ?? 0);
     const chunks: Buffer[] = [];
@@ -286,7 +289,7 @@ export function rawWsStream(httpPort: number, credential: string | null): RawStr
       const have = inbox.find(pred);
       if (have) return Promise.resolve(have);
       return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`raw ws stream: no ${what} in ${timeoutMs} ms; inbox: ${JSON.stringify(inbox.map((m) => m.msg))}`)), timeoutMs);
+        const t = setTimeout(() => reject(new Error(`raw ws stream: no ${what} in ${timeoutMs} ms; inbox: ${JSON.stringify(inbox.map((m) => m.msg))}; ended: ${JSON.stringify(ended)}`)), timeoutMs);
         waiters.push({ pred, resolve: (m) => (clearTimeout(t), resolve(m)) });
       });
     },
