@@ -93,6 +93,28 @@ for (const transport of AGENT_TRANSPORTS) {
     assert.deepEqual(await p.exited, { code: 0, signal: null });
   });
 
+  test(`[${transport}] a file parameter: the agent fetches it through PresignInputs (on WebSocket a call on the socket) before it runs`, async () => {
+    const s = await setupTeam(t);
+    const p = agent(s);
+    await onlineAgent(s);
+    const bytes = Buffer.from('input bytes for the agent');
+    const pre = await t.http.post('/r/files/presign', { file_name: 'source.bin', file_size: bytes.length, content_type: 'application/octet-stream' }, { token: s.sk.value });
+    assert.equal(pre.status, 200, pre.text);
+    assert.ok((await fetch(pre.body.upload_url, { method: 'PUT', headers: pre.body.upload_headers, body: new Uint8Array(bytes) })).ok);
+    const r = await t.http.post(
+      '/workflows',
+      { workflow_slug: `wf-in-${Math.random().toString(36).slice(2, 8)}`, display_name: 'file input', workflow_json: tinyGraph(2, { '11': { class_type: 'LoadImage', inputs: { image: 'x' } } }), parameters: [{ key: 'image', type: 'file', node_id: '11', field: 'image' }], max_retries: 0 },
+      { token: s.user.accessToken, team: s.user.teamId },
+    );
+    assert.equal(r.status, 200, r.text);
+    const taskId = await runWorkflow(t, s, r.body.id as string, { image: pre.body.file_key });
+    const done = await waitTask(t, s, taskId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal');
+    // a failed presign or download fails the task (download_failed) before the executor runs
+    assert.equal(done.task_status, 'completed', JSON.stringify(done));
+    p.kill('SIGTERM');
+    await p.exited;
+  });
+
   test(`[${transport}] SIGTERM mid-task: the agent drains (no new tasks), finishes the running task, then exits 0`, async () => {
     const s = await setupTeam(t);
     const p = agent(s, ['--simulate-duration-ms', '1500', '--simulate-steps', '5']);
