@@ -6,7 +6,9 @@
  * a presigned PUT -> result -> completed). Figures only, no assertions.
  *
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npm run bench:agents
- *   env: BENCH_AGENTS (200), BENCH_TASKS (2000), BENCH_IDLE_S (10), BENCH_HEARTBEAT_S (2), BENCH_INFLIGHT (64)
+ *   env: BENCH_AGENTS (200), BENCH_TASKS (2000), BENCH_IDLE_S (10), BENCH_HEARTBEAT_S (2), BENCH_INFLIGHT (64),
+ *        BENCH_AGENT_TRANSPORT (grpc: the gRPC port; ws: the WebSocket at /api/v1/agents/connect on the HTTP port)
+ *   P8 (1,000 idle agents' CPU): BENCH_AGENTS=1000 BENCH_TASKS=0 BENCH_HEARTBEAT_S=10 BENCH_IDLE_S=30, once per transport
  */
 import { spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
@@ -28,6 +30,8 @@ const N_TASKS = Number(process.env.BENCH_TASKS ?? 2000);
 const IDLE_S = Number(process.env.BENCH_IDLE_S ?? 10);
 const HEARTBEAT_S = Number(process.env.BENCH_HEARTBEAT_S ?? 2);
 const INFLIGHT = Number(process.env.BENCH_INFLIGHT ?? 64);
+const TRANSPORT = process.env.BENCH_AGENT_TRANSPORT ?? 'grpc';
+if (TRANSPORT !== 'grpc' && TRANSPORT !== 'ws') throw new Error(`BENCH_AGENT_TRANSPORT: grpc or ws, got ${TRANSPORT}`);
 const root = fileURLToPath(new URL('../', import.meta.url));
 const CLK = 100; // USER_HZ on Linux
 
@@ -103,7 +107,7 @@ async function main(): Promise<void> {
     const conn = await measure(pid, async () => {
       for (let i = 0; i < N_AGENTS; i++) {
         const cfg: AgentConfig = {
-          server: `127.0.0.1:${grpcPort}`,
+          server: TRANSPORT === 'ws' ? `ws://127.0.0.1:${httpPort}` : `127.0.0.1:${grpcPort}`,
           credential: ak.value,
           labels: ['bench'],
           modelsDir: undefined,
@@ -138,11 +142,11 @@ async function main(): Promise<void> {
         return r.body.page_meta?.total_count === N_AGENTS;
       }, 60_000, 200);
     });
-    console.log(`connect: ${N_AGENTS} agents in ${conn.wallS.toFixed(2)} s; node CPU ${conn.cpuPercent}% of one core; RSS ${conn.rssMb} MB (agents process CPU ${conn.benchCpuPercent}%)`);
+    console.log(`connect: ${N_AGENTS} agents over ${TRANSPORT} in ${conn.wallS.toFixed(2)} s; node CPU ${conn.cpuPercent}% of one core; RSS ${conn.rssMb} MB (agents process CPU ${conn.benchCpuPercent}%)`);
 
     // --- idle with heartbeats
     const idle = await measure(pid, () => new Promise((r) => setTimeout(r, IDLE_S * 1000)));
-    console.log(`idle: ${N_AGENTS} agents, heartbeat every ${HEARTBEAT_S} s (${Math.round(N_AGENTS / HEARTBEAT_S)} heartbeats/s) for ${IDLE_S} s: node CPU ${idle.cpuPercent}% of one core; RSS ${idle.rssMb} MB (agents process CPU ${idle.benchCpuPercent}%)`);
+    console.log(`idle: ${N_AGENTS} agents over ${TRANSPORT}, heartbeat every ${HEARTBEAT_S} s (${Math.round(N_AGENTS / HEARTBEAT_S)} heartbeats/s) for ${IDLE_S} s: node CPU ${idle.cpuPercent}% of one core; RSS ${idle.rssMb} MB (agents process CPU ${idle.benchCpuPercent}%)`);
 
     // --- end-to-end throughput with instant simulated tasks
     const before = agents.reduce((s, a) => s + a.runner.completed, 0);

@@ -4,7 +4,9 @@
  *
  *   npm run bench:p4            (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/postgres)
  *   env: BENCH_TASKS (3000), BENCH_CONNS (64 concurrent submitters), BENCH_AGENTS (16),
- *        BENCH_SLOTS (8 per agent), BENCH_WARMUP_TASKS (200)
+ *        BENCH_SLOTS (8 per agent), BENCH_WARMUP_TASKS (200),
+ *        BENCH_AGENT_TRANSPORT (grpc: `--server HOST:PORT`; ws: `--server ws://HOST:PORT`, the
+ *        WebSocket on the HTTP port)
  *
  * Three processes besides this one: the Gantry node (`node bin/gantry.mjs serve`, fresh database),
  * the agents (bench/proc/agents.ts: BENCH_AGENTS instances of the real agent program over gRPC,
@@ -23,6 +25,8 @@ const AGENTS = envNum('BENCH_AGENTS', 16);
 const SLOTS = envNum('BENCH_SLOTS', 8);
 const WARMUP = Math.floor(Number(process.env.BENCH_WARMUP_TASKS ?? 200));
 const MAX_RUN_S = 180;
+const TRANSPORT = process.env.BENCH_AGENT_TRANSPORT ?? 'grpc';
+if (TRANSPORT !== 'grpc' && TRANSPORT !== 'ws') throw new Error(`BENCH_AGENT_TRANSPORT: grpc or ws, got ${TRANSPORT}`);
 
 async function count(g: GantryProcess, status: string): Promise<number> {
   const r = await g.http.get(`/r/tasks?task_status=${status}&per_page=1`, { token: g.sk });
@@ -71,11 +75,11 @@ async function batch(g: GantryProcess, n: number, base: { completed: number; fai
 }
 
 runBench('P4', async () => {
-  console.log(`P4: end to end, ${N} instant simulated tasks, ${CONNS} concurrent submitters, ${AGENTS} agents x ${SLOTS} slots (agents, submitter and node in their own processes)`);
+  console.log(`P4: end to end, ${N} instant simulated tasks, ${CONNS} concurrent submitters, ${AGENTS} agents x ${SLOTS} slots over ${TRANSPORT} (agents, submitter and node in their own processes)`);
   console.log(await machineLine());
   const g = await startGantry('p4');
   const ak = await g.agentCredential();
-  const agents = spawnChild(process.execPath, [...(process.env.BENCH_AGENTS_NODE_ARGS ?? '').split(' ').filter(Boolean), '--import', 'tsx', 'bench/proc/agents.ts', `127.0.0.1:${g.grpcPort}`, ak, String(AGENTS), String(SLOTS)]);
+  const agents = spawnChild(process.execPath, [...(process.env.BENCH_AGENTS_NODE_ARGS ?? '').split(' ').filter(Boolean), '--import', 'tsx', 'bench/proc/agents.ts', TRANSPORT === 'ws' ? g.origin.replace(/^http/, 'ws') : `127.0.0.1:${g.grpcPort}`, ak, String(AGENTS), String(SLOTS)]);
   const agentOut = jsonLines(agents);
   await agentOut.next((o) => typeof o.ready === 'number', 'the agents to connect', 90_000);
   await waitUntil(`${AGENTS} agents online`, async () => {
@@ -98,5 +102,5 @@ runBench('P4', async () => {
   console.log(`cpu         node ${fmt(nodeCpu)}% of one core, agents process ${fmt(agentsCpu)}% (the submitter, PostgreSQL and this poller share the same cores)`);
   if (b.failed > 0) throw new BenchError(`${b.failed} tasks failed`);
   console.log(`target: >= 1,000 tasks/s: ${tasksPerS >= 1000 ? 'met' : 'NOT met'}`);
-  console.log(`P4 tasks_per_s=${fmt(tasksPerS)} submits_per_s=${fmt(submitsPerS)} submit_p99_ms=${fmt(b.p99Ms, 1)} tasks=${N} conns=${CONNS} agents=${AGENTS} slots=${SLOTS} nproc=${os.availableParallelism()} date=${new Date().toISOString().slice(0, 10)}`);
+  console.log(`P4 tasks_per_s=${fmt(tasksPerS)} submits_per_s=${fmt(submitsPerS)} submit_p99_ms=${fmt(b.p99Ms, 1)} tasks=${N} conns=${CONNS} agents=${AGENTS} slots=${SLOTS} transport=${TRANSPORT} nproc=${os.availableParallelism()} date=${new Date().toISOString().slice(0, 10)}`);
 }, 300);

@@ -53,6 +53,8 @@ import { uploadRoutes } from './edge/routes/uploads.js';
 import { modelRoutes } from './edge/routes/models.js';
 import { nodeRoutes } from './edge/routes/nodes.js';
 import { AgentGrpcServer } from './edge/agents/grpc-server.js';
+import { AGENT_WS_OPTIONS, AgentWebSocketTransport } from './edge/agents/ws-transport.js';
+import { AGENT_WS_PATH } from './protocol/agent-wire.js';
 import { agentRoutes } from './edge/routes/agents.js';
 import { LiveEvents } from './events/index.js';
 import { eventRoutes } from './edge/routes/events.js';
@@ -557,6 +559,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   );
   edge.addAll(gateway.routes());
   edge.setWebSocketHandler(gateway.webSocketHandler());
+  // the agent protocol over WebSocket on this port (ingresses that pass WebSocket but not gRPC): the same sessions as the gRPC port's
+  edge.addWebSocketRoute(AGENT_WS_PATH, new AgentWebSocketTransport(agentGrpc, logger).handler(), AGENT_WS_OPTIONS);
+  edge.onShutdown(() => agentGrpc.endTransport('ws'));
   edge.addAll(withIdempotency(vaultRoutes({ vault }), taskQueries.idempotency));
   const auditStore = new AuditStore(db);
   edge.addAll(auditRoutes({ audit: auditStore }));

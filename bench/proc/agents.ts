@@ -1,11 +1,12 @@
 /**
  * P4's agents: one process hosting A instances of the real agent program (the code `gantry agent`
- * runs: flags parsed by parseAgentArgs, started by startAgent), each a gRPC stream to the node with
+ * runs: flags parsed by parseAgentArgs, started by startAgent), each a stream to the node (gRPC for
+ * HOST:PORT, the WebSocket on the HTTP port for ws://HOST:PORT) with
  * S slots and the simulate executor set to instant tasks (`--executor simulate
  * --simulate-duration-ms 0 --simulate-steps 0`: no progress ticks, one small PNG uploaded through
  * the presigned PUT, then the result).
  *
- *   node --import tsx bench/proc/agents.ts <server host:port> <ak-credential> <agents> <slots>
+ *   node --import tsx bench/proc/agents.ts <server host:port | ws://host:port> <ak-credential> <agents> <slots>
  *
  * Prints {"ready": A} once every stream is connected, and {"stopped": true, "completed": n} after
  * SIGTERM (graceful drain).

@@ -7,10 +7,10 @@
  *    idempotent on (task, attempt, epoch));
  *  - progress is coalesced per task and heartbeats/inventory per kind (latest wins).
  */
-import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../shared/logger.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, TunnelBatcher, clampWindow, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../protocol/agent-wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, TunnelBatcher, clampWindow, type AgentMessage, type ServerMessage__Output } from '../protocol/agent-wire.js';
+import { transportFor, type AgentStream, type AgentTransport, type CallError, type StreamStatus } from './transport.js';
 import type { Hello } from '../gen/gantry/agent/v1/Hello.js';
 import type { Welcome__Output } from '../gen/gantry/agent/v1/Welcome.js';
 import type { PresignOutputsRequest } from '../gen/gantry/agent/v1/PresignOutputsRequest.js';
@@ -44,7 +44,7 @@ export interface TaskRef {
 }
 
 export interface AgentClientOptions {
-  /** host:port */
+  /** HOST:PORT (gRPC) or ws[s]://HOST[:PORT] (WebSocket on the HTTP port); a comma-separated list may mix both. */
   server: string;
   credential: string;
   tls?: boolean;
@@ -77,14 +77,13 @@ export function backoffDelay(attempt: number, initialMs: number, maxMs: number, 
 }
 
 export class AgentClient {
-  private client: AgentServiceClient;
+  /** What carries the stream to the current server (gRPC or WebSocket: the session below does not care). */
+  private transport: AgentTransport;
   /** The servers to connect to (`--server a:1,b:2`: the nodes of a cluster); the agent fails over to the next when its stream ends. */
   private readonly servers: string[];
   private serverIndex = 0;
-  private readonly creds: grpc.ChannelCredentials;
-  private readonly md: grpc.Metadata;
   private readonly window: number;
-  private call: grpc.ClientDuplexStream<AgentMessage, ServerMessage__Output> | null = null;
+  private call: AgentStream | null = null;
   private gate: CreditGate | null = null;
   private credit: CreditReturner | null = null;
   private queue: OutItem[] = [];
@@ -105,23 +104,18 @@ export class AgentClient {
   connects = 0;
 
   constructor(private readonly o: AgentClientOptions) {
-    this.creds = o.tls ? grpc.credentials.createSsl(o.caFile ? readFileSync(o.caFile) : null) : grpc.credentials.createInsecure();
     this.servers = o.server.split(',').map((s) => s.trim()).filter(Boolean);
-    this.client = this.clientFor(this.servers[0] ?? o.server);
-    this.md = new grpc.Metadata();
-    this.md.set('authorization', `Bearer ${o.credential}`);
+    this.transport = this.transportFor(this.servers[0] ?? o.server);
     this.window = clampWindow(o.window, DEFAULT_WINDOW);
   }
 
-  private clientFor(address: string): AgentServiceClient {
-    const proto = loadAgentProto();
-    return new proto.gantry.agent.v1.AgentService(address, this.creds, {
-      'grpc.keepalive_time_ms': 20_000,
-      'grpc.keepalive_timeout_ms': 10_000,
-      'grpc.keepalive_permit_without_calls': 1,
-      'grpc.initial_reconnect_backoff_ms': 500,
-      'grpc.max_reconnect_backoff_ms': 10_000,
-    });
+  private transportFor(address: string): AgentTransport {
+    return transportFor(address, { credential: this.o.credential, tls: this.o.tls, caFile: this.o.caFile });
+  }
+
+  /** The transport of the current server: grpc or ws. */
+  get transportKind(): AgentTransport['kind'] {
+    return this.transport.kind;
   }
 
   /** The server this agent talks to now. */
@@ -213,11 +207,11 @@ export class AgentClient {
   }
 
   async presignOutputs(req: Omit<PresignOutputsRequest, 'session_id'>): Promise<PresignOutputsResponse__Output> {
-    return this.unary((sid, cb) => this.client.PresignOutputs({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+    return this.unary((sid, t) => t.presignOutputs({ ...req, session_id: sid }, 30_000));
   }
 
   async presignInputs(req: Omit<PresignInputsRequest, 'session_id'>): Promise<PresignInputsResponse__Output> {
-    return this.unary((sid, cb) => this.client.PresignInputs({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+    return this.unary((sid, t) => t.presignInputs({ ...req, session_id: sid }, 30_000));
   }
 
   /** Checkpoint URLs (nerfstudio resume): PUT for this attempt's checkpoint of `step` (size > 0), GET of the remembered one. */
@@ -232,21 +226,21 @@ export class AgentClient {
 
   /** The team's sync manifest (every active model and custom node, presigned download URLs). */
   async getSyncManifest(): Promise<SyncManifest__Output> {
-    return this.unary((_sid, cb) => this.client.GetSyncManifest({}, this.md, { deadline: Date.now() + 60_000 }, cb));
+    return this.unary((_sid, t) => t.getSyncManifest(60_000));
   }
 
-  /** Unary call with the current session id; retried across a reconnect (UNAVAILABLE) a few times. */
-  private async unary<T>(fn: (sessionId: string, cb: (err: grpc.ServiceError | null, res?: T) => void) => void): Promise<T> {
+  /** Unary call with the current session id, on the current server's transport; retried across a reconnect (UNAVAILABLE) a few times. */
+  private async unary<T>(fn: (sessionId: string, t: AgentTransport) => Promise<T>): Promise<T> {
     let lastErr: unknown = null;
     for (let i = 0; i < 5; i++) {
       await this.whenConnected(60_000);
       try {
-        return await new Promise<T>((resolve, reject) => fn(this.sessionId as string, (err, res) => (err ? reject(err) : resolve(res as T))));
+        return await fn(this.sessionId as string, this.transport);
       } catch (e) {
         lastErr = e;
-        const code = (e as grpc.ServiceError).code;
+        const code = (e as CallError).code;
         if (code !== grpc.status.UNAVAILABLE && code !== grpc.status.DEADLINE_EXCEEDED) throw e;
-        if ((e as grpc.ServiceError).details?.includes('object store')) throw e;
+        if ((e as CallError).details?.includes('object store')) throw e;
         await new Promise((r) => setTimeout(r, backoffDelay(i, 250, 5_000)));
       }
     }
@@ -261,7 +255,7 @@ export class AgentClient {
     if (call) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, 2_000);
-        call.once('status', () => {
+        this.statusWaiters.push(() => {
           clearTimeout(t);
           resolve();
         });
@@ -269,18 +263,18 @@ export class AgentClient {
       });
     }
     this.teardown();
-    this.client.close();
+    this.transport.close();
   }
+
+  /** close() waits for the current stream's end through these. */
+  private statusWaiters: Array<() => void> = [];
 
   // ---------------------------------------------------------------------------------------------
 
   private connect(): void {
     if (this.closing || this.fatal) return;
-    const call = this.client.Connect(this.md);
-    this.call = call;
-    let ended = false;
     let serverError: { code: string; message: string; fatal: boolean } | null = null;
-    call.on('data', (m: ServerMessage__Output) => {
+    const onData = (m: ServerMessage__Output): void => {
       if (this.call !== call) return; // an abandoned stream
       switch (m.msg) {
         case 'welcome':
@@ -308,11 +302,9 @@ export class AgentClient {
             this.credit?.processed();
           }
       }
-    });
-    call.on('error', () => undefined); // the 'status' handler decides
-    call.on('status', (st: grpc.StatusObject) => {
-      if (ended) return;
-      ended = true;
+    };
+    const onStatus = (st: StreamStatus): void => {
+      for (const w of this.statusWaiters.splice(0)) w();
       const wasCurrent = this.call === call;
       if (wasCurrent) this.teardown();
       if (this.closing || !wasCurrent) return;
@@ -329,12 +321,14 @@ export class AgentClient {
       const from = this.server;
       if (n > 1) {
         this.serverIndex = (this.serverIndex + 1) % n;
-        this.client.close();
-        this.client = this.clientFor(this.server);
+        this.transport.close();
+        this.transport = this.transportFor(this.server);
       }
       this.o.logger.warn({ code: grpc.status[st.code], details: st.details, server_error: se?.code, retry_in_ms: delay, server: from, next_server: this.server }, 'agent stream ended; reconnecting');
       this.reconnectTimer = setTimeout(() => this.connect(), delay);
-    });
+    };
+    const call = this.transport.open(onData, onStatus);
+    this.call = call;
     call.write({ hello: { ...this.o.hello(), window: this.window } });
   }
 
@@ -347,7 +341,7 @@ export class AgentClient {
     this.written = 0;
     this.attempt = 0;
     this.connects++;
-    this.o.logger.info({ agent_id: w.agent_id, session_id: w.session_id, heartbeat_interval_s: this.heartbeatIntervalS, server: this.server }, 'connected to the server');
+    this.o.logger.info({ agent_id: w.agent_id, session_id: w.session_id, heartbeat_interval_s: this.heartbeatIntervalS, server: this.server, transport: this.transport.kind }, 'connected to the server');
     this.o.onWelcome?.(w);
     const hb = this.o.heartbeat;
     if (hb) {

@@ -78,9 +78,20 @@ export interface AgentConfig {
   containerHealthIntervalMs: number;
 }
 
+/** A WebSocket server entry: ws:// or wss://, a host, an optional port and path prefix, nothing else. */
+function isWsServerUrl(s: string): boolean {
+  if (!/^wss?:\/\/[^\s/,?#]+(\/[^\s,?#]*)?$/i.test(s)) return false;
+  try {
+    const u = new URL(s);
+    return u.hostname !== '' && u.username === '' && u.password === '';
+  } catch {
+    return false;
+  }
+}
+
 /** Flag, env variable, default, help: the single table behind parsing, --help and docs/api.md. */
 export const AGENT_FLAGS = [
-  ['server', 'GANTRY_AGENT_SERVER', '', 'HOST:PORT of the gRPC agent endpoint (required); a comma-separated list (a cluster\'s nodes) fails over to the next'],
+  ['server', 'GANTRY_AGENT_SERVER', '', 'HOST:PORT of the gRPC agent endpoint, or ws[s]://HOST[:PORT] for the WebSocket one on the HTTP port (through an ingress that passes WebSocket but not gRPC) (required); a comma-separated list (a cluster\'s nodes, both kinds mixed) fails over to the next'],
   ['credential', 'GANTRY_AGENT_CREDENTIAL', '', 'agent credential ak-... (required)'],
   ['labels', 'GANTRY_AGENT_LABELS', '', 'comma-separated labels (workflows require_labels match them)'],
   ['models-dir', 'GANTRY_AGENT_MODELS_DIR', '', 'models root to scan, advertise and sync the team\'s models into (e.g. /opt/ComfyUI/models)'],
@@ -124,7 +135,7 @@ export class UsageError extends Error {}
 
 export function agentUsage(): string {
   const rows = AGENT_FLAGS.map(([f, env, def, help]) => `  --${f.padEnd(22)} ${env.padEnd(34)} ${help}${def ? ` [${def}]` : ''}`);
-  return `gantry agent --server HOST:PORT[,HOST:PORT...] --credential ak-... [options]\n\n  flag                     env\n${rows.join('\n')}\n  --help\n`;
+  return `gantry agent --server HOST:PORT|ws[s]://HOST[:PORT][,...] --credential ak-... [options]\n\n  flag                     env\n${rows.join('\n')}\n  --help\n`;
 }
 
 const intIn = (name: string, v: string, min: number, max: number): number => {
@@ -166,10 +177,11 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     return e !== undefined && e.trim() !== '' ? e.trim() : undefined;
   };
   const server = get('server');
-  if (!server) throw new UsageError('--server HOST:PORT (or GANTRY_AGENT_SERVER) is required');
-  // a list (a cluster's nodes): the agent fails over to the next when its stream ends
+  if (!server) throw new UsageError('--server HOST:PORT or ws[s]://HOST[:PORT] (or GANTRY_AGENT_SERVER) is required');
+  // a list (a cluster's nodes): the agent fails over to the next when its stream ends; HOST:PORT is gRPC, ws[s]:// the WebSocket transport
   for (const one of server.split(','))
-    if (!/^[^\s/,]+:\d{1,5}$/.test(one.trim())) throw new UsageError(`--server: expected HOST:PORT or a comma-separated list of them, got ${JSON.stringify(server)}`);
+    if (!/^[^\s/,]+:\d{1,5}$/.test(one.trim()) && !isWsServerUrl(one.trim()))
+      throw new UsageError(`--server: expected HOST:PORT, ws://HOST[:PORT] or wss://HOST[:PORT], or a comma-separated list of them, got ${JSON.stringify(server)}`);
   const credential = get('credential');
   if (!credential) throw new UsageError('--credential ak-... (or GANTRY_AGENT_CREDENTIAL) is required');
   if (!credential.startsWith('ak-')) throw new UsageError('--credential: an agent credential (ak-...) is required');

@@ -351,6 +351,13 @@ export interface UpgradeRequest {
   context: uWS.us_socket_context_t;
 }
 
+/** uWS settings of a WebSocket route. */
+export interface WebSocketRouteOptions {
+  maxPayloadLength: number;
+  maxBackpressure: number;
+  idleTimeout: number;
+}
+
 /** WebSocket handling (the gateway): upgrade decides (answers or upgrades with userData), the rest relays. */
 export interface WebSocketHandler<U = unknown> {
   upgrade(r: UpgradeRequest): void;
@@ -382,12 +389,21 @@ export class HttpEdge {
   private readonly streams = new Set<StreamResponse>();
   private readonly shutdownHooks: Array<() => void> = [];
   private ws: WebSocketHandler<never> | null = null;
+  private readonly wsRoutes: Array<{ path: string; h: WebSocketHandler<never>; opts: WebSocketRouteOptions }> = [];
 
   constructor(private readonly o: EdgeOptions) {}
 
   /** WebSocket upgrades on any path go to this handler (set before listen). */
   setWebSocketHandler<U>(h: WebSocketHandler<U>): void {
     this.ws = h as unknown as WebSocketHandler<never>;
+  }
+
+  /**
+   * WebSocket upgrades on one exact path (the full path) go to this handler rather than the
+   * catch-all one (the agent transport at /api/v1/agents/connect); set before listen.
+   */
+  addWebSocketRoute<U>(path: string, h: WebSocketHandler<U>, opts: WebSocketRouteOptions): void {
+    this.wsRoutes.push({ path, h: h as unknown as WebSocketHandler<never>, opts });
   }
 
   add(def: RouteDef): void {
@@ -427,36 +443,9 @@ export class HttpEdge {
     const app = uWS.App();
     this.app = app;
     app.any('/*', (res, req) => this.onRequest(res, req));
-    const wsh = this.ws;
-    if (wsh)
-      app.ws<never>('/*', {
-        compression: uWS.DISABLED,
-        maxPayloadLength: 16 * 1024 * 1024,
-        maxBackpressure: 4 * 1024 * 1024,
-        idleTimeout: 120,
-        sendPingsAutomatically: true,
-        upgrade: (res, req, context) => {
-          const headers: Record<string, string> = {};
-          req.forEach((k, v) => {
-            headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
-          });
-          const rid = headers['x-request-id'];
-          wsh.upgrade({
-            method: req.getCaseSensitiveMethod().toUpperCase(),
-            path: req.getUrl(),
-            rawQuery: req.getQuery() ?? '',
-            headers,
-            ip: Buffer.from(res.getRemoteAddressAsText()).toString(),
-            requestId: rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7(),
-            res,
-            context,
-          });
-        },
-        open: (ws) => wsh.open(ws),
-        message: (ws, data, isBinary) => wsh.message(ws, data, isBinary),
-        drain: (ws) => wsh.drain(ws),
-        close: (ws, code, message) => wsh.close(ws, code, message),
-      });
+    // exact paths first (uWS prefers a static pattern over the wildcard anyway)
+    for (const r of this.wsRoutes) this.registerWs(app, r.path, r.h, r.opts);
+    if (this.ws) this.registerWs(app, '/*', this.ws, { maxPayloadLength: 16 * 1024 * 1024, maxBackpressure: 4 * 1024 * 1024, idleTimeout: 120 });
     await new Promise<void>((resolve, reject) => {
       // the typings lack the (host, port, options, cb) overload the addon implements
       const listen = app.listen.bind(app) as unknown as (host: string, port: number, options: number, cb: (s: us_listen_socket | false) => void) => void;
@@ -470,6 +459,37 @@ export class HttpEdge {
     });
     const port = uWS.us_socket_local_port(this.listenSocket as unknown as uWS.us_socket);
     return { port, shutdown: (t) => this.shutdown(t), routes: () => this.defs };
+  }
+
+  private registerWs(app: TemplatedApp, pattern: string, wsh: WebSocketHandler<never>, opts: WebSocketRouteOptions): void {
+    app.ws<never>(pattern, {
+      compression: uWS.DISABLED,
+      maxPayloadLength: opts.maxPayloadLength,
+      maxBackpressure: opts.maxBackpressure,
+      idleTimeout: opts.idleTimeout,
+      sendPingsAutomatically: true,
+      upgrade: (res, req, context) => {
+        const headers: Record<string, string> = {};
+        req.forEach((k, v) => {
+          headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
+        });
+        const rid = headers['x-request-id'];
+        wsh.upgrade({
+          method: req.getCaseSensitiveMethod().toUpperCase(),
+          path: req.getUrl(),
+          rawQuery: req.getQuery() ?? '',
+          headers,
+          ip: Buffer.from(res.getRemoteAddressAsText()).toString(),
+          requestId: rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7(),
+          res,
+          context,
+        });
+      },
+      open: (ws) => wsh.open(ws),
+      message: (ws, data, isBinary) => wsh.message(ws, data, isBinary),
+      drain: (ws) => wsh.drain(ws),
+      close: (ws, code, message) => wsh.close(ws, code, message),
+    });
   }
 
   private async shutdown(timeoutMs: number): Promise<void> {

@@ -1,9 +1,11 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { MessageTypeDefinition } from '@grpc/proto-loader';
 
+import type { AgentFrame as _gantry_agent_v1_AgentFrame, AgentFrame__Output as _gantry_agent_v1_AgentFrame__Output } from './gantry/agent/v1/AgentFrame.js';
 import type { AgentMessage as _gantry_agent_v1_AgentMessage, AgentMessage__Output as _gantry_agent_v1_AgentMessage__Output } from './gantry/agent/v1/AgentMessage.js';
 import type { AgentServiceClient as _gantry_agent_v1_AgentServiceClient, AgentServiceDefinition as _gantry_agent_v1_AgentServiceDefinition } from './gantry/agent/v1/AgentService.js';
 import type { AgentStatus as _gantry_agent_v1_AgentStatus, AgentStatus__Output as _gantry_agent_v1_AgentStatus__Output } from './gantry/agent/v1/AgentStatus.js';
+import type { AgentWebSocketClient as _gantry_agent_v1_AgentWebSocketClient, AgentWebSocketDefinition as _gantry_agent_v1_AgentWebSocketDefinition } from './gantry/agent/v1/AgentWebSocket.js';
 import type { Assign as _gantry_agent_v1_Assign, Assign__Output as _gantry_agent_v1_Assign__Output } from './gantry/agent/v1/Assign.js';
 import type { Cancel as _gantry_agent_v1_Cancel, Cancel__Output as _gantry_agent_v1_Cancel__Output } from './gantry/agent/v1/Cancel.js';
 import type { CommitCheckpointRequest as _gantry_agent_v1_CommitCheckpointRequest, CommitCheckpointRequest__Output as _gantry_agent_v1_CommitCheckpointRequest__Output } from './gantry/agent/v1/CommitCheckpointRequest.js';
@@ -34,6 +36,7 @@ import type { PresignOutputsResponse as _gantry_agent_v1_PresignOutputsResponse,
 import type { PresignedDownload as _gantry_agent_v1_PresignedDownload, PresignedDownload__Output as _gantry_agent_v1_PresignedDownload__Output } from './gantry/agent/v1/PresignedDownload.js';
 import type { PresignedUpload as _gantry_agent_v1_PresignedUpload, PresignedUpload__Output as _gantry_agent_v1_PresignedUpload__Output } from './gantry/agent/v1/PresignedUpload.js';
 import type { ServerError as _gantry_agent_v1_ServerError, ServerError__Output as _gantry_agent_v1_ServerError__Output } from './gantry/agent/v1/ServerError.js';
+import type { ServerFrame as _gantry_agent_v1_ServerFrame, ServerFrame__Output as _gantry_agent_v1_ServerFrame__Output } from './gantry/agent/v1/ServerFrame.js';
 import type { ServerMessage as _gantry_agent_v1_ServerMessage, ServerMessage__Output as _gantry_agent_v1_ServerMessage__Output } from './gantry/agent/v1/ServerMessage.js';
 import type { SyncCustomNode as _gantry_agent_v1_SyncCustomNode, SyncCustomNode__Output as _gantry_agent_v1_SyncCustomNode__Output } from './gantry/agent/v1/SyncCustomNode.js';
 import type { SyncHint as _gantry_agent_v1_SyncHint, SyncHint__Output as _gantry_agent_v1_SyncHint__Output } from './gantry/agent/v1/SyncHint.js';
@@ -53,6 +56,9 @@ import type { TunnelOpen as _gantry_agent_v1_TunnelOpen, TunnelOpen__Output as _
 import type { TunnelReset as _gantry_agent_v1_TunnelReset, TunnelReset__Output as _gantry_agent_v1_TunnelReset__Output } from './gantry/agent/v1/TunnelReset.js';
 import type { TunnelWindow as _gantry_agent_v1_TunnelWindow, TunnelWindow__Output as _gantry_agent_v1_TunnelWindow__Output } from './gantry/agent/v1/TunnelWindow.js';
 import type { TunnelWsMessage as _gantry_agent_v1_TunnelWsMessage, TunnelWsMessage__Output as _gantry_agent_v1_TunnelWsMessage__Output } from './gantry/agent/v1/TunnelWsMessage.js';
+import type { UnaryError as _gantry_agent_v1_UnaryError, UnaryError__Output as _gantry_agent_v1_UnaryError__Output } from './gantry/agent/v1/UnaryError.js';
+import type { UnaryRequest as _gantry_agent_v1_UnaryRequest, UnaryRequest__Output as _gantry_agent_v1_UnaryRequest__Output } from './gantry/agent/v1/UnaryRequest.js';
+import type { UnaryResponse as _gantry_agent_v1_UnaryResponse, UnaryResponse__Output as _gantry_agent_v1_UnaryResponse__Output } from './gantry/agent/v1/UnaryResponse.js';
 import type { VolumeMount as _gantry_agent_v1_VolumeMount, VolumeMount__Output as _gantry_agent_v1_VolumeMount__Output } from './gantry/agent/v1/VolumeMount.js';
 import type { Welcome as _gantry_agent_v1_Welcome, Welcome__Output as _gantry_agent_v1_Welcome__Output } from './gantry/agent/v1/Welcome.js';
 
@@ -64,9 +70,23 @@ export interface ProtoGrpcType {
   gantry: {
     agent: {
       v1: {
+        AgentFrame: MessageTypeDefinition<_gantry_agent_v1_AgentFrame, _gantry_agent_v1_AgentFrame__Output>
         AgentMessage: MessageTypeDefinition<_gantry_agent_v1_AgentMessage, _gantry_agent_v1_AgentMessage__Output>
         AgentService: SubtypeConstructor<typeof grpc.Client, _gantry_agent_v1_AgentServiceClient> & { service: _gantry_agent_v1_AgentServiceDefinition }
         AgentStatus: MessageTypeDefinition<_gantry_agent_v1_AgentStatus, _gantry_agent_v1_AgentStatus__Output>
+        /**
+         * The same protocol over a WebSocket on the HTTP port (`GET /api/v1/agents/connect`, the ak- in
+         * the handshake's `Authorization: Bearer` header, refused with 401 before the upgrade): for
+         * ingresses that pass WebSocket but not HTTP/2 gRPC. Not served over gRPC: this service only names
+         * the frames. Every binary WebSocket message the agent sends is one AgentFrame, every one the
+         * server sends one ServerFrame. `message` carries the Connect stream's messages unchanged (the same
+         * hello/welcome, windows, credit, tunnel frames and container commands); the unary calls travel as
+         * `request`/`response` on the same socket, correlated by request_id, authorized by the socket's
+         * ak- (checked again on every call). The stream's end is the WebSocket close: code 1000 for a
+         * clean end, else 4000 + the gRPC status code the gRPC transport would end with (4016 =
+         * UNAUTHENTICATED, 4014 = UNAVAILABLE, ...), the ServerError sent just before it says why.
+         */
+        AgentWebSocket: SubtypeConstructor<typeof grpc.Client, _gantry_agent_v1_AgentWebSocketClient> & { service: _gantry_agent_v1_AgentWebSocketDefinition }
         Assign: MessageTypeDefinition<_gantry_agent_v1_Assign, _gantry_agent_v1_Assign__Output>
         Cancel: MessageTypeDefinition<_gantry_agent_v1_Cancel, _gantry_agent_v1_Cancel__Output>
         CommitCheckpointRequest: MessageTypeDefinition<_gantry_agent_v1_CommitCheckpointRequest, _gantry_agent_v1_CommitCheckpointRequest__Output>
@@ -97,6 +117,7 @@ export interface ProtoGrpcType {
         PresignedDownload: MessageTypeDefinition<_gantry_agent_v1_PresignedDownload, _gantry_agent_v1_PresignedDownload__Output>
         PresignedUpload: MessageTypeDefinition<_gantry_agent_v1_PresignedUpload, _gantry_agent_v1_PresignedUpload__Output>
         ServerError: MessageTypeDefinition<_gantry_agent_v1_ServerError, _gantry_agent_v1_ServerError__Output>
+        ServerFrame: MessageTypeDefinition<_gantry_agent_v1_ServerFrame, _gantry_agent_v1_ServerFrame__Output>
         ServerMessage: MessageTypeDefinition<_gantry_agent_v1_ServerMessage, _gantry_agent_v1_ServerMessage__Output>
         SyncCustomNode: MessageTypeDefinition<_gantry_agent_v1_SyncCustomNode, _gantry_agent_v1_SyncCustomNode__Output>
         SyncHint: MessageTypeDefinition<_gantry_agent_v1_SyncHint, _gantry_agent_v1_SyncHint__Output>
@@ -116,6 +137,9 @@ export interface ProtoGrpcType {
         TunnelReset: MessageTypeDefinition<_gantry_agent_v1_TunnelReset, _gantry_agent_v1_TunnelReset__Output>
         TunnelWindow: MessageTypeDefinition<_gantry_agent_v1_TunnelWindow, _gantry_agent_v1_TunnelWindow__Output>
         TunnelWsMessage: MessageTypeDefinition<_gantry_agent_v1_TunnelWsMessage, _gantry_agent_v1_TunnelWsMessage__Output>
+        UnaryError: MessageTypeDefinition<_gantry_agent_v1_UnaryError, _gantry_agent_v1_UnaryError__Output>
+        UnaryRequest: MessageTypeDefinition<_gantry_agent_v1_UnaryRequest, _gantry_agent_v1_UnaryRequest__Output>
+        UnaryResponse: MessageTypeDefinition<_gantry_agent_v1_UnaryResponse, _gantry_agent_v1_UnaryResponse__Output>
         VolumeMount: MessageTypeDefinition<_gantry_agent_v1_VolumeMount, _gantry_agent_v1_VolumeMount__Output>
         Welcome: MessageTypeDefinition<_gantry_agent_v1_Welcome, _gantry_agent_v1_Welcome__Output>
       }

@@ -12,6 +12,9 @@ import type { ProtoGrpcType } from '../gen/agent.js';
 export type { AgentMessage, AgentMessage__Output } from '../gen/gantry/agent/v1/AgentMessage.js';
 export type { ServerMessage, ServerMessage__Output } from '../gen/gantry/agent/v1/ServerMessage.js';
 export type { AgentServiceClient, AgentServiceHandlers } from '../gen/gantry/agent/v1/AgentService.js';
+import type { AgentFrame, AgentFrame__Output } from '../gen/gantry/agent/v1/AgentFrame.js';
+import type { ServerFrame, ServerFrame__Output } from '../gen/gantry/agent/v1/ServerFrame.js';
+export type { AgentFrame, AgentFrame__Output, ServerFrame, ServerFrame__Output };
 
 export const PROTO_PATH = fileURLToPath(new URL('../../proto/agent/v1/agent.proto', import.meta.url));
 
@@ -30,6 +33,43 @@ export function loadAgentProto(): ProtoGrpcType {
   const def = protoLoader.loadSync(PROTO_PATH, LOADER_OPTIONS);
   cached = grpc.loadPackageDefinition(def) as unknown as ProtoGrpcType;
   return cached;
+}
+
+/** The WebSocket transport's path on the HTTP port (service AgentWebSocket in agent.proto). */
+export const AGENT_WS_PATH = '/api/v1/agents/connect';
+
+/** WebSocket close code of a stream that ended with a gRPC status: 4000 + the status code (1000 = a clean end). */
+export const WS_CLOSE_STATUS_BASE = 4000;
+
+/** Unanswered unary calls an agent may have on one socket. */
+export const WS_MAX_PENDING_CALLS = 64;
+
+/** The frame codec of the WebSocket transport: binary protobuf, one frame per WebSocket message. */
+export interface AgentFrameCodec {
+  encodeAgentFrame(f: AgentFrame): Buffer;
+  decodeAgentFrame(b: Buffer): AgentFrame__Output;
+  encodeServerFrame(f: ServerFrame): Buffer;
+  decodeServerFrame(b: Buffer): ServerFrame__Output;
+}
+
+let codec: AgentFrameCodec | null = null;
+/**
+ * The serializers proto-loader built for AgentWebSocket.Connect from the same loaded definitions
+ * and options as the gRPC transport (so a message decodes to the same object on both): no codec of
+ * our own. decode* throw on bytes that are not the message.
+ */
+export function agentFrameCodec(): AgentFrameCodec {
+  if (codec) return codec;
+  const m = loadAgentProto().gantry.agent.v1.AgentWebSocket.service.Connect;
+  codec = { encodeAgentFrame: m.requestSerialize, decodeAgentFrame: m.requestDeserialize, encodeServerFrame: m.responseSerialize, decodeServerFrame: m.responseDeserialize };
+  return codec;
+}
+
+/** A WebSocket close reason: at most 123 bytes of UTF-8 (RFC 6455 §5.5), cut on a character boundary. */
+export function closeReason(s: string): string {
+  let out = s.slice(0, 123);
+  while (Buffer.byteLength(out) > 123) out = out.slice(0, -1);
+  return out;
 }
 
 /**

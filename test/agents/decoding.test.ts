@@ -14,8 +14,7 @@ import { PresignOutputsRequest, decodeAgentMessage, decodeRequest, type AgentStr
 import { AppError } from '../../src/shared/errors.js';
 import { AgentMsg } from '../../src/actors/agent/protocol.js';
 import { startTestNode, type TestNode } from '../helpers/node.js';
-import { hello, rawClient, rawStream, setupTeam, type RawStream } from './helpers.js';
-import type { AgentServiceClient } from '../../src/protocol/agent-wire.js';
+import { AGENT_TRANSPORTS, hello, rawEndpoint, setupTeam, type RawAgentEndpoint, type RawStream } from './helpers.js';
 
 const def = protoLoader.loadSync(PROTO_PATH, LOADER_OPTIONS);
 const connect = (def['gantry.agent.v1.AgentService'] as grpc.ServiceDefinition)['Connect'];
@@ -131,39 +130,42 @@ test('PresignOutputs requests: decoded by the same schemas; bad file lists are I
 // on a live stream
 
 let t: TestNode;
-let client: AgentServiceClient;
+const endpoints: RawAgentEndpoint[] = [];
 const streams: RawStream[] = [];
 before(async () => {
   t = await startTestNode({ GANTRY_HEARTBEAT_INTERVAL_S: 5 }, 'agents_decoding');
-  client = rawClient(t.node.grpcPort);
 });
 after(async () => {
   for (const s of streams) s.call.cancel();
-  client.close();
+  for (const e of endpoints) e.close();
   await t.stop();
 });
 
-test('a message that does not decode ends the stream: INVALID_ARGUMENT, ServerError invalid_message, after the messages before it', async () => {
-  const s = await setupTeam(t);
-  const a = rawStream(client, s.ak.value);
-  streams.push(a);
-  a.call.write(hello(`decode-${Math.random().toString(36).slice(2, 10)}`));
-  const agentId = (await a.next((m) => m.msg === 'welcome', 'welcome')).welcome?.agent_id ?? '';
-  let granted = 0;
-  a.call.on('data', (m: ServerMessage__Output) => {
-    if (m.msg === 'credit') granted += m.credit?.grant ?? 0;
+for (const transport of AGENT_TRANSPORTS) {
+  test(`[${transport}] a message that does not decode ends the stream: INVALID_ARGUMENT, ServerError invalid_message, after the messages before it`, async () => {
+    const s = await setupTeam(t);
+    const ep = rawEndpoint(t.node, transport);
+    endpoints.push(ep);
+    const a = ep.open(s.ak.value);
+    streams.push(a);
+    a.call.write(hello(`decode-${Math.random().toString(36).slice(2, 10)}`));
+    const agentId = (await a.next((m) => m.msg === 'welcome', 'welcome')).welcome?.agent_id ?? '';
+    let granted = 0;
+    a.call.on('data', (m: ServerMessage__Output) => {
+      if (m.msg === 'credit') granted += m.credit?.grant ?? 0;
+    });
+    // three valid messages, then one whose stage is not a stage
+    for (let i = 0; i < 3; i++) a.call.write({ progress: { task_id: 'no-such-task', attempt: 1, epoch: 1, progress: i / 3, stage: 'train' } });
+    a.call.write({ progress: { task_id: 'no-such-task', attempt: 1, epoch: 1, progress: 0.9, stage: 'compile' } });
+    const st = await a.status;
+    assert.equal(st.code, grpc.status.INVALID_ARGUMENT, st.details);
+    assert.match(st.details, /progress\.stage/);
+    const err = a.inbox.find((m) => m.msg === 'error');
+    assert.equal(err?.error?.code, 'invalid_message');
+    assert.equal(err?.error?.fatal, false);
+    // the three valid ones were processed and credited before the bad one ended the stream
+    assert.ok(granted >= 3, `credit returned for the valid messages: ${granted}`);
+    // the session closed: its agent actor has seen the disconnect (nothing left running at shutdown)
+    await t.node.actors.ask({ kind: 'agent', id: agentId }, { type: 'get' });
   });
-  // three valid messages, then one whose stage is not a stage
-  for (let i = 0; i < 3; i++) a.call.write({ progress: { task_id: 'no-such-task', attempt: 1, epoch: 1, progress: i / 3, stage: 'train' } });
-  a.call.write({ progress: { task_id: 'no-such-task', attempt: 1, epoch: 1, progress: 0.9, stage: 'compile' } });
-  const st = await a.status;
-  assert.equal(st.code, grpc.status.INVALID_ARGUMENT, st.details);
-  assert.match(st.details, /progress\.stage/);
-  const err = a.inbox.find((m) => m.msg === 'error');
-  assert.equal(err?.error?.code, 'invalid_message');
-  assert.equal(err?.error?.fatal, false);
-  // the three valid ones were processed and credited before the bad one ended the stream
-  assert.ok(granted >= 3, `credit returned for the valid messages: ${granted}`);
-  // the session closed: its agent actor has seen the disconnect (nothing left running at shutdown)
-  await t.node.actors.ask({ kind: 'agent', id: agentId }, { type: 'get' });
-});
+}

@@ -4,9 +4,32 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
+import WebSocket from 'ws';
 import type { TestNode } from '../helpers/node.js';
 import { createCredential, registerUser, type TestUser } from '../helpers/identity.js';
-import { loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../../src/protocol/agent-wire.js';
+import { AGENT_WS_PATH, WS_CLOSE_STATUS_BASE, agentFrameCodec, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../../src/protocol/agent-wire.js';
+import type { PresignOutputsRequest } from '../../src/gen/gantry/agent/v1/PresignOutputsRequest.js';
+import type { PresignOutputsResponse__Output } from '../../src/gen/gantry/agent/v1/PresignOutputsResponse.js';
+import type { UnaryRequest } from '../../src/gen/gantry/agent/v1/UnaryRequest.js';
+import type { UnaryResponse__Output } from '../../src/gen/gantry/agent/v1/UnaryResponse.js';
+
+/** The two transports of the agent protocol: gRPC on the gRPC port, WebSocket on the HTTP port. */
+export type AgentTransportKind = 'grpc' | 'ws';
+
+/**
+ * The transports the agent suite runs on: both, unless GANTRY_TEST_AGENT_TRANSPORTS narrows a run
+ * (`grpc`, `ws` or `grpc,ws`). Tests loop over this list: one body, both transports.
+ */
+export const AGENT_TRANSPORTS: AgentTransportKind[] = (() => {
+  const v = (process.env.GANTRY_TEST_AGENT_TRANSPORTS ?? 'grpc,ws').split(',').map((x) => x.trim()).filter(Boolean);
+  for (const x of v) if (x !== 'grpc' && x !== 'ws') throw new Error(`GANTRY_TEST_AGENT_TRANSPORTS: grpc and/or ws, got ${x}`);
+  return v as AgentTransportKind[];
+})();
+
+/** `gantry agent --server` for a node on a transport: HOST:PORT (gRPC port) or ws://HOST:PORT (HTTP port). */
+export function agentServer(node: { grpcPort: number; httpPort: number }, transport: AgentTransportKind): string {
+  return transport === 'grpc' ? `127.0.0.1:${node.grpcPort}` : `ws://127.0.0.1:${node.httpPort}`;
+}
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -165,15 +188,121 @@ export const bearer = (v: string): grpc.Metadata => {
   return md;
 };
 
+/** A raw stream on either transport: write messages, see what arrives, and how it ended (a gRPC status; on WebSocket from the close code). */
 export interface RawStream {
-  call: grpc.ClientDuplexStream<AgentMessage, ServerMessage__Output>;
+  call: { write(m: AgentMessage): void; cancel(): void; on(ev: 'data', fn: (m: ServerMessage__Output) => void): unknown };
   inbox: ServerMessage__Output[];
-  status: Promise<grpc.StatusObject>;
+  status: Promise<{ code: grpc.status; details: string }>;
   next(pred: (m: ServerMessage__Output) => boolean, what: string, timeoutMs?: number): Promise<ServerMessage__Output>;
+  /** PresignOutputs on this stream's transport (gRPC: a unary call with the credential; WebSocket: a request frame on this socket). */
+  presignOutputs(req: PresignOutputsRequest): Promise<PresignOutputsResponse__Output>;
+  /** The HTTP status of a refused WebSocket handshake (gRPC: always null). */
+  httpStatus: Promise<number | null>;
 }
 
-export function rawStream(client: AgentServiceClient, credential: string): RawStream {
-  const call = client.Connect(bearer(credential));
+/** The agent protocol's raw endpoints on a node, on one transport (protocol-level tests). */
+export interface RawAgentEndpoint {
+  open(credential: string | null): RawStream;
+  close(): void;
+}
+
+export function rawEndpoint(node: { grpcPort: number; httpPort: number }, transport: AgentTransportKind): RawAgentEndpoint {
+  if (transport === 'ws') return { open: (cred) => rawWsStream(node.httpPort, cred), close: () => undefined };
+  const client = rawClient(node.grpcPort);
+  return { open: (cred) => rawStream(client, cred), close: () => client.close() };
+}
+
+/** A raw WebSocket stream on the HTTP port (binary AgentFrame/ServerFrame frames). */
+export function rawWsStream(httpPort: number, credential: string | null): RawStream {
+  const codec = agentFrameCodec();
+  const ws = new WebSocket(`ws://127.0.0.1:${httpPort}${AGENT_WS_PATH}`, credential ? { headers: { authorization: `Bearer ${credential}` } } : {});
+  const early: Buffer[] = [];
+  const inbox: ServerMessage__Output[] = [];
+  const listeners: Array<(m: ServerMessage__Output) => void> = [];
+  const waiters: Array<{ pred: (m: ServerMessage__Output) => boolean; resolve: (m: ServerMessage__Output) => void }> = [];
+  const calls = new Map<number, (r: UnaryResponse__Output) => void>();
+  let nextId = 0;
+  let settleHttp: (s: number | null) => void = () => undefined;
+  const httpStatus = new Promise<number | null>((r) => (settleHttp = r));
+  let settleStatus: (s: { code: grpc.status; details: string }) => void = () => undefined;
+  let ended: { code: grpc.status; details: string; http: number | null; wsCode?: number } | null = null;
+  const status = new Promise<{ code: grpc.status; details: string }>((r) => (settleStatus = r));
+  void status.then(async (st) => (ended = { ...st, http: await httpStatus }));
+  ws.on('close', (code: number) => void status.then(() => ended && (ended.wsCode = code)));
+  ws.on('unexpected-response', (_req, res) => {
+    settleHttp(res.statusCode ?? 0);
+    const chunks: Buffer[] = [];
+    res.on('data', (c: Buffer) => chunks.push(c));
+    res.on('end', () => {
+      const code = res.statusCode === 401 ? grpc.status.UNAUTHENTICATED : grpc.status.UNAVAILABLE;
+      settleStatus({ code, details: Buffer.concat(chunks).toString('utf8') });
+      ws.terminate();
+    });
+  });
+  ws.on('open', () => {
+    settleHttp(null);
+    for (const b of early.splice(0)) ws.send(b);
+  });
+  ws.on('message', (data: Buffer) => {
+    const f = codec.decodeServerFrame(data);
+    if (f.frame === 'response' && f.response) {
+      calls.get(f.response.request_id)?.(f.response);
+      calls.delete(f.response.request_id);
+      return;
+    }
+    const m = f.message;
+    if (!m) return;
+    inbox.push(m);
+    for (const l of listeners) l(m);
+    for (const w of [...waiters])
+      if (w.pred(m)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(m);
+      }
+  });
+  ws.on('error', () => undefined);
+  ws.on('close', (code: number, reason: Buffer) => {
+    settleHttp(null);
+    settleStatus({ code: code === 1000 ? grpc.status.OK : code > WS_CLOSE_STATUS_BASE && code < WS_CLOSE_STATUS_BASE + 100 ? code - WS_CLOSE_STATUS_BASE : grpc.status.UNAVAILABLE, details: reason.toString('utf8') });
+  });
+  const sendFrame = (b: Buffer): void => {
+    if (ws.readyState === WebSocket.OPEN) ws.send(b);
+    else if (ws.readyState === WebSocket.CONNECTING) early.push(b);
+  };
+  const unary = (req: Omit<UnaryRequest, 'request_id'>): Promise<UnaryResponse__Output> => {
+    const id = ++nextId;
+    return new Promise((resolve) => {
+      calls.set(id, resolve);
+      sendFrame(codec.encodeAgentFrame({ request: { ...req, request_id: id } }));
+    });
+  };
+  return {
+    call: {
+      write: (m) => sendFrame(codec.encodeAgentFrame({ message: m })),
+      cancel: () => ws.terminate(),
+      on: (_ev, fn) => listeners.push(fn),
+    },
+    inbox,
+    status,
+    httpStatus,
+    next(pred, what, timeoutMs = 10_000) {
+      const have = inbox.find(pred);
+      if (have) return Promise.resolve(have);
+      return new Promise((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`raw ws stream: no ${what} in ${timeoutMs} ms; inbox: ${JSON.stringify(inbox.map((m) => m.msg))}; ended: ${JSON.stringify(ended)}`)), timeoutMs);
+        waiters.push({ pred, resolve: (m) => (clearTimeout(t), resolve(m)) });
+      });
+    },
+    async presignOutputs(req) {
+      const r = await unary({ presign_outputs: req });
+      if (r.result === 'error') throw Object.assign(new Error(r.error?.details ?? ''), { code: r.error?.status ?? grpc.status.UNKNOWN, details: r.error?.details ?? '' });
+      return r.presign_outputs as PresignOutputsResponse__Output;
+    },
+  };
+}
+
+export function rawStream(client: AgentServiceClient, credential: string | null): RawStream {
+  const call = credential === null ? client.Connect() : client.Connect(bearer(credential));
   const inbox: ServerMessage__Output[] = [];
   const waiters: Array<{ pred: (m: ServerMessage__Output) => boolean; resolve: (m: ServerMessage__Output) => void }> = [];
   call.on('data', (m: ServerMessage__Output) => {
@@ -190,6 +319,8 @@ export function rawStream(client: AgentServiceClient, credential: string): RawSt
     call,
     inbox,
     status,
+    httpStatus: Promise.resolve(null),
+    presignOutputs: (req) => new Promise((resolve, reject) => client.PresignOutputs(req, bearer(credential ?? ''), (e, r) => (e ? reject(e) : resolve(r as PresignOutputsResponse__Output)))),
     next(pred, what, timeoutMs = 10_000) {
       const have = inbox.find(pred);
       if (have) return Promise.resolve(have);

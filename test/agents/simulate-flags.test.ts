@@ -10,7 +10,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { startTestNode, type TestNode } from '../helpers/node.js';
-import { createWorkflow, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitTask, type AgentProcess, type TeamSetup } from './helpers.js';
+import { AGENT_TRANSPORTS, agentServer, createWorkflow, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitTask, type AgentProcess, type TeamSetup } from './helpers.js';
 import { agentUsage, parseAgentArgs, UsageError } from '../../src/agent/main.js';
 import { SimulateExecutor } from '../../src/agent/executors/simulate.js';
 import { ExecutorError, type ExecContext } from '../../src/agent/executors/types.js';
@@ -66,61 +66,63 @@ describe('flags', () => {
   });
 });
 
-describe('the agent program', () => {
-  let t: TestNode;
-  const procs: AgentProcess[] = [];
-  before(async () => {
-    t = await startTestNode({ GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1 }, 'agents_simflags');
-  });
-  after(async () => {
-    for (const p of procs) p.kill('SIGKILL');
-    await Promise.all(procs.map((p) => p.exited));
-    await t.stop();
-  });
+for (const transport of AGENT_TRANSPORTS) {
+  describe(`the agent program [${transport}]`, () => {
+    let t: TestNode;
+    const procs: AgentProcess[] = [];
+    before(async () => {
+      t = await startTestNode({ GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1 }, 'agents_simflags');
+    });
+    after(async () => {
+      for (const p of procs) p.kill('SIGKILL');
+      await Promise.all(procs.map((p) => p.exited));
+      await t.stop();
+    });
 
-  function agent(s: TeamSetup, extra: string[], env: Record<string, string> = {}): AgentProcess {
-    const p = spawnAgent(['--server', `127.0.0.1:${t.node.grpcPort}`, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-agent-state-'), '--simulate-duration-ms', '100', '--simulate-steps', '4', ...extra], env);
-    procs.push(p);
-    return p;
-  }
-
-  test('--simulate-fail=MESSAGE fails every task with that message; a task whose input sets simulate_fail: false completes', async () => {
-    const s = await setupTeam(t);
-    const a = agent(s, ['--simulate-fail=GPU fell off the bus (simulated)']);
-    const wf = await createWorkflow(t, s, tinyGraph());
-    for (const prompt of ['one', 'two']) {
-      const id = await runWorkflow(t, s, wf, { prompt });
-      const done = await waitTask(t, s, id, terminal, 'terminal', 30_000);
-      assert.equal(done.task_status, 'failed', JSON.stringify(done));
-      assert.match(String(done.error ?? done.error_message ?? JSON.stringify(done)), /GPU fell off the bus \(simulated\)/);
+    function agent(s: TeamSetup, extra: string[], env: Record<string, string> = {}): AgentProcess {
+      const p = spawnAgent(['--server', agentServer(t.node, transport), '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-agent-state-'), '--simulate-duration-ms', '100', '--simulate-steps', '4', ...extra], env);
+      procs.push(p);
+      return p;
     }
-    await a.waitLine((l) => l.msg === 'task failed' && l.code === 'tool_error', 'a tool_error failure');
-    const wfOk = await createWorkflow(t, s, tinyGraph(4, { '10': { class_type: 'PrimitiveNode', inputs: { simulate_fail: false } } }));
-    const ok = await waitTask(t, s, await runWorkflow(t, s, wfOk, { prompt: 'three' }), terminal, 'terminal', 30_000);
-    assert.equal(ok.task_status, 'completed', JSON.stringify(ok));
-  });
 
-  test('GANTRY_AGENT_SIMULATE_HANG=1 (like --simulate-hang): the task runs until cancelled', async () => {
-    const s = await setupTeam(t);
-    const a = agent(s, [], { GANTRY_AGENT_SIMULATE_HANG: '1' });
-    const wf = await createWorkflow(t, s, tinyGraph());
-    const id = await runWorkflow(t, s, wf, { prompt: 'hang' });
-    await a.waitLine((l) => l.msg === 'simulate: hanging until cancelled' && l.task_id === id, 'the hang', 30_000);
-    assert.equal((await waitTask(t, s, id, (x) => x.task_status === 'running', 'running')).task_status, 'running');
-    const c = await t.http.post(`/r/tasks/${id}/cancel`, {}, { token: s.sk.value });
-    assert.equal(c.status, 200, c.text);
-    assert.equal((await waitTask(t, s, id, terminal, 'terminal')).task_status, 'cancelled');
-    await a.waitLine((l) => l.msg === 'task stopped after cancel' && l.task_id === id, 'the executor stopped');
-  });
+    test('--simulate-fail=MESSAGE fails every task with that message; a task whose input sets simulate_fail: false completes', async () => {
+      const s = await setupTeam(t);
+      const a = agent(s, ['--simulate-fail=GPU fell off the bus (simulated)']);
+      const wf = await createWorkflow(t, s, tinyGraph());
+      for (const prompt of ['one', 'two']) {
+        const id = await runWorkflow(t, s, wf, { prompt });
+        const done = await waitTask(t, s, id, terminal, 'terminal', 30_000);
+        assert.equal(done.task_status, 'failed', JSON.stringify(done));
+        assert.match(String(done.error ?? done.error_message ?? JSON.stringify(done)), /GPU fell off the bus \(simulated\)/);
+      }
+      await a.waitLine((l) => l.msg === 'task failed' && l.code === 'tool_error', 'a tool_error failure');
+      const wfOk = await createWorkflow(t, s, tinyGraph(4, { '10': { class_type: 'PrimitiveNode', inputs: { simulate_fail: false } } }));
+      const ok = await waitTask(t, s, await runWorkflow(t, s, wfOk, { prompt: 'three' }), terminal, 'terminal', 30_000);
+      assert.equal(ok.task_status, 'completed', JSON.stringify(ok));
+    });
 
-  test('--simulate-crash: the agent process dies by SIGKILL on its first task', async () => {
-    const s = await setupTeam(t);
-    const a = agent(s, ['--simulate-crash']);
-    await a.waitLine((l) => l.msg === 'simulate failure mode on: it applies to every task this agent runs' && l.simulate_crash === true, 'the startup warning');
-    const wf = await createWorkflow(t, s, tinyGraph());
-    const id = await runWorkflow(t, s, wf, { prompt: 'crash' });
-    assert.deepEqual(await a.exited, { code: null, signal: 'SIGKILL' });
-    const task = await waitTask(t, s, id, (x) => x.task_status !== 'pending', 'assigned');
-    assert.notEqual(task.task_status, 'completed');
+    test('GANTRY_AGENT_SIMULATE_HANG=1 (like --simulate-hang): the task runs until cancelled', async () => {
+      const s = await setupTeam(t);
+      const a = agent(s, [], { GANTRY_AGENT_SIMULATE_HANG: '1' });
+      const wf = await createWorkflow(t, s, tinyGraph());
+      const id = await runWorkflow(t, s, wf, { prompt: 'hang' });
+      await a.waitLine((l) => l.msg === 'simulate: hanging until cancelled' && l.task_id === id, 'the hang', 30_000);
+      assert.equal((await waitTask(t, s, id, (x) => x.task_status === 'running', 'running')).task_status, 'running');
+      const c = await t.http.post(`/r/tasks/${id}/cancel`, {}, { token: s.sk.value });
+      assert.equal(c.status, 200, c.text);
+      assert.equal((await waitTask(t, s, id, terminal, 'terminal')).task_status, 'cancelled');
+      await a.waitLine((l) => l.msg === 'task stopped after cancel' && l.task_id === id, 'the executor stopped');
+    });
+
+    test('--simulate-crash: the agent process dies by SIGKILL on its first task', async () => {
+      const s = await setupTeam(t);
+      const a = agent(s, ['--simulate-crash']);
+      await a.waitLine((l) => l.msg === 'simulate failure mode on: it applies to every task this agent runs' && l.simulate_crash === true, 'the startup warning');
+      const wf = await createWorkflow(t, s, tinyGraph());
+      const id = await runWorkflow(t, s, wf, { prompt: 'crash' });
+      assert.deepEqual(await a.exited, { code: null, signal: 'SIGKILL' });
+      const task = await waitTask(t, s, id, (x) => x.task_status !== 'pending', 'assigned');
+      assert.notEqual(task.task_status, 'completed');
+    });
   });
-});
+}

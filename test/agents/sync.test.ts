@@ -18,7 +18,7 @@ import type * as grpc from '@grpc/grpc-js';
 import pg from 'pg';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { httpRequest } from '../helpers/s3.js';
-import { bearer, createWorkflow, rawClient, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitFor, waitTask, type AgentProcess, type TeamSetup } from './helpers.js';
+import { AGENT_TRANSPORTS, agentServer, bearer, createWorkflow, rawClient, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitFor, waitTask, type AgentProcess, type TeamSetup } from './helpers.js';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ModelSyncer, customNodeInventory, resolveInside } from '../../src/agent/sync.js';
@@ -43,10 +43,13 @@ after(async () => {
 const sha256 = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 const as = (s: TeamSetup) => ({ token: s.user.accessToken, team: s.user.teamId });
 
+/** The transport the agents of the next test use (the model sync tests run once per transport). */
+let transport: (typeof AGENT_TRANSPORTS)[number] = 'grpc';
+
 function agent(s: TeamSetup, extra: string[]): AgentProcess {
   const p = spawnAgent([
     '--server',
-    `127.0.0.1:${t.node.grpcPort}`,
+    agentServer(t.node, transport),
     '--credential',
     s.ak.value,
     '--executor',
@@ -206,144 +209,150 @@ test('GetSyncManifest needs an ak-', async () => {
   assert.deepEqual((await manifestOf(s)).models, []);
 });
 
-test('model sync: an active model reaches the agent through provisioning; a workflow requiring it runs only once the agent has it; disabled models are not synced; custom nodes install on a hint', async () => {
-  const s = await setupTeam(t);
-  const modelPath = 'checkpoints/sync-test.safetensors';
-  const bytes = randomBytes(3 * 1024 * 1024);
-  const model = await createModel(s, modelPath, bytes);
+for (const tr of AGENT_TRANSPORTS) {
+  test(`[${tr}] model sync: an active model reaches the agent through provisioning; a workflow requiring it runs only once the agent has it; disabled models are not synced; custom nodes install on a hint`, async () => {
+    transport = tr;
+    const s = await setupTeam(t);
+    const modelPath = 'checkpoints/sync-test.safetensors';
+    const bytes = randomBytes(3 * 1024 * 1024);
+    const model = await createModel(s, modelPath, bytes);
 
-  // the manifest lists it (full active set, presigned URL)
-  const m1 = await manifestOf(s);
-  assert.equal(m1.models.length, 1);
-  assert.equal(m1.models[0]?.model_path, modelPath);
-  assert.equal(m1.models[0]?.sha256, sha256(bytes));
-  assert.equal(m1.models[0]?.size, bytes.length);
-  assert.match(m1.models[0]?.download_url ?? '', /^http/);
-  assert.ok(m1.expires_at_ms > Date.now());
+    // the manifest lists it (full active set, presigned URL)
+    const m1 = await manifestOf(s);
+    assert.equal(m1.models.length, 1);
+    assert.equal(m1.models[0]?.model_path, modelPath);
+    assert.equal(m1.models[0]?.sha256, sha256(bytes));
+    assert.equal(m1.models[0]?.size, bytes.length);
+    assert.match(m1.models[0]?.download_url ?? '', /^http/);
+    assert.ok(m1.expires_at_ms > Date.now());
 
-  // two tasks wait before any agent exists: the OLDER one requires the model, the newer one does not
-  const wfNeeds = await createWorkflow(t, s, tinyGraph(), { required_models: [modelPath] });
-  const wfPlain = await createWorkflow(t, s, tinyGraph());
-  const needsTask = await runWorkflow(t, s, wfNeeds, { prompt: 'needs the model' });
-  const plainTask = await runWorkflow(t, s, wfPlain, { prompt: 'plain' });
-  await waitTask(t, s, needsTask, (x) => x.task_status === 'waiting', 'waiting (no agent)');
+    // two tasks wait before any agent exists: the OLDER one requires the model, the newer one does not
+    const wfNeeds = await createWorkflow(t, s, tinyGraph(), { required_models: [modelPath] });
+    const wfPlain = await createWorkflow(t, s, tinyGraph());
+    const needsTask = await runWorkflow(t, s, wfNeeds, { prompt: 'needs the model' });
+    const plainTask = await runWorkflow(t, s, wfPlain, { prompt: 'plain' });
+    await waitTask(t, s, needsTask, (x) => x.task_status === 'waiting', 'waiting (no agent)');
 
-  // an agent with an empty models dir that syncs only when a task provisions
-  const modelsDir = join(tmpDir('gantry-sync-a-'), 'models');
-  const a1 = agent(s, ['--models-dir', modelsDir, '--machine-id', `sync-a-${s.user.teamId}`, '--sync-interval-s', '0']);
-  // the hello carried no model, so the first AgentInfo already says needsSync: the plain task is
-  // assigned with provision=true (the one requiring the model cannot go to this agent yet)
-  const plain = await waitTask(t, s, plainTask, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
-  assert.equal(plain.task_status, 'completed', JSON.stringify(plain));
-  const plainStatuses = await statusEvents(plainTask);
-  const seq = plainStatuses.map((e) => e.status);
-  assert.ok(seq.includes('provisioning'), `status sequence ${seq.join(' > ')} passes through provisioning`);
-  assert.deepEqual(seq.slice(seq.indexOf('provisioning')), ['provisioning', 'queued', 'running'], `after provisioning: ${seq.join(' > ')}`);
-  await a1.waitLine((l) => l.msg === 'sync done' && Array.isArray(l.downloaded) && l.downloaded.includes(modelPath), 'sync done');
+    // an agent with an empty models dir that syncs only when a task provisions
+    const modelsDir = join(tmpDir('gantry-sync-a-'), 'models');
+    const a1 = agent(s, ['--models-dir', modelsDir, '--machine-id', `sync-a-${s.user.teamId}`, '--sync-interval-s', '0']);
+    // the hello carried no model, so the first AgentInfo already says needsSync: the plain task is
+    // assigned with provision=true (the one requiring the model cannot go to this agent yet)
+    const plain = await waitTask(t, s, plainTask, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
+    assert.equal(plain.task_status, 'completed', JSON.stringify(plain));
+    const plainStatuses = await statusEvents(plainTask);
+    const seq = plainStatuses.map((e) => e.status);
+    assert.ok(seq.includes('provisioning'), `status sequence ${seq.join(' > ')} passes through provisioning`);
+    assert.deepEqual(seq.slice(seq.indexOf('provisioning')), ['provisioning', 'queued', 'running'], `after provisioning: ${seq.join(' > ')}`);
+    await a1.waitLine((l) => l.msg === 'sync done' && Array.isArray(l.downloaded) && l.downloaded.includes(modelPath), 'sync done');
 
-  // the file is in place with the registry's checksum, and the inventory says so
-  assert.equal(fileSha(join(modelsDir, modelPath)), sha256(bytes));
-  const row = await waitFor('the agent inventory with the model', async () => {
-    const r = await agentRow(s, `sync-a-${s.user.teamId}`);
-    return r?.models.includes(modelPath) ? r : null;
+    // the file is in place with the registry's checksum, and the inventory says so
+    assert.equal(fileSha(join(modelsDir, modelPath)), sha256(bytes));
+    const row = await waitFor('the agent inventory with the model', async () => {
+      const r = await agentRow(s, `sync-a-${s.user.teamId}`);
+      return r?.models.includes(modelPath) ? r : null;
+    });
+    const api = await t.http.get(`/agents/${row.id}`, as(s));
+    assert.equal(api.status, 200, api.text);
+
+    // the older task requiring the model was skipped until then, and now runs on that agent
+    const needs = await waitTask(t, s, needsTask, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
+    assert.equal(needs.task_status, 'completed', JSON.stringify(needs));
+    assert.equal(needs.agent_id, row.id);
+    const needsStatuses = await statusEvents(needsTask);
+    const provisioningAt = plainStatuses.find((e) => e.status === 'provisioning')?.at ?? 0;
+    const needsAssignedAt = needsStatuses.find((e) => e.status === 'queued' || e.status === 'provisioning')?.at ?? 0;
+    assert.ok(needsAssignedAt >= provisioningAt, `the task requiring the model was assigned (${needsAssignedAt}) only after the plain task provisioned the agent (${provisioningAt})`);
+    assert.ok(!needsStatuses.some((e) => e.status === 'provisioning'), 'the agent had synced: no provisioning for the second task');
+
+    // disable it: the next manifest excludes it
+    const dis = await t.http.put(`/models/${model.id}`, { model_status: 'disabled' }, as(s));
+    assert.equal(dis.status, 200, dis.text);
+    const small = randomBytes(100_000);
+    const smallPath = 'loras/small-lora.safetensors';
+    await createModel(s, smallPath, small);
+    const m2 = await manifestOf(s);
+    assert.deepEqual(
+      m2.models.map((x) => x.model_path),
+      [smallPath],
+    );
+
+    // a fresh agent with an empty models dir (default: syncs at start) downloads only the active one
+    const base = tmpDir('gantry-sync-b-');
+    const modelsDir2 = join(base, 'models');
+    const nodesDir2 = join(base, 'custom_nodes');
+    const machine2 = `sync-b-${s.user.teamId}`;
+    const a2 = agent(s, ['--models-dir', modelsDir2, '--machine-id', machine2]);
+    await waitFor('the small model on the fresh agent', () => fileSha(join(modelsDir2, smallPath)) === sha256(small), 20_000);
+    await waitFor('the fresh agent inventory', async () => (await agentRow(s, machine2))?.models.includes(smallPath));
+    assert.equal(existsSync(join(modelsDir2, modelPath)), false, 'the disabled model was not synced');
+    assert.ok(!(await agentRow(s, machine2))?.models.includes(modelPath));
+    // nothing left behind by the download
+    assert.equal(existsSync(join(modelsDir2, '.gantry-tmp')), false);
+
+    // a custom node package: the registry change hints this node's agents, which install it at once
+    const src = tmpDir('gantry-node-src-');
+    mkdirSync(join(src, 'ComfyUI-Sync-Test-main'));
+    writeFileSync(join(src, 'ComfyUI-Sync-Test-main', '__init__.py'), 'NODE_CLASS_MAPPINGS = {}\n');
+    writeFileSync(join(src, 'ComfyUI-Sync-Test-main', 'nodes.py'), '# nodes\n');
+    execFileSync('tar', ['-czf', join(src, 'pkg.tar.gz'), '-C', src, 'ComfyUI-Sync-Test-main']);
+    await createNode(s, 'ComfyUI-Sync-Test', '1.2.0', readFileSync(join(src, 'pkg.tar.gz')));
+    await waitFor('the package unpacked into custom_nodes/ComfyUI-Sync-Test', () => existsSync(join(nodesDir2, 'ComfyUI-Sync-Test', '__init__.py')), 20_000);
+    assert.equal(readFileSync(join(nodesDir2, 'ComfyUI-Sync-Test', 'nodes.py'), 'utf8'), '# nodes\n');
+    await waitFor('the inventory with ComfyUI-Sync-Test@1.2.0', async () => (await agentRow(s, machine2))?.custom_nodes.includes('ComfyUI-Sync-Test@1.2.0'));
+    const m3 = await manifestOf(s);
+    assert.deepEqual(
+      m3.custom_nodes.map((n) => n.inventory_name),
+      ['ComfyUI-Sync-Test@1.2.0'],
+    );
+    await a2.waitLine((l) => l.msg === 'sync requested' && l.why === 'server hint', 'a sync hint');
+    // the agent that syncs only when provisioning ignored the hint
+    assert.equal(existsSync(join(modelsDir, '..', 'custom_nodes', 'ComfyUI-Sync-Test')), false);
   });
-  const api = await t.http.get(`/agents/${row.id}`, as(s));
-  assert.equal(api.status, 200, api.text);
+}
 
-  // the older task requiring the model was skipped until then, and now runs on that agent
-  const needs = await waitTask(t, s, needsTask, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
-  assert.equal(needs.task_status, 'completed', JSON.stringify(needs));
-  assert.equal(needs.agent_id, row.id);
-  const needsStatuses = await statusEvents(needsTask);
-  const provisioningAt = plainStatuses.find((e) => e.status === 'provisioning')?.at ?? 0;
-  const needsAssignedAt = needsStatuses.find((e) => e.status === 'queued' || e.status === 'provisioning')?.at ?? 0;
-  assert.ok(needsAssignedAt >= provisioningAt, `the task requiring the model was assigned (${needsAssignedAt}) only after the plain task provisioned the agent (${provisioningAt})`);
-  assert.ok(!needsStatuses.some((e) => e.status === 'provisioning'), 'the agent had synced: no provisioning for the second task');
+for (const tr of AGENT_TRANSPORTS) {
+  test(`[${tr}] model sync: a model that cannot be synced (checksum mismatch, a legacy path agents refuse) fails only the tasks whose workflow requires it`, async () => {
+    transport = tr;
+    const s = await setupTeam(t);
+    const modelPath = 'checkpoints/corrupt.safetensors';
+    const bytes = randomBytes(200_000);
+    const model = await createModel(s, modelPath, bytes);
+    // the stored object changes behind the registry's back (same size, other bytes)
+    await t.node.objectStore.put(model.storageKey, randomBytes(bytes.length), { contentLength: bytes.length });
+    // a row accepted before the API applied the agents' path rule (issue 12): every agent refuses it
+    const legacy = await createModel(s, 'loras/legacy.safetensors', randomBytes(1000));
+    await sql.query(`update models set model_path = 'loras/.' where id = $1`, [legacy.id]);
+    assert.deepEqual((await manifestOf(s)).models.map((m) => m.model_path).sort(), [modelPath, 'loras/.']);
 
-  // disable it: the next manifest excludes it
-  const dis = await t.http.put(`/models/${model.id}`, { model_status: 'disabled' }, as(s));
-  assert.equal(dis.status, 200, dis.text);
-  const small = randomBytes(100_000);
-  const smallPath = 'loras/small-lora.safetensors';
-  await createModel(s, smallPath, small);
-  const m2 = await manifestOf(s);
-  assert.deepEqual(
-    m2.models.map((x) => x.model_path),
-    [smallPath],
-  );
+    // the agent has an older copy of the corrupt model (so a workflow requiring it can be scheduled on it)
+    const modelsDir = join(tmpDir('gantry-sync-c-'), 'models');
+    mkdirSync(join(modelsDir, 'checkpoints'), { recursive: true });
+    const stale = randomBytes(bytes.length);
+    writeFileSync(join(modelsDir, modelPath), stale);
+    const a = agent(s, ['--models-dir', modelsDir, '--sync-interval-s', '0']);
 
-  // a fresh agent with an empty models dir (default: syncs at start) downloads only the active one
-  const base = tmpDir('gantry-sync-b-');
-  const modelsDir2 = join(base, 'models');
-  const nodesDir2 = join(base, 'custom_nodes');
-  const machine2 = `sync-b-${s.user.teamId}`;
-  const a2 = agent(s, ['--models-dir', modelsDir2, '--machine-id', machine2]);
-  await waitFor('the small model on the fresh agent', () => fileSha(join(modelsDir2, smallPath)) === sha256(small), 20_000);
-  await waitFor('the fresh agent inventory', async () => (await agentRow(s, machine2))?.models.includes(smallPath));
-  assert.equal(existsSync(join(modelsDir2, modelPath)), false, 'the disabled model was not synced');
-  assert.ok(!(await agentRow(s, machine2))?.models.includes(modelPath));
-  // nothing left behind by the download
-  assert.equal(existsSync(join(modelsDir2, '.gantry-tmp')), false);
+    // a workflow that needs no model: provisioned (the agent lacks loras/.), both entries skipped, completed
+    const wf = await createWorkflow(t, s, tinyGraph());
+    const taskId = await runWorkflow(t, s, wf, { prompt: 'x' });
+    const done = await waitTask(t, s, taskId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
+    assert.equal(done.task_status, 'completed', JSON.stringify(done));
+    assert.ok((await statusEvents(taskId)).some((e) => e.status === 'provisioning'), 'it went through provisioning');
+    const skipped = await a.waitLine((l) => String(l.msg).startsWith('sync: entries skipped'), 'the skipped entries logged');
+    const errors = (skipped.skipped as string[]).join(' | ');
+    assert.match(errors, /model checkpoints\/corrupt\.safetensors: checksum mismatch/);
+    assert.match(errors, /model_path "loras\/\." refused/);
 
-  // a custom node package: the registry change hints this node's agents, which install it at once
-  const src = tmpDir('gantry-node-src-');
-  mkdirSync(join(src, 'ComfyUI-Sync-Test-main'));
-  writeFileSync(join(src, 'ComfyUI-Sync-Test-main', '__init__.py'), 'NODE_CLASS_MAPPINGS = {}\n');
-  writeFileSync(join(src, 'ComfyUI-Sync-Test-main', 'nodes.py'), '# nodes\n');
-  execFileSync('tar', ['-czf', join(src, 'pkg.tar.gz'), '-C', src, 'ComfyUI-Sync-Test-main']);
-  await createNode(s, 'ComfyUI-Sync-Test', '1.2.0', readFileSync(join(src, 'pkg.tar.gz')));
-  await waitFor('the package unpacked into custom_nodes/ComfyUI-Sync-Test', () => existsSync(join(nodesDir2, 'ComfyUI-Sync-Test', '__init__.py')), 20_000);
-  assert.equal(readFileSync(join(nodesDir2, 'ComfyUI-Sync-Test', 'nodes.py'), 'utf8'), '# nodes\n');
-  await waitFor('the inventory with ComfyUI-Sync-Test@1.2.0', async () => (await agentRow(s, machine2))?.custom_nodes.includes('ComfyUI-Sync-Test@1.2.0'));
-  const m3 = await manifestOf(s);
-  assert.deepEqual(
-    m3.custom_nodes.map((n) => n.inventory_name),
-    ['ComfyUI-Sync-Test@1.2.0'],
-  );
-  await a2.waitLine((l) => l.msg === 'sync requested' && l.why === 'server hint', 'a sync hint');
-  // the agent that syncs only when provisioning ignored the hint
-  assert.equal(existsSync(join(modelsDir, '..', 'custom_nodes', 'ComfyUI-Sync-Test')), false);
-});
-
-test('model sync: a model that cannot be synced (checksum mismatch, a legacy path agents refuse) fails only the tasks whose workflow requires it', async () => {
-  const s = await setupTeam(t);
-  const modelPath = 'checkpoints/corrupt.safetensors';
-  const bytes = randomBytes(200_000);
-  const model = await createModel(s, modelPath, bytes);
-  // the stored object changes behind the registry's back (same size, other bytes)
-  await t.node.objectStore.put(model.storageKey, randomBytes(bytes.length), { contentLength: bytes.length });
-  // a row accepted before the API applied the agents' path rule (issue 12): every agent refuses it
-  const legacy = await createModel(s, 'loras/legacy.safetensors', randomBytes(1000));
-  await sql.query(`update models set model_path = 'loras/.' where id = $1`, [legacy.id]);
-  assert.deepEqual((await manifestOf(s)).models.map((m) => m.model_path).sort(), [modelPath, 'loras/.']);
-
-  // the agent has an older copy of the corrupt model (so a workflow requiring it can be scheduled on it)
-  const modelsDir = join(tmpDir('gantry-sync-c-'), 'models');
-  mkdirSync(join(modelsDir, 'checkpoints'), { recursive: true });
-  const stale = randomBytes(bytes.length);
-  writeFileSync(join(modelsDir, modelPath), stale);
-  const a = agent(s, ['--models-dir', modelsDir, '--sync-interval-s', '0']);
-
-  // a workflow that needs no model: provisioned (the agent lacks loras/.), both entries skipped, completed
-  const wf = await createWorkflow(t, s, tinyGraph());
-  const taskId = await runWorkflow(t, s, wf, { prompt: 'x' });
-  const done = await waitTask(t, s, taskId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
-  assert.equal(done.task_status, 'completed', JSON.stringify(done));
-  assert.ok((await statusEvents(taskId)).some((e) => e.status === 'provisioning'), 'it went through provisioning');
-  const skipped = await a.waitLine((l) => String(l.msg).startsWith('sync: entries skipped'), 'the skipped entries logged');
-  const errors = (skipped.skipped as string[]).join(' | ');
-  assert.match(errors, /model checkpoints\/corrupt\.safetensors: checksum mismatch/);
-  assert.match(errors, /model_path "loras\/\." refused/);
-
-  // a workflow requiring the corrupt model fails with a clear error naming it (not the unrelated one)
-  const wfNeeds = await createWorkflow(t, s, tinyGraph(), { required_models: [modelPath] });
-  const needsId = await runWorkflow(t, s, wfNeeds, { prompt: 'y' });
-  const failed = await waitTask(t, s, needsId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
-  assert.equal(failed.task_status, 'failed', JSON.stringify(failed));
-  const msg = String(failed.error ?? failed.error_message ?? JSON.stringify(failed));
-  assert.match(msg, /provisioning failed: .*requires: model checkpoints\/corrupt\.safetensors: checksum mismatch/);
-  assert.doesNotMatch(msg, /loras/);
-  await a.waitLine((l) => l.msg === 'task failed' && l.code === 'download_failed' && l.task_id === needsId, 'the failure log line');
-  assert.deepEqual(readFileSync(join(modelsDir, modelPath)), stale, 'the older copy was left in place');
-  assert.equal(existsSync(join(modelsDir, '.gantry-tmp')), false, 'no temp file left');
-});
+    // a workflow requiring the corrupt model fails with a clear error naming it (not the unrelated one)
+    const wfNeeds = await createWorkflow(t, s, tinyGraph(), { required_models: [modelPath] });
+    const needsId = await runWorkflow(t, s, wfNeeds, { prompt: 'y' });
+    const failed = await waitTask(t, s, needsId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
+    assert.equal(failed.task_status, 'failed', JSON.stringify(failed));
+    const msg = String(failed.error ?? failed.error_message ?? JSON.stringify(failed));
+    assert.match(msg, /provisioning failed: .*requires: model checkpoints\/corrupt\.safetensors: checksum mismatch/);
+    assert.doesNotMatch(msg, /loras/);
+    await a.waitLine((l) => l.msg === 'task failed' && l.code === 'download_failed' && l.task_id === needsId, 'the failure log line');
+    assert.deepEqual(readFileSync(join(modelsDir, modelPath)), stale, 'the older copy was left in place');
+    assert.equal(existsSync(join(modelsDir, '.gantry-tmp')), false, 'no temp file left');
+  });
+}

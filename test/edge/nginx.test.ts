@@ -1,7 +1,8 @@
 // The reverse proxy the README requires (issue 12, fault 4): the pinned uWebSockets.js build answers
 // HTTP/1.0 (and a request line split across two TCP reads) with 505; deploy/nginx/gantry.conf puts
-// Debian's nginx in front of a real node and must carry HTTP/1.0 clients, authenticated API calls
-// and an unbuffered SSE stream through.
+// Debian's nginx in front of a real node and must carry HTTP/1.0 clients, authenticated API calls,
+// an unbuffered SSE stream and agents over WebSocket (a task, the agent tunnel and a container
+// service, with the agent's only connection through nginx) through.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -15,6 +16,10 @@ import { FakeAgent } from '../helpers/fake-agent.js';
 import { waitForStatus } from '../helpers/tasks.js';
 import { SseClient, label, submitAs } from '../events/helpers.js';
 import { rawHttp, firstResponse } from './raw-http.js';
+import http from 'node:http';
+import WebSocket from 'ws';
+import { createWorkflow, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitFor, waitTask, type AgentProcess } from '../agents/helpers.js';
+import { writeApp } from '../gateway/fixture.js';
 
 const NGINX = '/usr/sbin/nginx';
 const SKIP = existsSync(NGINX) ? false : `nginx is not installed (${NGINX} missing; apt-get install nginx-light): the proxy test needs Debian's nginx`;
@@ -100,7 +105,11 @@ before(async () => {
   await accepting(proxyPort, 10_000);
 });
 
+const agentProcs: AgentProcess[] = [];
 after(async () => {
+  for (const p of agentProcs) p.kill('SIGTERM');
+  await Promise.race([Promise.all(agentProcs.map((p) => p.exited)), new Promise((r) => setTimeout(r, 8_000))]);
+  for (const p of agentProcs) p.kill('SIGKILL');
   if (nginx && nginx.exitCode === null) {
     nginx.kill('SIGQUIT');
     await nginxExit;
@@ -181,5 +190,79 @@ test('through nginx: requests this uWS build drops without an answer get one', {
     const r = await rawHttp(proxyPort, [req], BOUND_MS, true);
     assert.equal(r.timedOut, false, `${name}: ${JSON.stringify(r.data)}`);
     assert.equal(firstResponse(r.data).status, 400, `${name}: ${JSON.stringify(r.data)}`);
+  }
+});
+
+test('through nginx: an agent over WebSocket (its only connection) runs a task, serves its tunnel and a container service (exec runtime)', { skip: SKIP, timeout: 120_000 }, async () => {
+  const s = await setupTeam(t);
+  const mgmt = { token: s.user.accessToken, team: s.user.teamId };
+  const viaNginx = `ws://127.0.0.1:${proxyPort}`;
+  // a bad ak- through nginx: the node's 401, before any upgrade
+  const refused = await new Promise<number>((resolve) => {
+    const ws = new WebSocket(`${viaNginx}/api/v1/agents/connect`, { headers: { authorization: 'Bearer ak-not-a-credential' } });
+    ws.on('unexpected-response', (_q, res) => resolve(res.statusCode ?? 0));
+    ws.on('open', () => resolve(101));
+    ws.on('error', () => resolve(-1));
+  });
+  assert.equal(refused, 401);
+
+  const ui = http.createServer((req, res) => res.end(`agent ui ${req.method} ${req.url}`));
+  await new Promise<void>((r) => ui.listen(0, '127.0.0.1', () => r()));
+  const uiPort = (ui.address() as AddressInfo).port;
+  const app = writeApp();
+  try {
+    const agent = spawnAgent(
+      ['--server', viaNginx, '--credential', s.ak.value, '--executor', 'simulate', '--simulate-duration-ms', '200', '--simulate-steps', '3', '--state-dir', tmpDir('gantry-nginx-agent-'), '--container-runtime', 'exec', '--container-health-interval-ms', '200', '--tunnel-url', `http://127.0.0.1:${uiPort}`],
+      { LOG_LEVEL: 'info' },
+    );
+    agentProcs.push(agent);
+    const hello = await agent.waitLine((l) => l.msg === 'connected to the server', 'the agent to connect through nginx', 30_000);
+    assert.equal(hello.server, viaNginx);
+    assert.equal(hello.transport, 'ws');
+    const agentId = hello.agent_id as string;
+
+    // a task: assigned, progress, presigned output upload and result, all over the socket through nginx
+    const wf = await createWorkflow(t, s, tinyGraph());
+    const taskId = await runWorkflow(t, s, wf, { prompt: 'through nginx' });
+    const done = await waitTask(t, s, taskId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status), 'terminal', 30_000);
+    assert.equal(done.task_status, 'completed', JSON.stringify(done));
+    assert.equal(done.agent_id, agentId);
+    const res = await t.http.get(`/r/tasks/${taskId}/result`, { token: s.sk.value });
+    assert.equal(res.status, 200, res.text);
+    assert.equal((await fetch(res.body.download_url as string)).status, 200);
+
+    // the agent tunnel: the agent's local port, reached through the gateway and the agent's socket
+    await waitFor('tunnel active', async () => (await t.http.get(`/agents/${agentId}/tunnel`, mgmt)).body.is_active === true, 15_000);
+    const page = await fetch(`${t.baseUrl}/agents/${agentId}/tunnel/some/page?x=1`, { headers: { authorization: `Bearer ${s.user.accessToken}`, 'x-team-id': s.user.teamId } });
+    assert.equal(page.status, 200);
+    assert.equal(await page.text(), 'agent ui GET /some/page?x=1');
+
+    // a container service on the agent (exec runtime): started by a container command, traffic through the tunnel
+    const created = await t.http.post('/containers', { service_slug: 'nginx-echo', display_name: 'echo', docker_image: JSON.stringify(['node', app.script]), exposed_port: 8080, health_path: '/health', replica_count: 1 }, mgmt);
+    assert.equal(created.status, 200, created.text);
+    const id = created.body.id as string;
+    assert.equal((await t.http.post(`/containers/${id}/deploy`, {}, mgmt)).status, 200);
+    await waitFor('the service running', async () => {
+      const r = await t.http.get(`/containers/${id}`, mgmt);
+      return r.body.service_status === 'running' && r.body.deploy_status.healthy === 1;
+    }, 30_000);
+    const echo = await fetch(`${t.baseUrl}/r/containers/nginx-echo/echo?via=nginx`, { method: 'POST', headers: { authorization: `Bearer ${s.sk.value}`, 'content-type': 'text/plain' }, body: 'over the agent websocket' });
+    assert.equal(echo.status, 201);
+    const ej = (await echo.json()) as { body: string; query: Record<string, string> };
+    assert.equal(ej.body, 'over the agent websocket');
+    assert.equal(ej.query.via, 'nginx');
+    const who = (await (await fetch(`${t.baseUrl}/r/containers/nginx-echo/whoami`, { headers: { authorization: `Bearer ${s.sk.value}` } })).json()) as { pid: number };
+    assert.equal((await t.http.post(`/containers/${id}/undeploy`, {}, mgmt)).status, 200);
+    await waitFor('the instance process stopped', () => {
+      try {
+        process.kill(who.pid, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, 15_000);
+  } finally {
+    ui.close();
+    rmSync(app.dir, { recursive: true, force: true });
   }
 });

@@ -1,7 +1,9 @@
 /**
  * The container gateway end to end on one node: two `gantry agent --container-runtime exec` child
  * processes, a service (the test app in fixture.ts) deployed with 2 replicas, and real HTTP,
- * WebSocket and SSE through /r/containers/{slug}/* and /r/invoke/{slug}.
+ * WebSocket and SSE through /r/containers/{slug}/* and /r/invoke/{slug}. The two agents use the two
+ * agent transports (AGENT_TRANSPORTS: one over gRPC, one over the WebSocket on the HTTP port), so the
+ * replicas' tunnels run over both.
  */
 import net from 'node:net';
 import { test, before, after } from 'node:test';
@@ -10,7 +12,7 @@ import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import WebSocket from 'ws';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { pairDevice } from '../helpers/identity.js';
-import { setupTeam, spawnAgent, tmpDir, waitFor, type AgentProcess, type TeamSetup } from '../agents/helpers.js';
+import { AGENT_TRANSPORTS, agentServer, setupTeam, spawnAgent, tmpDir, waitFor, type AgentProcess, type TeamSetup } from '../agents/helpers.js';
 import { writeApp, sha256 } from './fixture.js';
 
 let t: TestNode;
@@ -25,10 +27,12 @@ const json = (o: unknown) => JSON.stringify(o);
 const mgmt = () => ({ token: s.user.accessToken, team: s.user.teamId });
 
 const stateDirs = new Map<string, string>();
+/** Agent i speaks transport i (of the ones under test). */
+const transportOf = (machineId: string) => AGENT_TRANSPORTS[machines.indexOf(machineId) % AGENT_TRANSPORTS.length] ?? 'grpc';
 function agent(machineId: string): AgentProcess {
   if (!stateDirs.has(machineId)) stateDirs.set(machineId, tmpDir('gw-agent-'));
   const p = spawnAgent(
-    ['--server', `127.0.0.1:${t.node.grpcPort}`, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', stateDirs.get(machineId) as string, '--machine-id', machineId, '--container-runtime', 'exec', '--container-health-interval-ms', '200', '--tunnel-url', 'none'],
+    ['--server', agentServer(t.node, transportOf(machineId)), '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', stateDirs.get(machineId) as string, '--machine-id', machineId, '--container-runtime', 'exec', '--container-health-interval-ms', '200', '--tunnel-url', 'none'],
     { LOG_LEVEL: 'info' },
   );
   procs.push(p);
@@ -107,6 +111,8 @@ after(async () => {
 });
 
 test('deployed with 2 replicas on 2 agents; the record shows both instances and hides env values from sk-', async () => {
+  for (const [i, m] of machines.entries())
+    await (procs[i] as AgentProcess).waitLine((l) => l.msg === 'connected to the server' && l.transport === transportOf(m), `${m} connected over ${transportOf(m)}`);
   const sv = await service(serviceId);
   assert.equal(sv.service_status, 'running');
   assert.equal(sv.instance_list.length, 2);

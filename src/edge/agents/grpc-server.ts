@@ -4,6 +4,11 @@
  * (team, machine_id), opens an AgentSessions session (the integration point with the agent actor)
  * and forwards what the agent says, faithfully (the actors fence stale attempts/epochs).
  *
+ * It is also the session layer of the WebSocket transport (ws-transport.ts: the same protocol on
+ * the HTTP port): a stream is an AgentLink (write a ServerMessage, end with a status), whatever
+ * carries it; hello, windows, credit, heartbeats, tunnels, container commands and the unary calls
+ * are handled here once, for both.
+ *
  * Flow control: see src/protocol/agent-wire.ts and docs/api.md. Server->agent messages wait for credit
  * (the agent's window); agent->server messages are processed one at a time, in order, and returned
  * as credit once processed. An agent that exceeds our window is cut off (RESOURCE_EXHAUSTED).
@@ -124,6 +129,32 @@ export interface AgentGrpcServerOptions {
 
 type Call = grpc.ServerDuplexStream<AgentMessage__Output, ServerMessage>;
 
+/** A stream as the session layer sees it, whichever transport carries it (gRPC call, WebSocket). */
+export interface AgentLink {
+  readonly peer: string;
+  readonly transport: 'grpc' | 'ws';
+  /** Writes one message; false when the transport cannot take it (the stream is gone). */
+  write(m: ServerMessage): boolean;
+  /** Ends the stream: with a gRPC status (an error), or null for a clean end. */
+  end(status: { code: grpc.status; details: string } | null): void;
+}
+
+/** What a transport feeds into an open stream. */
+export interface AgentStreamInput {
+  /** One message from the agent (decoded from the transport's framing). */
+  data(m: AgentMessage__Output): void;
+  /** The agent ended its side cleanly. */
+  halfClosed(): void;
+  /** The transport is gone (reset, closed). */
+  gone(): void;
+}
+
+/** The verified caller of a stream or unary call. */
+export type AgentIdent = { credentialId: string; teamId: string };
+
+/** A unary call's result (the gRPC transport answers with it; the WebSocket one frames it). */
+export type UnaryOutcome<T> = { ok: true; value: T } | { ok: false; code: grpc.status; details: string };
+
 /** Why the server ends a stream: the error (its kind gives the gRPC status through the error map) and whether the agent must not reconnect. */
 interface EndReason {
   error: AppError;
@@ -132,7 +163,9 @@ interface EndReason {
 
 interface Conn {
   seq: number;
-  call: Call;
+  link: AgentLink;
+  /** The ak- the stream authenticated with (re-verified on heartbeats). */
+  token: string;
   credentialId: string;
   teamId: string;
   peer: string;
@@ -256,6 +289,15 @@ export class AgentGrpcServer {
     });
   }
 
+  /**
+   * Ends the streams one transport carries (non-fatal: the agents reconnect, to another node of
+   * their --server list or here later): the HTTP edge's shutdown ends the WebSocket ones this way
+   * before it closes its sockets.
+   */
+  endTransport(transport: AgentLink['transport']): void {
+    for (const c of [...this.conns]) if (c.link.transport === transport) this.endConn(c, { error: unavailable('server_shutting_down', 'the server is shutting down; reconnect'), fatal: false });
+  }
+
   /** DELETE /agents/{id}: ends the agent's stream (fatal for it) and releases its tasks now. */
   kickAgent(agentId: string, code = 'agent_deleted', message = 'this agent was deleted by a team admin'): void {
     const reason: EndReason = { error: new AppError('not_found', code, message), fatal: true };
@@ -300,6 +342,18 @@ export class AgentGrpcServer {
   // ---------------------------------------------------------------------------------------------
   // stream
 
+  /** Whether new streams are refused (the node is stopping). */
+  get isStopping(): boolean {
+    return this.stopping;
+  }
+
+  /** Verifies a stream's or call's ak- (`Authorization: Bearer ak-...`); throws unauthorized AppErrors. */
+  async authenticate(token: string | null): Promise<AgentIdent> {
+    if (this.stopping) throw unavailable('server_shutting_down', 'the server is shutting down');
+    if (!token) throw new AppError('unauthorized', 'credential_missing', 'authorization: Bearer ak-... is required');
+    return this.o.verifyCredential(token);
+  }
+
   private onConnect(call: Call): void {
     const token = bearer(call.metadata);
     const peer = call.getPeer();
@@ -308,43 +362,69 @@ export class AgentGrpcServer {
       if (g.unexpected) this.log.error({ err: e, peer }, 'agent stream setup failed');
       call.emit('error', { code: g.code, details: g.details });
     };
-    if (this.stopping) return fail(unavailable('server_shutting_down', 'the server is shutting down'));
-    if (!token) return fail(new AppError('unauthorized', 'credential_missing', 'authorization: Bearer ak-... is required'));
-    this.o.verifyCredential(token).then((ident) => {
+    this.authenticate(token).then((ident) => {
       if (call.cancelled || this.stopping) {
         if (!call.cancelled) fail(unavailable('server_shutting_down', 'the server is shutting down'));
         return;
       }
-      const now = this.now();
-      const conn: Conn = {
-        seq: ++this.seq,
-        call,
-        credentialId: ident.credentialId,
-        teamId: ident.teamId,
+      const link: AgentLink = {
         peer,
-        agentId: null,
-        sessionId: null,
-        machineId: null,
-        info: null,
-        gate: null,
-        queue: [],
-        credit: new CreditReturner(this.window, (grant) => this.write(conn, { credit: { grant } })),
-        inflight: 0,
-        chain: Promise.resolve(),
-        openedAt: now,
-        lastSeenAt: now,
-        lastVerifiedAt: now,
-        closed: false,
-        pendingEnd: null,
-        tunnels: null,
+        transport: 'grpc',
+        write: (m) => {
+          // bounded by the window: the grpc-js write buffer never holds more than `window` messages
+          call.write(m);
+          return true;
+        },
+        end: (st) => {
+          if (st) call.emit('error', { code: st.code, details: st.details });
+          else call.end();
+        },
       };
-      this.conns.add(conn);
-      call.on('data', (m: AgentMessage__Output) => this.onData(conn, m));
-      call.on('end', () => this.endConn(conn, null));
-      call.on('cancelled', () => this.dropConn(conn));
-      call.on('error', () => this.dropConn(conn));
-      call.on('close', () => this.dropConn(conn));
+      const input = this.attachStream(ident, token as string, link);
+      call.on('data', (m: AgentMessage__Output) => input.data(m));
+      call.on('end', () => input.halfClosed());
+      call.on('cancelled', () => input.gone());
+      call.on('error', () => input.gone());
+      call.on('close', () => input.gone());
     }, fail);
+  }
+
+  /**
+   * Opens a stream on an authenticated link (the ak- was verified by the transport: gRPC metadata
+   * or the WebSocket handshake); the first message must be hello. The transport feeds the returned
+   * input; everything else (session, window, credit, tunnels) is the same for every transport.
+   */
+  attachStream(ident: AgentIdent, token: string, link: AgentLink): AgentStreamInput {
+    const now = this.now();
+    const conn: Conn = {
+      seq: ++this.seq,
+      link,
+      token,
+      credentialId: ident.credentialId,
+      teamId: ident.teamId,
+      peer: link.peer,
+      agentId: null,
+      sessionId: null,
+      machineId: null,
+      info: null,
+      gate: null,
+      queue: [],
+      credit: new CreditReturner(this.window, (grant) => this.write(conn, { credit: { grant } })),
+      inflight: 0,
+      chain: Promise.resolve(),
+      openedAt: now,
+      lastSeenAt: now,
+      lastVerifiedAt: now,
+      closed: false,
+      pendingEnd: null,
+      tunnels: null,
+    };
+    this.conns.add(conn);
+    return {
+      data: (m) => this.onData(conn, m),
+      halfClosed: () => this.endConn(conn, null),
+      gone: () => this.dropConn(conn),
+    };
   }
 
   private onData(c: Conn, raw: AgentMessage__Output): void {
@@ -505,7 +585,7 @@ export class AgentGrpcServer {
     this.write(c, {
       welcome: { agent_id: row.id, session_id: sessionId, heartbeat_interval_s: this.o.heartbeatIntervalS, window: this.window, team_id: c.teamId, server_version: this.o.serverVersion ?? PROTOCOL_VERSION },
     });
-    this.log.info({ agent_id: row.id, machine_id: machineId, session_id: sessionId, peer: c.peer, running: running.length, slots }, 'agent connected');
+    this.log.info({ agent_id: row.id, machine_id: machineId, session_id: sessionId, peer: c.peer, transport: c.link.transport, running: running.length, slots }, 'agent connected');
   }
 
   /** needsSync for an inventory; true when the check fails (a needless sync is harmless, a skipped one is not). */
@@ -536,9 +616,8 @@ export class AgentGrpcServer {
     // revocation/expiry take effect on the next heartbeat even without the revoke hook (other nodes)
     if (now - c.lastVerifiedAt >= this.o.heartbeatIntervalS * 1000 - 50) {
       c.lastVerifiedAt = now;
-      const token = bearer(c.call.metadata) ?? '';
       try {
-        await this.o.verifyCredential(token);
+        await this.o.verifyCredential(c.token);
       } catch (e) {
         if (isAppError(e) && e.kind === 'unauthorized') {
           this.revokeConn(c);
@@ -674,9 +753,7 @@ export class AgentGrpcServer {
   private write(c: Conn, m: ServerMessage): boolean {
     if (c.closed) return false;
     try {
-      // bounded by the window: the grpc-js write buffer never holds more than `window` messages
-      c.call.write(m);
-      return true;
+      return c.link.write(m);
     } catch {
       return false;
     }
@@ -689,14 +766,16 @@ export class AgentGrpcServer {
   private endConn(c: Conn, reason: EndReason | null): void {
     if (c.closed) return;
     const g = reason ? toGrpcError(reason.error) : null;
+    // credit owed for what was processed goes out before the end (whether a transport delivers the
+    // batched grant before it must not depend on how the agent's messages were split into reads)
+    c.credit.flush();
     if (reason && g) {
       this.write(c, { error: { code: g.errorCode, message: g.details, fatal: reason.fatal } });
       this.log.info({ agent_id: c.agentId, session_id: c.sessionId, code: g.errorCode }, 'agent stream ended by the server');
     }
     this.dropConn(c);
     try {
-      if (g) c.call.emit('error', { code: g.code, details: g.details });
-      else c.call.end();
+      c.link.end(g ? { code: g.code, details: g.details } : null);
     } catch {
       /* the call is already gone */
     }
@@ -734,20 +813,35 @@ export class AgentGrpcServer {
   // ---------------------------------------------------------------------------------------------
   // unary
 
-  private unary<T>(md: grpc.Metadata, cb: grpc.sendUnaryData<T>, fn: (ident: { credentialId: string; teamId: string }) => Promise<T>): void {
-    const token = bearer(md);
-    const run = async (): Promise<T> => {
+  private unary<T>(md: grpc.Metadata, cb: grpc.sendUnaryData<T>, fn: (ident: AgentIdent) => Promise<T>): void {
+    void this.runUnary(bearer(md), fn).then((r) => (r.ok ? cb(null, r.value) : cb({ code: r.code, details: r.details })));
+  }
+
+  /** A unary call with its ak- verified first (both transports: the WebSocket one checks the socket's ak- on every call). */
+  private async runUnary<T>(token: string | null, fn: (ident: AgentIdent) => Promise<T>): Promise<UnaryOutcome<T>> {
+    try {
       if (!token) throw new AppError('unauthorized', 'credential_missing', 'authorization: Bearer ak-... is required');
-      return fn(await this.o.verifyCredential(token));
-    };
-    run().then(
-      (r) => cb(null, r),
-      (e: unknown) => {
-        const g = toGrpcError(e);
-        if (g.unexpected) this.log.error({ err: e }, 'agent unary call failed');
-        cb({ code: g.code, details: g.details });
-      },
-    );
+      return { ok: true, value: await fn(await this.o.verifyCredential(token)) };
+    } catch (e) {
+      const g = toGrpcError(e);
+      if (g.unexpected) this.log.error({ err: e }, 'agent unary call failed');
+      return { ok: false, code: g.code, details: g.details };
+    }
+  }
+
+  /** PresignOutputs on another transport (the WebSocket's request frames). */
+  callPresignOutputs(token: string, req: PresignOutputsRequest__Output): Promise<UnaryOutcome<PresignOutputsResponse>> {
+    return this.runUnary(token, (ident) => this.presignOutputs(ident, req));
+  }
+
+  /** PresignInputs on another transport. */
+  callPresignInputs(token: string, req: PresignInputsRequest__Output): Promise<UnaryOutcome<PresignInputsResponse>> {
+    return this.runUnary(token, (ident) => this.presignInputs(ident, req));
+  }
+
+  /** GetSyncManifest on another transport. */
+  callGetSyncManifest(token: string): Promise<UnaryOutcome<SyncManifestMsg>> {
+    return this.runUnary(token, (ident) => this.getSyncManifest(ident));
   }
 
   /** The task, if this session's agent holds it at this attempt and epoch. */
