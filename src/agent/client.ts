@@ -216,12 +216,12 @@ export class AgentClient {
 
   /** Checkpoint URLs (nerfstudio resume): PUT for this attempt's checkpoint of `step` (size > 0), GET of the remembered one. */
   async presignCheckpoint(req: Omit<PresignCheckpointRequest, 'session_id'>): Promise<PresignCheckpointResponse__Output> {
-    return this.unary((sid, cb) => this.client.PresignCheckpoint({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+    return this.unary((sid, t) => t.presignCheckpoint({ ...req, session_id: sid }, 30_000));
   }
 
   /** The node remembers the uploaded checkpoint for the task's next attempts. */
   async commitCheckpoint(req: Omit<CommitCheckpointRequest, 'session_id'>): Promise<void> {
-    await this.unary((sid, cb) => this.client.CommitCheckpoint({ ...req, session_id: sid }, this.md, { deadline: Date.now() + 30_000 }, cb));
+    await this.unary((sid, t) => t.commitCheckpoint({ ...req, session_id: sid }, 30_000));
   }
 
   /** The team's sync manifest (every active model and custom node, presigned download URLs). */

@@ -11,6 +11,10 @@ import * as grpc from '@grpc/grpc-js';
 import WebSocket from 'ws';
 import { AGENT_WS_PATH, WS_CLOSE_STATUS_BASE, agentFrameCodec, loadAgentProto, type AgentMessage, type AgentServiceClient, type ServerMessage__Output } from '../protocol/agent-wire.js';
 import type { PresignOutputsRequest } from '../gen/gantry/agent/v1/PresignOutputsRequest.js';
+import type { PresignCheckpointRequest } from '../gen/gantry/agent/v1/PresignCheckpointRequest.js';
+import type { PresignCheckpointResponse__Output } from '../gen/gantry/agent/v1/PresignCheckpointResponse.js';
+import type { CommitCheckpointRequest } from '../gen/gantry/agent/v1/CommitCheckpointRequest.js';
+import type { CommitCheckpointResponse__Output } from '../gen/gantry/agent/v1/CommitCheckpointResponse.js';
 import type { PresignOutputsResponse__Output } from '../gen/gantry/agent/v1/PresignOutputsResponse.js';
 import type { PresignInputsRequest } from '../gen/gantry/agent/v1/PresignInputsRequest.js';
 import type { PresignInputsResponse__Output } from '../gen/gantry/agent/v1/PresignInputsResponse.js';
@@ -45,6 +49,8 @@ export interface AgentTransport {
   /** Opens the stream; onStatus is called exactly once, when it has ended. */
   open(onData: (m: ServerMessage__Output) => void, onStatus: (st: StreamStatus) => void): AgentStream;
   presignOutputs(req: PresignOutputsRequest, deadlineMs: number): Promise<PresignOutputsResponse__Output>;
+  presignCheckpoint(req: PresignCheckpointRequest, deadlineMs: number): Promise<PresignCheckpointResponse__Output>;
+  commitCheckpoint(req: CommitCheckpointRequest, deadlineMs: number): Promise<CommitCheckpointResponse__Output>;
   presignInputs(req: PresignInputsRequest, deadlineMs: number): Promise<PresignInputsResponse__Output>;
   getSyncManifest(deadlineMs: number): Promise<SyncManifest__Output>;
   close(): void;
@@ -125,6 +131,14 @@ class GrpcTransport implements AgentTransport {
 
   getSyncManifest(deadlineMs: number): Promise<SyncManifest__Output> {
     return this.unary((cb) => this.client.GetSyncManifest({}, this.md, { deadline: Date.now() + deadlineMs }, cb));
+  }
+
+  presignCheckpoint(req: PresignCheckpointRequest, deadlineMs: number): Promise<PresignCheckpointResponse__Output> {
+    return this.unary((cb) => this.client.PresignCheckpoint(req, this.md, { deadline: Date.now() + deadlineMs }, cb));
+  }
+
+  commitCheckpoint(req: CommitCheckpointRequest, deadlineMs: number): Promise<CommitCheckpointResponse__Output> {
+    return this.unary((cb) => this.client.CommitCheckpoint(req, this.md, { deadline: Date.now() + deadlineMs }, cb));
   }
 
   close(): void {
@@ -302,6 +316,18 @@ class WsTransport implements AgentTransport {
     const r = await this.call({ get_sync_manifest: {} }, deadlineMs);
     if (!r.sync_manifest) throw callError(grpc.status.INTERNAL, 'the server answered another call');
     return r.sync_manifest;
+  }
+
+  async presignCheckpoint(req: PresignCheckpointRequest, deadlineMs: number): Promise<PresignCheckpointResponse__Output> {
+    const r = await this.call({ presign_checkpoint: req }, deadlineMs);
+    if (!r.presign_checkpoint) throw callError(grpc.status.INTERNAL, 'the server answered another call');
+    return r.presign_checkpoint;
+  }
+
+  async commitCheckpoint(req: CommitCheckpointRequest, deadlineMs: number): Promise<CommitCheckpointResponse__Output> {
+    const r = await this.call({ commit_checkpoint: req }, deadlineMs);
+    if (!r.commit_checkpoint) throw callError(grpc.status.INTERNAL, 'the server answered another call');
+    return r.commit_checkpoint;
   }
 
   close(): void {

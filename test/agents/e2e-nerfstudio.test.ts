@@ -13,7 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { renderSeededPng } from '../../src/agent/png.js';
-import { setupTeam, spawnAgent, tmpDir, waitFor, waitTask, type AgentProcess, type TeamSetup } from './helpers.js';
+import { AGENT_TRANSPORTS, agentServer, setupTeam, spawnAgent, tmpDir, waitFor, waitTask, type AgentProcess, type AgentTransportKind, type TeamSetup } from './helpers.js';
 
 const binDir = fileURLToPath(new URL('../fixtures/ns-bin/', import.meta.url));
 const hasSetpriv = ['/usr/bin/setpriv', '/bin/setpriv', '/usr/sbin/setpriv'].some((p) => existsSync(p));
@@ -39,13 +39,18 @@ function alive(pid: number): boolean {
   }
 }
 
-function agent(s: TeamSetup, stateDir: string, env: Record<string, string>): AgentProcess {
-  const p = spawnAgent(['--server', `127.0.0.1:${t.node.grpcPort}`, '--credential', s.ak.value, '--executor', 'nerfstudio', '--ns-bin-dir', binDir, '--state-dir', stateDir, '--gpu', 'NVIDIA RTX 4090:24'], env);
+function agent(s: TeamSetup, stateDir: string, env: Record<string, string>, transport: AgentTransportKind): AgentProcess {
+  const p = spawnAgent(['--server', agentServer(t.node, transport), '--credential', s.ak.value, '--executor', 'nerfstudio', '--ns-bin-dir', binDir, '--state-dir', stateDir, '--gpu', 'NVIDIA RTX 4090:24'], env);
   procs.push(p);
   return p;
 }
 
-test('a training killed with its agent at 60% is retried and resumes from the last uploaded checkpoint; the export is downloadable', { timeout: 120_000 }, async (tc) => {
+// The killed agent and the restarted one use the first and the last of the suite's transports (gRPC
+// then WebSocket by default): the checkpoint calls are made on both.
+const firstTransport = AGENT_TRANSPORTS[0]!;
+const secondTransport = AGENT_TRANSPORTS[AGENT_TRANSPORTS.length - 1]!;
+
+test(`[${firstTransport} -> ${secondTransport}] a training killed with its agent at 60% is retried and resumes from the last uploaded checkpoint; the export is downloadable`, { timeout: 120_000 }, async (tc) => {
   const s = await setupTeam(t);
   const capture = tmpDir('gantry-ns-capture-');
   await mkdir(capture, { recursive: true });
@@ -69,7 +74,7 @@ test('a training killed with its agent at 60% is retried and resumes from the la
   const workerPidFile = path.join(tmpDir('gantry-ns-worker-'), 'worker.pid');
   const env = { NS_FAKE_STEP_MS: '6', NS_FAKE_STEPS_LOG: stepsLog, NS_FAKE_WORKER_PIDFILE: workerPidFile };
 
-  const a1 = agent(s, stateDir, env);
+  const a1 = agent(s, stateDir, env, firstTransport);
   await a1.waitLine((l) => l.msg === 'connected to the server', 'connected', 30_000);
   const run = await t.http.post(`/r/workflows/${r.body.id as string}/run`, { parameters: {} }, { token: s.sk.value });
   assert.equal(run.status, 202, run.text);
@@ -91,7 +96,7 @@ test('a training killed with its agent at 60% is retried and resumes from the la
   assert.ok(retryId, JSON.stringify(failed));
 
   // the restarted agent stops what the dead one left running, then runs the retry from the checkpoint
-  const a2 = agent(s, stateDir, { ...env, NS_FAKE_WORKER_PIDFILE: `${workerPidFile}.2` });
+  const a2 = agent(s, stateDir, { ...env, NS_FAKE_WORKER_PIDFILE: `${workerPidFile}.2` }, secondTransport);
   await waitFor('the leftover process group to be reaped', () => !alive(workerPid), 15_000, 20);
   const done = await waitTask(t, s, retryId, (x) => ['completed', 'failed', 'cancelled'].includes(x.task_status as string), 'retry terminal', 60_000);
   assert.equal(done.task_status, 'completed', JSON.stringify(done));

@@ -839,6 +839,16 @@ export class AgentGrpcServer {
     return this.runUnary(token, (ident) => this.presignInputs(ident, req));
   }
 
+  /** PresignCheckpoint on another transport. */
+  callPresignCheckpoint(token: string, req: PresignCheckpointRequest__Output): Promise<UnaryOutcome<PresignCheckpointResponse>> {
+    return this.runUnary(token, (ident) => this.presignCheckpoint(ident, req));
+  }
+
+  /** CommitCheckpoint on another transport. */
+  callCommitCheckpoint(token: string, req: CommitCheckpointRequest__Output): Promise<UnaryOutcome<CommitCheckpointResponse>> {
+    return this.runUnary(token, (ident) => this.commitCheckpoint(ident, req));
+  }
+
   /** GetSyncManifest on another transport. */
   callGetSyncManifest(token: string): Promise<UnaryOutcome<SyncManifestMsg>> {
     return this.runUnary(token, (ident) => this.getSyncManifest(ident));

@@ -28,6 +28,9 @@ import type { UnaryRequest__Output } from '../../gen/gantry/agent/v1/UnaryReques
 import type { UnaryResponse } from '../../gen/gantry/agent/v1/UnaryResponse.js';
 import type { AgentGrpcServer, AgentIdent, AgentStreamInput, UnaryOutcome } from './grpc-server.js';
 
+/** The result members of a response frame (one per unary call). */
+type UnaryKey = 'presign_outputs' | 'presign_inputs' | 'sync_manifest' | 'presign_checkpoint' | 'commit_checkpoint';
+
 /** uWS send(): 0 backpressure (buffered), 1 sent, 2 dropped (over maxBackpressure). */
 const DROPPED = 2;
 
@@ -141,7 +144,7 @@ export class AgentWebSocketTransport {
       return;
     }
     s.pendingCalls++;
-    const done = <K extends 'presign_outputs' | 'presign_inputs' | 'sync_manifest'>(p: Promise<UnaryOutcome<NonNullable<UnaryResponse[K]>>>, key: K): void => {
+    const done = <K extends UnaryKey>(p: Promise<UnaryOutcome<NonNullable<UnaryResponse[K]>>>, key: K): void => {
       void p.then((r) => {
         s.pendingCalls--;
         this.answer(s, id, r, key);
@@ -154,6 +157,12 @@ export class AgentWebSocketTransport {
       case 'presign_inputs':
         if (rq.presign_inputs) return done(this.server.callPresignInputs(s.token, rq.presign_inputs), 'presign_inputs');
         break;
+      case 'presign_checkpoint':
+        if (rq.presign_checkpoint) return done(this.server.callPresignCheckpoint(s.token, rq.presign_checkpoint), 'presign_checkpoint');
+        break;
+      case 'commit_checkpoint':
+        if (rq.commit_checkpoint) return done(this.server.callCommitCheckpoint(s.token, rq.commit_checkpoint), 'commit_checkpoint');
+        break;
       case 'get_sync_manifest':
         return done(this.server.callGetSyncManifest(s.token), 'sync_manifest');
       default:
@@ -163,7 +172,7 @@ export class AgentWebSocketTransport {
     this.answer(s, id, { ok: false, code: grpc.status.UNIMPLEMENTED, details: 'no call this server knows' }, 'presign_outputs');
   }
 
-  private answer<K extends 'presign_outputs' | 'presign_inputs' | 'sync_manifest'>(s: AgentSocket, id: number, r: UnaryOutcome<NonNullable<UnaryResponse[K]>>, key: K): void {
+  private answer<K extends UnaryKey>(s: AgentSocket, id: number, r: UnaryOutcome<NonNullable<UnaryResponse[K]>>, key: K): void {
     const response: UnaryResponse = r.ok ? { request_id: id, [key]: r.value } : { request_id: id, error: { status: r.code, details: r.details } };
     this.send(s, { response });
   }
