@@ -148,6 +148,30 @@ test('an access token issued in the future (beyond 60 s of clock skew) is 401 cr
   }
 });
 
+test('an access token signed with the real key for longer than the access TTL (exp - iat) is 401 credential_invalid', async () => {
+  const u = await registerUser(t.http);
+  const key = await nodeSigningKey(t);
+  const real = claimsOf(u.accessToken);
+  const ttl = (real.exp as number) - (real.iat as number);
+  assert.equal(ttl, t.node.identity.jwt.ttlS, 'issued tokens live exactly the access TTL');
+  const { iat: _i, exp: _e, ...rest } = real;
+  const now = Math.floor(Date.now() / 1000);
+  const sign = (iat: number, exp: number): Promise<string> => new SignJWT(rest).setProtectedHeader({ alg: 'EdDSA', typ: 'JWT' }).setIssuedAt(iat).setExpirationTime(exp).sign(key);
+
+  // control: exactly the TTL, and shorter, are accepted
+  assert.equal((await t.http.get('/users/me', { token: await sign(now, now + ttl) })).status, 200);
+  assert.equal((await t.http.get('/users/me', { token: await sign(now, now + 60) })).status, 200);
+  for (const [what, iat, exp] of [
+    ['ten years', now, now + 10 * 365 * 86_400],
+    ['one second over the TTL', now, now + ttl + 1],
+    ['an old iat with a long exp', now - 3600, now + 600],
+  ] as const) {
+    const r = await t.http.get('/users/me', { token: await sign(iat, exp) });
+    assert.equal(r.status, 401, `${what}: ${r.text}`);
+    assert.equal(r.body.error_code, 'credential_invalid', what);
+  }
+});
+
 test('an access token that names no session, or a session of another user, is refused', async () => {
   const u = await registerUser(t.http);
   const v = await registerUser(t.http);
