@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { SignJWT } from 'jose';
 import { startTestNode, type TestNode } from '../helpers/node.js';
-import { registerUser, login, emailToken, nodeSigningKey, type TestUser } from '../helpers/identity.js';
+import { registerUser, login, emailToken, nodeSigningKey, pairDevice, createCredential, type TestUser } from '../helpers/identity.js';
 import { CachedAuthLookup } from '../../src/identity/auth-cache.js';
 import { InMemoryInvalidation } from '../../src/identity/invalidation.js';
 import type { AuthLookup } from '../../src/identity/authenticator.js';
@@ -125,6 +125,41 @@ test('a password reset ends every session of the user (all families, rotated one
   const fresh = await login(t.http, u.email, 'a brand new password');
   await warm(fresh.accessToken, u.teamId);
   await warm(bystander.accessToken, bystander.teamId);
+});
+
+test("a password reset ends the user's device credentials (dk-) and the ak- paired with each, on the next request; team sk- live on", async () => {
+  const u = await registerUser(t.http);
+  const dev = await pairDevice(t.http, u);
+  const dev2 = await pairDevice(t.http, u, { deviceName: 'laptop' });
+  const sk = await createCredential(t.http, u, 'integration');
+  const bystander = await registerUser(t.http);
+  const other = await pairDevice(t.http, bystander);
+  for (const dk of [dev.deviceCredential, dev2.deviceCredential, other.deviceCredential])
+    for (let i = 0; i < 2; i++) {
+      assert.equal((await t.http.get('/users/me', { token: dk })).status, 200);
+      assert.equal((await t.http.get('/r/tasks', { token: dk })).status, 200);
+    }
+  assert.equal((await t.node.identity.verifyAgentCredential(dev.agentCredential)).teamId, u.teamId);
+  const streamsEnded: string[][] = [];
+  const off = t.node.identity.onCredentialsRevoked((ids) => streamsEnded.push(ids));
+
+  assert.equal((await t.http.post('/auth/password/forgot', { email_address: u.email })).status, 200);
+  const token = await emailToken(t.node, u.email, 'password_reset');
+  assert.equal((await t.http.post('/auth/password/reset', { reset_token: token, new_password: 'a brand new password' })).status, 200);
+  off();
+  for (const dk of [dev.deviceCredential, dev2.deviceCredential])
+    for (const path of ['/users/me', '/r/tasks']) {
+      const r = await t.http.get(path, { token: dk });
+      assert.equal(r.status, 401, `dk- on ${path} after reset: ${r.text}`);
+      assert.equal(r.body.error_code, 'credential_revoked');
+    }
+  for (const ak of [dev.agentCredential, dev2.agentCredential]) await assert.rejects(t.node.identity.verifyAgentCredential(ak), (e: { code?: string }) => e.code === 'credential_revoked');
+  // the revocation went through the invalidation port (what drops live agent streams and SSE)
+  assert.equal(streamsEnded.flat().length, 4, `four credentials revoked: ${JSON.stringify(streamsEnded)}`);
+  // the team's sk- is not a session credential; another user's device is untouched
+  assert.equal((await t.http.get('/r/tasks', { token: sk.value })).status, 200);
+  assert.equal((await t.http.get('/users/me', { token: other.deviceCredential })).status, 200);
+  assert.equal((await t.node.identity.verifyAgentCredential(other.agentCredential)).teamId, bystander.teamId);
 });
 
 test('an access token issued in the future (beyond 60 s of clock skew) is 401 credential_invalid', async () => {
