@@ -54,6 +54,7 @@ import { AgentGrpcServer } from './edge/agents/grpc-server.js';
 import { agentRoutes } from './edge/routes/agents.js';
 import { LiveEvents } from './events/index.js';
 import { eventRoutes } from './edge/routes/events.js';
+import { endStreamsOnInvalidation } from './events/stream-revocation.js';
 import { webhookRoutes } from './edge/routes/webhooks.js';
 import { notificationRoutes } from './edge/routes/notifications.js';
 import { PgContainerStore } from './persistence/container-store.js';
@@ -503,6 +504,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const oidcLogin = new OidcLogin({ config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: logger.child({ component: 'oidc' }), publicUrl: () => publicUrlOf() });
   if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ oidc: oidcLogin, secureCookies: () => publicUrlOf().startsWith('https:'), rateLimit: (ip) => identity.service.rateLimit('login', ip) }));
   edge.addAll(eventRoutes({ sse: liveEvents.sse }));
+  // open SSE streams end with their credential, session or membership (on every node: the same port)
+  const stopStreamRevocation = endStreamsOnInvalidation({ hub: liveEvents.sse, invalidation: identity.invalidation, isMember: async (t, u) => (await identity.store.memberRole(t, u)) !== null, logger: logger.child({ component: 'events' }) });
+  edge.onShutdown(stopStreamRevocation);
   edge.addAll(withIdempotency(webhookRoutes(liveEvents, () => clock.now()), taskQueries.idempotency));
   edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
   edge.onShutdown(() => liveEvents.sse.closeAll());

@@ -150,10 +150,10 @@ export class GantryAuthenticator implements Authenticator {
     if (claims.sessionVersion !== u.session_version)
       throw unauthorized('credential_revoked', 'this session was revoked (password changed); log in again');
     if (!session || session.ended || session.user_id !== claims.userId) throw unauthorized('credential_revoked', 'this session has ended (logged out or revoked); log in again');
-    if (!teamId) return { kind: 'user', userId: claims.userId };
+    if (!teamId) return { kind: 'user', userId: claims.userId, sessionId: claims.sessionId };
     if (!u.member_role) throw forbidden('not_a_member', 'you are not a member of this team');
     checkRole(auth.role, u.member_role);
-    return { kind: 'user', userId: claims.userId, teamId, role: u.member_role };
+    return { kind: 'user', userId: claims.userId, teamId, role: u.member_role, sessionId: claims.sessionId };
   }
 
   private async credential(token: string, auth: RouteAuth, kinds: readonly PrincipalKind[]): Promise<Principal> {

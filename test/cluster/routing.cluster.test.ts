@@ -93,6 +93,20 @@ test('a revoked sk- is refused on every node on its next request', { skip: skip 
   }
 });
 
+test('an SSE stream opened with an sk- on node C ends (final comment credential_revoked) when the sk- is revoked through node B', { skip: skip ?? false, timeout: 60_000 }, async () => {
+  const A = asNode(0);
+  const s = await setupTeam(A);
+  const wf = await createWorkflow(A, s, tinyGraph());
+  const id = await runWorkflow(A, s, wf, { prompt: 'nobody runs this' }); // no agent: it waits
+  const sse = await SseClient.connect(`${c.nodes[2]?.baseUrl}/r/tasks/${id}/events`, { Authorization: `Bearer ${s.sk.value}` });
+  assert.equal(sse.status, 200, sse.body);
+  await sse.until((x) => x.messages.length >= 1, 10_000, 'the current status');
+  const del = await c.nodes[1]?.http.del(`/credentials/${s.sk.id}`, { token: s.user.accessToken, team: s.user.teamId });
+  assert.ok(del && del.status < 300, `revoke on node B: ${del?.status} ${del?.text}`);
+  await sse.until((x) => x.ended, 10_000, 'the stream on node C ends');
+  assert.ok(sse.comments.includes('stream ended: credential_revoked'), JSON.stringify(sse.comments));
+});
+
 test("a password reset through node C ends the user's dk- on every node and the paired ak-'s agent stream on node B", { skip: skip ?? false, timeout: 60_000 }, async () => {
   const A = asNode(0);
   const s = await setupTeam(A);
