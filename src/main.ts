@@ -351,7 +351,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       }, 60_000)
     : null;
   keyTimer?.unref();
-  const identity = createIdentity({ config, db, logger, dataDir, clock, ...(keyring ? { keyring } : {}), ...(redisInvalidation ? { invalidation: redisInvalidation } : {}) });
+  const identity = createIdentity({ config, db, logger, dataDir, clock, ...(keyring ? { keyring } : {}), ...(redisInvalidation ? { invalidation: redisInvalidation } : {}), ...(redis ? { failureCounter: new RedisWindowCounter(redis) } : {}) });
   identity.start();
 
   // --- agent gRPC streams (after the actors: sessions feed the agent actors)

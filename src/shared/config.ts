@@ -99,6 +99,13 @@ export const configSchema = z.object({
   /** Requests per minute per client IP on each of login, register, password forgot and pairing start/confirm. */
   GANTRY_AUTH_RATE_LIMIT_PER_MIN: int(30, 1, 1_000_000),
   /**
+   * Failed credential checks (a well-formed sk-/dk-/ak- value that names no credential) per minute
+   * per client IP and per credential prefix before such values get 429 without a lookup (0 = off).
+   * Cluster-wide over Redis (src/identity/failure-limit.ts).
+   */
+  GANTRY_AUTH_FAILURE_LIMIT_PER_MIN: int(60, 0, 1_000_000),
+  GANTRY_AUTH_FAILURE_PREFIX_LIMIT_PER_MIN: int(20, 0, 1_000_000),
+  /**
    * Requests per minute (0 = off, the default) on the runtime surface (/api/v1/r/...) and the
    * management surface (every other authenticated route), per credential (sk-/dk-/ak- id, or JWT
    * user + team) and per team. Per node, in memory (src/edge/rate-limits.ts).
