@@ -524,6 +524,11 @@ export class HttpEdge {
       }
       headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
     });
+    // RFC 9112 §6.1: chunked must be the final coding, applied once; the node decodes no other coding, so
+    // anything but exactly `chunked` (`chunked, identity`, `gzip, chunked`, chunked twice) is refused
+    const te = headers['transfer-encoding'];
+    if (te !== undefined && te.trim().toLowerCase() !== 'chunked')
+      framing ??= ['invalid_transfer_encoding', 'Transfer-Encoding must be exactly "chunked" (the only coding this server decodes, once and last)'];
     if (hosts !== 1) framing ??= ['invalid_host_header', hosts === 0 ? 'missing Host header' : 'more than one Host header'];
     else if (!HOST_VALUE.test(headers.host ?? '')) framing ??= ['invalid_host_header', 'invalid Host header'];
     const ip = Buffer.from(res.getRemoteAddressAsText()).toString();

@@ -183,3 +183,10 @@ test('through nginx: requests this uWS build drops without an answer get one', {
     assert.equal(firstResponse(r.data).status, 400, `${name}: ${JSON.stringify(r.data)}`);
   }
 });
+
+test('through nginx: what this uWS build decides before JavaScript (chunk data without its CRLF, an absolute-form target) is handled by the proxy', { skip: SKIP }, async () => {
+  const bad = await rawHttp(proxyPort, ['POST /api/v1/auth/login HTTP/1.1\r\nHost: gantry.test\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}0\r\n\r\n'], BOUND_MS, true);
+  assert.equal(firstResponse(bad.data).status, 400, `chunk without CRLF refused by nginx: ${JSON.stringify(bad.data)}`);
+  const abs = await rawHttp(proxyPort, ['GET http://gantry.test/healthz HTTP/1.1\r\nHost: gantry.test\r\nConnection: close\r\n\r\n'], BOUND_MS, true);
+  assert.equal(firstResponse(abs.data).status, 200, `absolute form rewritten to origin form: ${JSON.stringify(abs.data)}`);
+});
