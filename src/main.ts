@@ -86,6 +86,9 @@ import { outboundCa } from './events/outbound.js';
 import { isUuid } from './shared/ids.js';
 import { badRequest } from './shared/errors.js';
 
+/** /readyz waits at most this long for the database's answer. */
+const READY_DB_BOUND_MS = 600;
+
 export interface GantryNode {
   config: Config;
   logger: Logger;
@@ -163,7 +166,15 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   mkdirSync(dataDir, { recursive: true });
   const dataDirLock = lockDataDir(dataDir);
 
-  const db = await Database.open({ databaseUrl: config.DATABASE_URL, dataDir, poolMax: config.GANTRY_DB_POOL_MAX, logger, createDatabase: config.GANTRY_DB_CREATE }).catch((e: unknown) => {
+  const db = await Database.open({
+    databaseUrl: config.DATABASE_URL,
+    dataDir,
+    poolMax: config.GANTRY_DB_POOL_MAX,
+    logger,
+    createDatabase: config.GANTRY_DB_CREATE,
+    acquireTimeoutMs: config.GANTRY_DB_ACQUIRE_TIMEOUT_MS,
+    statementTimeoutMs: config.GANTRY_DB_STATEMENT_TIMEOUT_MS,
+  }).catch((e: unknown) => {
     dataDirLock.release();
     throw e;
   });
@@ -475,7 +486,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     systemRoutes({
       config,
       ready: async () => {
-        const dbOk = await db.ping();
+        // answered within READY_DB_BOUND_MS whatever the database does (a hung one is "not ready")
+        const dbOk = await db.ping(READY_DB_BOUND_MS);
         return { ready: dbOk && !edge.isDraining(), checks: { database: dbOk, accepting: !edge.isDraining() } };
       },
     }),

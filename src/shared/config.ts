@@ -25,6 +25,10 @@ export const configSchema = z.object({
   GANTRY_DATA_DIR: z.string().min(1).default('./data'),
   DATABASE_URL: optStr.pipe(z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL').optional()),
   GANTRY_DB_POOL_MAX: int(20, 1, 200),
+  /** The longest wait for a pool connection (opening one included) before 503 database_unavailable (0 = knex's 60 s). */
+  GANTRY_DB_ACQUIRE_TIMEOUT_MS: int(5000, 0, 600_000),
+  /** PostgreSQL statement_timeout, and the bound on a statement without any answer (+500 ms); then 503 database_unavailable (0 = none). */
+  GANTRY_DB_STATEMENT_TIMEOUT_MS: int(5000, 0, 3_600_000),
   /** Create the database named by DATABASE_URL when it does not exist (otherwise start-up refuses, so a typo never splits data). */
   GANTRY_DB_CREATE: bool(false),
   REDIS_URL: optStr.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
