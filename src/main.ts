@@ -58,6 +58,7 @@ import { AGENT_WS_PATH } from './protocol/agent-wire.js';
 import { agentRoutes } from './edge/routes/agents.js';
 import { LiveEvents } from './events/index.js';
 import { eventRoutes } from './edge/routes/events.js';
+import { endStreamsOnInvalidation } from './events/stream-revocation.js';
 import { webhookRoutes } from './edge/routes/webhooks.js';
 import { notificationRoutes } from './edge/routes/notifications.js';
 import { PgContainerStore } from './persistence/container-store.js';
@@ -89,6 +90,9 @@ import { OutboundGuard } from './events/outbound.js';
 import { outboundCa } from './events/outbound.js';
 import { isUuid } from './shared/ids.js';
 import { badRequest } from './shared/errors.js';
+
+/** /readyz waits at most this long for the database's answer. */
+const READY_DB_BOUND_MS = 600;
 
 export interface GantryNode {
   config: Config;
@@ -167,7 +171,15 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   mkdirSync(dataDir, { recursive: true });
   const dataDirLock = lockDataDir(dataDir);
 
-  const db = await Database.open({ databaseUrl: config.DATABASE_URL, dataDir, poolMax: config.GANTRY_DB_POOL_MAX, logger, createDatabase: config.GANTRY_DB_CREATE }).catch((e: unknown) => {
+  const db = await Database.open({
+    databaseUrl: config.DATABASE_URL,
+    dataDir,
+    poolMax: config.GANTRY_DB_POOL_MAX,
+    logger,
+    createDatabase: config.GANTRY_DB_CREATE,
+    acquireTimeoutMs: config.GANTRY_DB_ACQUIRE_TIMEOUT_MS,
+    statementTimeoutMs: config.GANTRY_DB_STATEMENT_TIMEOUT_MS,
+  }).catch((e: unknown) => {
     dataDirLock.release();
     throw e;
   });
@@ -355,7 +367,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       }, 60_000)
     : null;
   keyTimer?.unref();
-  const identity = createIdentity({ config, db, logger, dataDir, clock, ...(keyring ? { keyring } : {}), ...(redisInvalidation ? { invalidation: redisInvalidation } : {}) });
+  const identity = createIdentity({ config, db, logger, dataDir, clock, ...(keyring ? { keyring } : {}), ...(redisInvalidation ? { invalidation: redisInvalidation } : {}), ...(redis ? { failureCounter: new RedisWindowCounter(redis) } : {}) });
   identity.start();
 
   // --- agent gRPC streams (after the actors: sessions feed the agent actors)
@@ -481,7 +493,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     systemRoutes({
       config,
       ready: async () => {
-        const dbOk = await db.ping();
+        // answered within READY_DB_BOUND_MS whatever the database does (a hung one is "not ready")
+        const dbOk = await db.ping(READY_DB_BOUND_MS);
         return { ready: dbOk && !edge.isDraining(), checks: { database: dbOk, accepting: !edge.isDraining() } };
       },
     }),
@@ -511,6 +524,9 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   const oidcLogin = new OidcLogin({ config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: logger.child({ component: 'oidc' }), publicUrl: () => publicUrlOf() });
   if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ oidc: oidcLogin, secureCookies: () => publicUrlOf().startsWith('https:'), rateLimit: (ip) => identity.service.rateLimit('login', ip) }));
   edge.addAll(eventRoutes({ sse: liveEvents.sse }));
+  // open SSE streams end with their credential, session or membership (on every node: the same port)
+  const stopStreamRevocation = endStreamsOnInvalidation({ hub: liveEvents.sse, invalidation: identity.invalidation, isMember: async (t, u) => (await identity.store.memberRole(t, u)) !== null, logger: logger.child({ component: 'events' }) });
+  edge.onShutdown(stopStreamRevocation);
   edge.addAll(withIdempotency(webhookRoutes(liveEvents, () => clock.now()), taskQueries.idempotency));
   edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
   edge.onShutdown(() => liveEvents.sse.closeAll());

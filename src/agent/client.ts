@@ -70,6 +70,24 @@ export interface AgentClientOptions {
   backoffMaxMs?: number;
 }
 
+/** How long a unary call may keep retrying (a task's deadline, epoch ms) and what stops it early (the task's abort). */
+export interface RetryUntil {
+  until?: number;
+  signal?: AbortSignal;
+}
+
+function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
 /** Exponential backoff with jitter: attempt 0 -> ~initial, doubling up to max; uniformly 50-100%. */
 export function backoffDelay(attempt: number, initialMs: number, maxMs: number, rnd: () => number = Math.random): number {
   const exp = Math.min(maxMs, initialMs * 2 ** Math.min(attempt, 30));
@@ -206,12 +224,13 @@ export class AgentClient {
     return this.unconfirmed.length === 0 && !this.queue.some((q) => q.kind === 'transition');
   }
 
-  async presignOutputs(req: Omit<PresignOutputsRequest, 'session_id'>): Promise<PresignOutputsResponse__Output> {
-    return this.unary((sid, t) => t.presignOutputs({ ...req, session_id: sid }, 30_000));
+  /** o.until / o.signal: the task's deadline and abort (a blip of the server's database is outlasted, see unary). */
+  async presignOutputs(req: Omit<PresignOutputsRequest, 'session_id'>, o: RetryUntil = {}): Promise<PresignOutputsResponse__Output> {
+    return this.unary((sid, t) => t.presignOutputs({ ...req, session_id: sid }, 30_000), o);
   }
 
-  async presignInputs(req: Omit<PresignInputsRequest, 'session_id'>): Promise<PresignInputsResponse__Output> {
-    return this.unary((sid, t) => t.presignInputs({ ...req, session_id: sid }, 30_000));
+  async presignInputs(req: Omit<PresignInputsRequest, 'session_id'>, o: RetryUntil = {}): Promise<PresignInputsResponse__Output> {
+    return this.unary((sid, t) => t.presignInputs({ ...req, session_id: sid }, 30_000), o);
   }
 
   /** Checkpoint URLs (nerfstudio resume): PUT for this attempt's checkpoint of `step` (size > 0), GET of the remembered one. */
@@ -229,11 +248,20 @@ export class AgentClient {
     return this.unary((_sid, t) => t.getSyncManifest(60_000));
   }
 
-  /** Unary call with the current session id, on the current server's transport; retried across a reconnect (UNAVAILABLE) a few times. */
-  private async unary<T>(fn: (sessionId: string, t: AgentTransport) => Promise<T>): Promise<T> {
+  /**
+   * Unary call with the current session id, on the current server's transport, retried with backoff
+   * (250 ms doubling to 5 s, jittered) while the answer is UNAVAILABLE or DEADLINE_EXCEEDED: a
+   * reconnect, or the server's database being away (`database_unavailable`: a restart, a failover).
+   * With o.until (a task's deadline) it retries until then, so a database blip shorter than the
+   * task's time left never fails the task; without, 5 tries. o.signal (the task's abort: cancel,
+   * timeout) stops it at once.
+   */
+  private async unary<T>(fn: (sessionId: string, t: AgentTransport) => Promise<T>, o: RetryUntil = {}): Promise<T> {
     let lastErr: unknown = null;
-    for (let i = 0; i < 5; i++) {
-      await this.whenConnected(60_000);
+    const more = (i: number): boolean => (o.until === undefined ? i < 5 : i === 0 || Date.now() < o.until);
+    for (let i = 0; more(i); i++) {
+      if (o.signal?.aborted) throw o.signal.reason instanceof Error ? o.signal.reason : new Error('aborted');
+      await this.whenConnected(o.until === undefined ? 60_000 : Math.max(1_000, o.until - Date.now()));
       try {
         return await fn(this.sessionId as string, this.transport);
       } catch (e) {
@@ -241,7 +269,10 @@ export class AgentClient {
         const code = (e as CallError).code;
         if (code !== grpc.status.UNAVAILABLE && code !== grpc.status.DEADLINE_EXCEEDED) throw e;
         if ((e as CallError).details?.includes('object store')) throw e;
-        await new Promise((r) => setTimeout(r, backoffDelay(i, 250, 5_000)));
+        const wait = backoffDelay(i, 250, 5_000);
+        if (o.until !== undefined && Date.now() + wait >= o.until) break;
+        if (i === 0 || i % 5 === 0) this.o.logger.warn({ code: grpc.status[code], details: (e as CallError).details, attempt: i + 1, retry_in_ms: wait }, 'server call unavailable; retrying');
+        await abortableSleep(wait, o.signal);
       }
     }
     throw lastErr;

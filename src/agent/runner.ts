@@ -44,6 +44,21 @@ interface Running {
   progressLog: ProgressLogGate;
 }
 
+/** The server's default task timeout when the assignment says 0 (GANTRY_TASK_TIMEOUT_MAX_S's default). */
+const DEFAULT_TASK_TIMEOUT_S = 86_400;
+const assignedAt = new WeakMap<Assign__Output, number>();
+
+/**
+ * When the task's time is up (its assignment's timeout_s, counted from when this agent got it): the
+ * calls a task makes to the server retry UNAVAILABLE until then (the server cancels it at its own
+ * deadline, which aborts them sooner).
+ */
+function taskDeadline(a: Assign__Output): number {
+  let at = assignedAt.get(a);
+  if (at === undefined) assignedAt.set(a, (at = Date.now()));
+  return at + (a.timeout_s > 0 ? a.timeout_s : DEFAULT_TASK_TIMEOUT_S) * 1000;
+}
+
 /** Progress is logged at most once per task every this many ms, or at once on a stage change. */
 export const PROGRESS_LOG_INTERVAL_MS = 5000;
 
@@ -242,6 +257,7 @@ export class AgentRunner {
     const traceparent = span ? (traceparentOfSpan(span) ?? '') : '';
     const c = this.client as AgentClient;
     const ref = t.ref;
+    const until = taskDeadline(a);
     const log = this.o.logger.child({ task_id: ref.task_id, attempt: ref.attempt, epoch: ref.epoch });
     let dir: string | null = null;
     try {
@@ -285,7 +301,7 @@ export class AgentRunner {
         ...(isNerf ? { checkpoints: this.checkpointStore(a, ref) } : {}),
       }));
       if (isNerf) this.progress(ref, { progress: 0.99, step_current: 0, step_total: 0, current_node: 'upload', stage: 'upload', message: `uploading ${res.outputs.length} file(s)` });
-      const outputs = await inSpan('agent upload outputs', { attributes: { 'gantry.outputs': res.outputs.length } }, () => this.upload(ref, res.outputs, t.abort.signal));
+      const outputs = await inSpan('agent upload outputs', { attributes: { 'gantry.outputs': res.outputs.length } }, () => this.upload(ref, res.outputs, t.abort.signal, until));
       c.dropProgress(ref.task_id);
       c.send(
         {
@@ -362,7 +378,7 @@ export class AgentRunner {
     if (wanted.length === 0) return [];
     const c = this.client as AgentClient;
     onProgress({ progress: 0, step_current: 0, step_total: wanted.length, current_node: 'download', stage: 'download', message: `downloading ${wanted.length} input file(s)` });
-    const res = await c.presignInputs({ task_id: a.task_id, attempt: a.attempt, epoch: a.epoch });
+    const res = await c.presignInputs({ task_id: a.task_id, attempt: a.attempt, epoch: a.epoch }, { until: taskDeadline(a), signal });
     const urls = new Map(res.files.map((f) => [`${f.key}\u0000${f.file_key}`, f.download_url]));
     const inDir = path.join(dir, 'inputs');
     await mkdir(inDir);
@@ -392,7 +408,7 @@ export class AgentRunner {
     return out;
   }
 
-  private async upload(ref: TaskRef, files: ExecOutput[], signal: AbortSignal): Promise<OutputFile[]> {
+  private async upload(ref: TaskRef, files: ExecOutput[], signal: AbortSignal, until: number): Promise<OutputFile[]> {
     if (files.length === 0) return [];
     const c = this.client as AgentClient;
     const used = new Set<string>();
@@ -402,7 +418,7 @@ export class AgentRunner {
       used.add(name);
       return { ...f, name };
     });
-    const res = await c.presignOutputs({ ...ref, files: named.map((f) => ({ name: f.name, size: f.size, content_type: f.contentType })) });
+    const res = await c.presignOutputs({ ...ref, files: named.map((f) => ({ name: f.name, size: f.size, content_type: f.contentType })) }, { until, signal });
     const byName = new Map(res.uploads.map((u) => [u.name, u]));
     const out: OutputFile[] = [];
     for (const f of named) {

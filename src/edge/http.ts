@@ -16,6 +16,24 @@ import type { RouteDoc } from './openapi/types.js';
 
 const EMPTY = Buffer.alloc(0);
 /** Control characters other than HTAB are invalid in a field value (RFC 9110 §5.5). */
+/**
+ * Pipelining (issue 29): this uWebSockets.js build answers pipelined requests only while each is
+ * answered synchronously; when a request arrives on a connection whose previous answer is still
+ * pending (our handlers are async), uWS closes the connection in C++ (HttpContext.h: "denying async
+ * pipelining") within the same read, before any JavaScript sees the second request, and the first
+ * request is aborted. uWS runs the JavaScript callbacks of that read one after the other with the
+ * microtask queue drained between them, so a handler started from them could reach PostgreSQL before
+ * the close. A request that may change state therefore first waits one macrotask (setImmediate: after
+ * the whole read was parsed) and does nothing when the connection was closed meanwhile: pipelined
+ * writes get no answer and commit nothing (a client may retry them). GET and HEAD change nothing and
+ * run at once. README, "Reverse proxy".
+ */
+async function pipelinedAway(method: string, sr: StreamResponse): Promise<boolean> {
+  if (method === 'GET' || method === 'HEAD') return false;
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  return sr.aborted;
+}
+
 const CTL_IN_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
 /** uri-host [":" port] (RFC 9112 §3.2, RFC 3986 §3.2.2); empty is allowed. */
 const HOST_VALUE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?$/;
@@ -544,6 +562,11 @@ export class HttpEdge {
       }
       headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
     });
+    // RFC 9112 §6.1: chunked must be the final coding, applied once; the node decodes no other coding, so
+    // anything but exactly `chunked` (`chunked, identity`, `gzip, chunked`, chunked twice) is refused
+    const te = headers['transfer-encoding'];
+    if (te !== undefined && te.trim().toLowerCase() !== 'chunked')
+      framing ??= ['invalid_transfer_encoding', 'Transfer-Encoding must be exactly "chunked" (the only coding this server decodes, once and last)'];
     if (hosts !== 1) framing ??= ['invalid_host_header', hosts === 0 ? 'missing Host header' : 'more than one Host header'];
     else if (!HOST_VALUE.test(headers.host ?? '')) framing ??= ['invalid_host_header', 'invalid Host header'];
     const ip = Buffer.from(res.getRemoteAddressAsText()).toString();
@@ -659,6 +682,7 @@ export class HttpEdge {
       sr.onAbort(() => this.streams.delete(sr));
       const run = async (): Promise<void> => {
         try {
+          if (await pipelinedAway(method, sr)) return;
           ctx.principal = await this.o.authenticator.authenticate({ headers, ip }, def.auth);
           if (this.o.rateLimits && this.refused(ctx, sr, (s) => (statusSent = s))) return;
           await def.stream?.(ctx, sr);
@@ -713,6 +737,7 @@ export class HttpEdge {
 
   private async handleJson(def: RouteDef, ctx: Ctx, raw: Buffer, sr: StreamResponse, fail: (e: unknown) => void, setStatus: (s: number) => void): Promise<void> {
     try {
+      if (await pipelinedAway(ctx.method, sr)) return;
       ctx.rawBody = raw;
       ctx.principal = await this.o.authenticator.authenticate({ headers: ctx.headers, ip: ctx.ip }, def.auth);
       if (this.o.rateLimits && this.refused(ctx, sr, setStatus)) return;

@@ -59,6 +59,26 @@ export interface SseHubOptions {
 
 export class TooManyStreams extends Error {}
 
+/**
+ * Who opened a stream (from the request's principal): a stream ends when what let it open is
+ * invalidated (its credential revoked, its login session ended, its user's membership or team gone);
+ * see stream-revocation.ts.
+ */
+export interface StreamHolder {
+  kind: string;
+  userId?: string | undefined;
+  credentialId?: string | undefined;
+  sessionId?: string | undefined;
+  /** When its request was authenticated (ms): an invalidation at or after it, while the stream was still opening, ends it. */
+  since: number;
+}
+
+/** Matches the streams an invalidation ends (team: the stream's team). */
+export type StreamMatch = (teamId: string, holder: StreamHolder) => boolean;
+
+/** How long an invalidation is remembered for streams still opening (authenticated before it, registered after). */
+const RECENT_END_MS = 30_000;
+
 export const formatEvent = (e: { id: number; type: string; data: unknown }): string => `id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(e.data)}\n\n`;
 
 /**
@@ -84,6 +104,7 @@ class SseStream {
   private needsSync = false;
   private syncing = false;
   private held: TaskEvent[] = [];
+  holder: StreamHolder = { kind: 'unknown', since: 0 };
 
   constructor(
     readonly teamId: string,
@@ -232,6 +253,12 @@ class SseStream {
     this.finish();
   }
 
+  /** Its credential, session or membership was invalidated: a final comment naming why, then the end. */
+  revoke(reason: string): void {
+    if (!this.isClosed) this.res.write(`: stream ended: ${reason}\n\n`);
+    this.end();
+  }
+
   /** Slow reader or shutdown: abrupt close. */
   drop(): void {
     if (!this.isClosed) this.res.close();
@@ -255,6 +282,9 @@ export class SseHub {
   private readonly maxBuffered: number;
   /** Streams dropped for being slow (metrics/tests). */
   droppedSlow = 0;
+  /** Streams ended because their credential, session or membership was invalidated (metrics/tests). */
+  revoked = 0;
+  private recentEnds: Array<{ at: number; match: StreamMatch; reason: string }> = [];
 
   constructor(private readonly o: SseHubOptions) {
     this.maxBuffered = o.maxBufferedBytes ?? 1024 * 1024;
@@ -291,7 +321,7 @@ export class SseHub {
    * Serves one stream. Throws before anything is written for 404 (taskExists false); the caller
    * has validated the task id and reserved the slot (release is called when the stream ends).
    */
-  async serve(teamId: string, taskId: string, lastEventId: number | null, res: SseSink, release: () => void): Promise<'not_found' | 'served'> {
+  async serve(teamId: string, taskId: string, lastEventId: number | null, res: SseSink, release: () => void, holder?: StreamHolder): Promise<'not_found' | 'served'> {
     let stream: SseStream | null = null;
     // subscribe BEFORE reading: nothing committed after the read can be missed
     const early: Array<{ e: TaskEvent; origin: string | undefined }> = [];
@@ -329,6 +359,7 @@ export class SseHub {
       (err) => this.o.logger.warn({ err, task_id: taskId }, 'sse re-read after a possible gap failed'),
     );
     stream = s;
+    if (holder) s.holder = holder;
     for (const { e, origin } of early) s.onBus(e, origin);
     this.streams.add(s);
     this.startKeepAlive();
@@ -379,8 +410,42 @@ export class SseHub {
         await new Promise((r) => setTimeout(r, 250 * (attempt + 1)));
       }
     }
-    if (!s.isClosed) s.goLive();
+    if (!s.isClosed) {
+      // an invalidation that arrived while this stream was opening (after its request was authenticated)
+      const now = Date.now();
+      const hit = this.recentEnds.find((r) => now - r.at < RECENT_END_MS && r.at >= s.holder.since && r.match(teamId, s.holder));
+      if (hit) {
+        this.revoked++;
+        s.revoke(hit.reason);
+        return 'served';
+      }
+      s.goLive();
+    }
     return 'served';
+  }
+
+  /**
+   * Ends every open stream the match selects, each with a final `: stream ended: <reason>` comment
+   * (its credential was revoked, its session ended, its membership or team is gone). Streams still
+   * opening are checked against it when they go live. Returns how many ended.
+   */
+  endWhere(match: StreamMatch, reason: string): number {
+    const now = Date.now();
+    this.recentEnds = this.recentEnds.filter((r) => now - r.at < RECENT_END_MS);
+    this.recentEnds.push({ at: now, match, reason });
+    let n = 0;
+    for (const s of [...this.streams])
+      if (!s.isClosed && match(s.teamId, s.holder)) {
+        s.revoke(reason);
+        n++;
+      }
+    this.revoked += n;
+    return n;
+  }
+
+  /** The holders of the open streams (membership re-checks). */
+  holders(): Array<{ teamId: string; holder: StreamHolder }> {
+    return [...this.streams].filter((s) => !s.isClosed).map((s) => ({ teamId: s.teamId, holder: s.holder }));
   }
 
   /**

@@ -1,10 +1,11 @@
 import type { Authenticator, AuthRequest, Principal, PrincipalKind, RouteAuth, TeamRole } from './principal.js';
 import { ROLE_RANK } from './principal.js';
-import { badRequest, forbidden, unauthorized } from '../shared/errors.js';
+import { badRequest, forbidden, rateLimited, unauthorized } from '../shared/errors.js';
 import { isUuid } from '../shared/ids.js';
 import type { Logger } from '../shared/logger.js';
 import { systemClock, type Clock } from '../shared/clock.js';
-import { credentialFormat, hasCredentialPrefix, parseCredential, sha256Hex, type CredentialKind } from './credentials.js';
+import { CREDENTIAL_PREFIX_LEN, credentialFormat, hasCredentialPrefix, parseCredential, sha256Hex, type CredentialKind } from './credentials.js';
+import type { AuthFailureLimiter } from './failure-limit.js';
 import type { CredentialAuthRow, SessionAuthRow, UserAuthRow } from './store.js';
 import { looksLikeJwt, type AccessClaims } from './tokens.js';
 
@@ -115,6 +116,8 @@ export class GantryAuthenticator implements Authenticator {
     private readonly jwt: AccessTokenVerifier,
     private readonly lastUsed: LastUsedTracker,
     private readonly clock: Clock = systemClock,
+    /** Throttles well-formed credential values that name nothing (failure-limit.ts); absent: unthrottled. */
+    private readonly failures: AuthFailureLimiter | null = null,
   ) {}
 
   async authenticate(req: AuthRequest, auth: RouteAuth): Promise<Principal | null> {
@@ -126,7 +129,7 @@ export class GantryAuthenticator implements Authenticator {
     if (!m) throw unauthorized('credential_invalid', 'Authorization must be "Bearer <token>"');
     const token = m[1] as string;
 
-    if (hasCredentialPrefix(token)) return this.credential(token, auth, kinds);
+    if (hasCredentialPrefix(token)) return this.credential(token, auth, kinds, req.ip);
     if (!looksLikeJwt(token)) throw unauthorized('credential_invalid', 'invalid credential');
     return this.user(await this.jwt.verify(token), req, auth, kinds);
   }
@@ -150,13 +153,13 @@ export class GantryAuthenticator implements Authenticator {
     if (claims.sessionVersion !== u.session_version)
       throw unauthorized('credential_revoked', 'this session was revoked (password changed); log in again');
     if (!session || session.ended || session.user_id !== claims.userId) throw unauthorized('credential_revoked', 'this session has ended (logged out or revoked); log in again');
-    if (!teamId) return { kind: 'user', userId: claims.userId };
+    if (!teamId) return { kind: 'user', userId: claims.userId, sessionId: claims.sessionId };
     if (!u.member_role) throw forbidden('not_a_member', 'you are not a member of this team');
     checkRole(auth.role, u.member_role);
-    return { kind: 'user', userId: claims.userId, teamId, role: u.member_role };
+    return { kind: 'user', userId: claims.userId, teamId, role: u.member_role, sessionId: claims.sessionId };
   }
 
-  private async credential(token: string, auth: RouteAuth, kinds: readonly PrincipalKind[]): Promise<Principal> {
+  private async credential(token: string, auth: RouteAuth, kinds: readonly PrincipalKind[], ip: string): Promise<Principal> {
     const ck = credentialFormat(token);
     if (!ck) throw unauthorized('credential_invalid', 'invalid credential');
     const kind = KIND_OF[ck];
@@ -167,7 +170,7 @@ export class GantryAuthenticator implements Authenticator {
     // anything else has its checksum verified before it may cost a lookup
     const cached = this.lookup.cachedCredential?.(hash);
     if (!cached && parseCredential(token) !== ck) throw unauthorized('credential_invalid', 'invalid credential');
-    const row = this.check(cached ?? (await this.lookup.credentialByHash(hash)), ck);
+    const row = this.check(cached ?? (await this.lookupLimited(token, hash, ip)), ck);
     if (!kinds.includes(kind)) {
       if (auth.jwtOnly401) throw unauthorized('user_session_required', 'this endpoint accepts user sessions (JWT) only');
       if (auth.integrationOnly401) throw unauthorized('integration_credential_required', 'this endpoint accepts integration credentials (sk-) only');
@@ -188,6 +191,26 @@ export class GantryAuthenticator implements Authenticator {
     // integration and agent credentials carry a team, no user; they pass member-level routes only
     if (auth.team && auth.role && auth.role !== 'member') throw forbidden('insufficient_role', `requires the ${auth.role} role`);
     return { kind, teamId: row.team_id, credentialId: row.id };
+  }
+
+  /**
+   * A lookup of a well-formed value the cache does not hold, behind the failure limiter: a value
+   * that failed recently is a 401 without a lookup, an IP or prefix at its failure limit a 429
+   * without one, and a lookup that finds nothing counts as a failure.
+   */
+  private async lookupLimited(token: string, hash: string, ip: string): Promise<CredentialAuthRow | null> {
+    const f = this.failures;
+    if (!f) return this.lookup.credentialByHash(hash);
+    const prefix = token.slice(0, CREDENTIAL_PREFIX_LEN);
+    if (f.knownBad(hash)) {
+      f.failed(ip, prefix, hash);
+      return null;
+    }
+    const wait = f.refusal(ip, prefix);
+    if (wait !== null) throw rateLimited(wait, 'too many failed credential checks from this address or for this credential prefix; retry later');
+    const row = await this.lookup.credentialByHash(hash);
+    if (!row) f.failed(ip, prefix, hash);
+    return row;
   }
 
   /** Lookup by hash (cached or not, the checks run on every request): revoked / expired / deleted team are 401 at once. */

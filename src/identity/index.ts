@@ -10,12 +10,14 @@ import { RateLimiter, perMinute, type BucketSpec } from './rate-limit.js';
 import { IdentityService } from './service.js';
 import { CachedAuthLookup, DEFAULT_AUTH_CACHE, type AuthCacheOptions } from './auth-cache.js';
 import { InMemoryInvalidation, type CacheInvalidationPort } from './invalidation.js';
+import { AuthFailureLimiter, type FailureWindowCounter } from './failure-limit.js';
 
 export { GantryAuthenticator, LastUsedTracker, type AgentIdentity, type AuthLookup } from './authenticator.js';
 export { IdentityService } from './service.js';
 export { IdentityStore } from './store.js';
 export { JwtService } from './tokens.js';
 export { RateLimiter, perMinute } from './rate-limit.js';
+export { AuthFailureLimiter, type FailureWindowCounter } from './failure-limit.js';
 export { maskEmail, parseCredential, generateCredential } from './credentials.js';
 export { CachedAuthLookup, DEFAULT_AUTH_CACHE, type AuthCacheOptions, type AuthCacheStats } from './auth-cache.js';
 export { InMemoryInvalidation, InvalidationSchema, encodeInvalidation, decodeInvalidation, type CacheInvalidationPort, type Invalidation } from './invalidation.js';
@@ -39,6 +41,8 @@ export interface IdentityOptions {
   invalidation?: CacheInvalidationPort;
   /** Credential/membership cache bounds (default DEFAULT_AUTH_CACHE; ttlMs 0 turns it off). */
   authCache?: Omit<AuthCacheOptions, 'clock'>;
+  /** Cluster: the shared window counter failed credential checks are counted in (default: this node only). */
+  failureCounter?: FailureWindowCounter;
 }
 
 export interface Identity {
@@ -52,6 +56,8 @@ export interface Identity {
   authCache: CachedAuthLookup;
   /** The port identity writes publish invalidations on (the cluster layer broadcasts it). */
   invalidation: CacheInvalidationPort;
+  /** Throttles well-formed credential values that name nothing (per IP and prefix). */
+  failures: AuthFailureLimiter;
   /** For the agent gRPC stream: verifies an ak- value (checksum, then lookup by hash); throws 401 AppErrors. */
   verifyAgentCredential(value: string): Promise<AgentIdentity>;
   /** Called with the ids of revoked credentials (device revoke, DELETE /credentials, team deletion), fed by the invalidation port; returns the unsubscribe. */
@@ -72,7 +78,11 @@ export function createIdentity(o: IdentityOptions): Identity {
   const lastUsed = new LastUsedTracker(store, o.logger, o.lastUsedFlushMs ?? 30_000);
   const invalidation = o.invalidation ?? new InMemoryInvalidation((e) => o.logger.warn({ err: e }, 'cache invalidation subscriber failed'));
   const authCache = new CachedAuthLookup(store, invalidation, { ...DEFAULT_AUTH_CACHE, ...o.authCache, clock });
-  const authenticator = new GantryAuthenticator(authCache, jwt, lastUsed, clock);
+  const failures = new AuthFailureLimiter(
+    { perIp: c.GANTRY_AUTH_FAILURE_LIMIT_PER_MIN, perPrefix: c.GANTRY_AUTH_FAILURE_PREFIX_LIMIT_PER_MIN },
+    { clock, ...(o.failureCounter ? { shared: o.failureCounter } : {}), onSyncError: (e) => o.logger.warn({ err_message: (e as Error).message }, 'auth failure limits: Redis unreachable; counting per node until it is back') },
+  );
+  const authenticator = new GantryAuthenticator(authCache, jwt, lastUsed, clock, failures);
   const mailer = new Mailer(store, { smtpUrl: c.SMTP_URL, from: c.GANTRY_MAIL_FROM, logger: o.logger });
   const n = c.GANTRY_AUTH_RATE_LIMIT_PER_MIN;
   const limiter = new RateLimiter(
@@ -96,10 +106,12 @@ export function createIdentity(o: IdentityOptions): Identity {
     lastUsed,
     authCache,
     invalidation,
+    failures,
     verifyAgentCredential: (v) => authenticator.verifyAgentCredential(v),
     onCredentialsRevoked: (cb) => service.onCredentialsRevoked(cb),
     start() {
       lastUsed.start();
+      failures.start();
       mailer.start();
       sweepTimer = setInterval(() => {
         store.sweep(new Date()).catch((e: unknown) => o.logger.warn({ err: e }, 'identity sweep failed'));
@@ -109,6 +121,7 @@ export function createIdentity(o: IdentityOptions): Identity {
     async stop() {
       if (sweepTimer) clearInterval(sweepTimer);
       sweepTimer = null;
+      failures.stop();
       await mailer.stop();
       await lastUsed.stop();
       authCache.close();

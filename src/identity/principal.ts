@@ -14,6 +14,8 @@ export interface Principal {
   teamId?: string;
   role?: TeamRole;
   credentialId?: string;
+  /** JWT callers: the login session (the access token's `sid`), so what outlives the request (an SSE stream) ends with it. */
+  sessionId?: string;
 }
 
 /** A principal whose team has been resolved (team-scoped routes only ever see these). */

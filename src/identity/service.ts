@@ -206,9 +206,11 @@ export class IdentityService {
     const now = new Date();
     const userId = await this.d.store.consumeOneTime('password_reset', sha256Hex(b.reset_token), now);
     if (!userId) throw badRequest('reset_token_invalid', 'reset_token is invalid, expired or already used');
-    // bumps session_version and revokes every refresh token: all access tokens of the user end
-    await this.d.store.setPassword(userId, hash, now);
+    // bumps session_version and revokes every refresh token (all access tokens of the user end) and
+    // every device credential of the user with the agent credential paired with it
+    const revoked = await this.d.store.setPassword(userId, hash, now);
     await this.publish({ type: 'user', userId });
+    await this.emitRevoked(revoked);
     await this.d.store.markEmailVerified(userId, now);
   }
 

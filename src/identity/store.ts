@@ -165,10 +165,29 @@ export class IdentityStore {
     return r[0] ?? null;
   }
 
-  async setPassword(userId: string, passwordHash: string, now: Date): Promise<void> {
-    await this.tx(async (q) => {
+  /**
+   * A new password ends everything minted from the user's sessions, in one transaction: the session
+   * version (every access token), every refresh token, every device credential (dk-) of the user and
+   * the agent credential (ak-) minted with each by pairing. Returns the ids of the credentials revoked.
+   */
+  async setPassword(userId: string, passwordHash: string, now: Date): Promise<string[]> {
+    return this.tx(async (q) => {
       await q(`update users set password_hash = ?, session_version = session_version + 1, updated_at = ? where id = ?`, [passwordHash, now, userId]);
       await q(`update refresh_tokens set revoked_at = ? where user_id = ? and revoked_at is null`, [now, userId]);
+      const devices = await q<{ id: string; team_id: string; linked_to: string | null }>(
+        `update credentials set revoked_at = ? where user_id = ? and credential_type = 'device' and revoked_at is null returning id, team_id, linked_to`,
+        [now, userId],
+      );
+      const revoked = devices.map((d) => d.id);
+      for (const d of devices) {
+        if (!d.linked_to) continue;
+        const linked = await q<{ id: string }>(
+          `update credentials set revoked_at = ? where team_id = ? and linked_to = ? and credential_type = 'agent' and revoked_at is null returning id`,
+          [now, d.team_id, d.linked_to],
+        );
+        revoked.push(...linked.map((l) => l.id));
+      }
+      return revoked;
     });
   }
 

@@ -73,7 +73,8 @@ export const IAT_SKEW_S = 60;
 /**
  * Access tokens: EdDSA only, issuer and audience pinned, sub = user id, short-lived; each names its
  * session (`sid`, the refresh family) and the user's session version (`sv`), which the authenticator
- * checks on every request. An `iat` more than IAT_SKEW_S in the future is refused.
+ * checks on every request. An `iat` more than IAT_SKEW_S in the future is refused, and so is a
+ * lifetime (`exp - iat`) longer than the configured access TTL, whoever signed it.
  */
 export class JwtService {
   private readonly publicKey: KeyObject;
@@ -121,7 +122,7 @@ export class JwtService {
     return { token, expiresIn: this.o.ttlS };
   }
 
-  /** Throws 401 credential_expired / credential_invalid (a future `iat`, a missing `sv` or `sid` included). */
+  /** Throws 401 credential_expired / credential_invalid (a future `iat`, a lifetime beyond ttlS, a missing `sv` or `sid` included). */
   async verify(token: string): Promise<AccessClaims> {
     try {
       const { payload } = await jwtVerify(token, (header) => this.verifyKey(header.kid), {
@@ -131,11 +132,13 @@ export class JwtService {
         requiredClaims: ['sub', 'iat', 'exp', 'jti', 'sv', 'sid'],
         ...(this.o.now ? { currentDate: new Date(this.o.now()) } : {}),
       });
-      const { sub, iat, jti, sv, sid } = payload;
-      if (typeof sub !== 'string' || typeof iat !== 'number' || typeof jti !== 'string' || typeof sv !== 'number' || typeof sid !== 'string' || !isUuid(sid))
+      const { sub, iat, exp, jti, sv, sid } = payload;
+      if (typeof sub !== 'string' || typeof iat !== 'number' || typeof exp !== 'number' || typeof jti !== 'string' || typeof sv !== 'number' || typeof sid !== 'string' || !isUuid(sid))
         throw unauthorized('credential_invalid', 'invalid access token');
       const nowS = Math.floor((this.o.now?.() ?? Date.now()) / 1000);
       if (iat > nowS + IAT_SKEW_S) throw unauthorized('credential_invalid', 'invalid access token (issued in the future)');
+      // the lifetime is ours to decide, not the token's: one signed for longer than the access TTL is refused
+      if (exp - iat > this.o.ttlS) throw unauthorized('credential_invalid', 'invalid access token (lifetime longer than the access token TTL)');
       return { userId: sub, iat, jti, sessionVersion: sv, sessionId: sid.toLowerCase() };
     } catch (e) {
       if (e instanceof joseErrors.JWTExpired) throw unauthorized('credential_expired', 'access token expired; refresh it');

@@ -28,6 +28,43 @@ export function traced<T>(statement: string, run: () => Promise<T>): Promise<T> 
   return inSpan(`pg ${verb}`, { kind: SpanKind.CLIENT, attributes: { 'db.system.name': 'postgresql', 'db.operation.name': verb, 'db.query.text': statement.length > 2000 ? `${statement.slice(0, 2000)}...` : statement } }, run);
 }
 
+/** How long after the server-side statement_timeout a statement without any answer has its connection destroyed. */
+export const STATEMENT_GUARD_MARGIN_MS = 500;
+
+/** What the statement guard needs of a pg Client (node-postgres). */
+interface PgClientLike {
+  query: (...args: unknown[]) => unknown;
+  connection?: { stream?: { destroy(err?: Error): void } };
+  __knex__disposed?: unknown;
+}
+
+/**
+ * Bounds every statement of one pg connection: when a statement has no answer after ms (not even
+ * the server's own statement_timeout cancel, so the server or the path to it hangs), the
+ * connection is marked disposed for knex's pool and its socket destroyed, which fails the statement
+ * (and whatever else waits on that connection) with "Connection terminated", a connection error:
+ * 503 database_unavailable. A destroyed connection never commits a transaction it had open.
+ */
+function guardStatements(conn: PgClientLike, ms: number): void {
+  const query = conn.query.bind(conn);
+  conn.query = (...args: unknown[]): unknown => {
+    const cbAt = args.findIndex((a) => typeof a === 'function');
+    if (cbAt < 0) return query(...args);
+    const cb = args[cbAt] as (...r: unknown[]) => void;
+    const timer = setTimeout(() => {
+      conn.__knex__disposed = `no answer to a statement in ${ms} ms`;
+      conn.connection?.stream?.destroy(new Error(`statement guard: no answer in ${ms} ms`));
+    }, ms);
+    timer.unref();
+    const wrapped = [...args];
+    wrapped[cbAt] = (...r: unknown[]): void => {
+      clearTimeout(timer);
+      cb(...r);
+    };
+    return query(...wrapped);
+  };
+}
+
 /** Retry-After (seconds) of a 503 `database_unavailable`. */
 export const DB_RETRY_AFTER_S = 5;
 
@@ -35,6 +72,8 @@ export const DB_RETRY_AFTER_S = 5;
 const CONNECTION_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'EHOSTDOWN', 'ENETUNREACH', 'ENETDOWN', 'ENOTFOUND', 'EAI_AGAIN']);
 /** SQLSTATEs meaning "the server is not there or not accepting us now" (class 08 but 08P01, shutdowns, too many connections). */
 const CONNECTION_SQLSTATES = new Set(['08000', '08001', '08003', '08004', '08006', '08007', '57P01', '57P02', '57P03', '53300']);
+/** 57014 query_canceled: the server's statement_timeout (GANTRY_DB_STATEMENT_TIMEOUT_MS) ended a statement: the database did not answer in time. */
+const TIMEOUT_SQLSTATES = new Set(['57014']);
 /** Messages of the pg driver and of knex's pool when the server is unreachable. */
 const CONNECTION_MESSAGES = [
   /connection terminated/i,
@@ -44,6 +83,8 @@ const CONNECTION_MESSAGES = [
   /cannot use a pool after calling end/i,
   /timeout acquiring a connection/i,
   /timeout exceeded when trying to connect/i,
+  /^timeout expired$/i, // pg: connectionTimeoutMillis passed while connecting
+  /statement guard: no answer/i,
   /connect ECONNREFUSED/i,
 ];
 
@@ -56,7 +97,7 @@ export function isConnectionError(e: unknown, depth = 0): boolean {
   if (!(e instanceof Error) || depth > 4) return false;
   const o = e as unknown as Record<string, unknown>;
   const code = typeof o.code === 'string' ? o.code : typeof o.sqlState === 'string' ? o.sqlState : '';
-  if (CONNECTION_ERRNOS.has(code) || CONNECTION_SQLSTATES.has(code)) return true;
+  if (CONNECTION_ERRNOS.has(code) || CONNECTION_SQLSTATES.has(code) || TIMEOUT_SQLSTATES.has(code)) return true;
   if (e.name === 'KnexTimeoutError') return true;
   // the driver's message may be prefixed with the formatted query: only its tail is the driver's own
   const tail = e.message.length > 300 ? e.message.slice(-300) : e.message;
@@ -88,6 +129,18 @@ export interface DatabaseOptions {
   dataDir: string;
   poolMax: number;
   logger: Logger;
+  /**
+   * DATABASE_URL only (GANTRY_DB_ACQUIRE_TIMEOUT_MS): the longest wait for a pool connection,
+   * opening one included; then 503 database_unavailable. 0 or absent: knex's 60 s.
+   */
+  acquireTimeoutMs?: number;
+  /**
+   * DATABASE_URL only (GANTRY_DB_STATEMENT_TIMEOUT_MS): PostgreSQL cancels a statement running
+   * longer (statement_timeout), and a statement that gets no answer at all (the server hangs or the
+   * network black-holes it) has its connection destroyed STATEMENT_GUARD_MARGIN_MS later; both
+   * answer 503 database_unavailable. Migrations run without it. 0 or absent: no bound.
+   */
+  statementTimeoutMs?: number;
   /** Create the database named by databaseUrl when it does not exist (GANTRY_DB_CREATE); otherwise open refuses. */
   createDatabase?: boolean;
 }
@@ -158,6 +211,7 @@ export class Database {
     };
     let orm: MikroORM;
     let embedded = false;
+    let migrationOrm: (() => Promise<MikroORM>) | undefined;
     if (o.databaseUrl) {
       // knex's own warnings ("Connection Error: ..." once per dropped connection during an outage)
       // go to the node's logger at debug: the outage itself is logged once by failed()
@@ -167,13 +221,40 @@ export class Database {
           const text = typeof m === 'string' ? m : String(m);
           o.logger[level === 'debug' || text.startsWith('Connection Error') ? 'debug' : 'warn']({ component: 'knex' }, text);
         };
+      const acquireMs = o.acquireTimeoutMs ?? 0;
+      const statementMs = o.statementTimeoutMs ?? 0;
+      const guardMs = statementMs + STATEMENT_GUARD_MARGIN_MS;
       orm = await MikroORM.init({
         ...common,
         driver: PostgreSqlDriver,
         clientUrl: o.databaseUrl,
-        pool: { min: 0, max: o.poolMax },
-        driverOptions: { log: { warn: knexLog('warn'), error: knexLog('warn'), deprecate: knexLog('warn'), debug: knexLog('debug') } },
+        pool: {
+          min: 0,
+          max: o.poolMax,
+          ...(statementMs > 0
+            ? {
+                afterCreate: (conn: PgClientLike, done: (err: Error | null, conn: PgClientLike) => void) => {
+                  guardStatements(conn, guardMs);
+                  done(null, conn);
+                },
+              }
+            : {}),
+        },
+        driverOptions: {
+          ...(acquireMs > 0 ? { acquireConnectionTimeout: acquireMs } : {}),
+          connection: {
+            keepAlive: true,
+            ...(acquireMs > 0 ? { connectionTimeoutMillis: acquireMs } : {}),
+            ...(statementMs > 0 ? { statement_timeout: statementMs } : {}),
+          },
+          log: { warn: knexLog('warn'), error: knexLog('warn'), deprecate: knexLog('warn'), debug: knexLog('debug') },
+        },
       } as Options);
+      if (statementMs > 0 || acquireMs > 0) {
+        // migrations (index builds, backfills) may take longer than a request's statement: they run on
+        // a short-lived connection of their own without these bounds
+        migrationOrm = () => MikroORM.init({ ...common, driver: PostgreSqlDriver, clientUrl: o.databaseUrl, pool: { min: 0, max: 1 } } as Options);
+      }
       // A DATABASE_URL naming a database that does not exist is refused (a typo must not split the
       // data into a fresh database) unless creation was asked for. The migrator would otherwise
       // create it on its first call.
@@ -200,8 +281,13 @@ export class Database {
       orm = await MikroORM.init({ ...common, driver: PGliteDriver, dbName: 'postgres', driverOptions: { connection: { pglite: () => pglite } } } as Options);
       return new Database(orm, embedded, o.logger, pglite);
     }
-    return new Database(orm, embedded, o.logger);
+    const db = new Database(orm, embedded, o.logger);
+    db.migrationOrm = migrationOrm;
+    return db;
   }
+
+  /** Opens the unbounded connection migrations run on (set when statements are bounded). */
+  private migrationOrm: (() => Promise<MikroORM>) | undefined;
 
   /** A fresh unit of work; never share one across requests or actor turns. */
   em(): Em {
@@ -210,8 +296,13 @@ export class Database {
 
   /** Applies pending checked-in migrations; returns the names applied (empty when up to date). */
   async migrate(): Promise<string[]> {
-    const migrator = this.orm.getMigrator();
-    const applied = await migrator.up();
+    const own = this.migrationOrm ? await this.migrationOrm() : null;
+    let applied: Awaited<ReturnType<ReturnType<MikroORM['getMigrator']>['up']>>;
+    try {
+      applied = await (own ?? this.orm).getMigrator().up();
+    } finally {
+      await own?.close(true);
+    }
     const names = applied.map((m) => m.name);
     if (names.length) this.logger.info({ migrations: names }, 'migrations applied');
     return names;
@@ -248,12 +339,21 @@ export class Database {
     return Buffer.from(await this.metaValue(`secret:${name}`, () => randomBytes(32).toString('hex')), 'hex');
   }
 
-  async ping(): Promise<boolean> {
+  /** True when `select 1` answers (within boundMs when given: a hung database is false then, the statement left to its own bounds). */
+  async ping(boundMs?: number): Promise<boolean> {
+    const run = this.execute('select 1 as ok').then(
+      () => true,
+      () => false,
+    );
+    if (boundMs === undefined) return run;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), boundMs);
+    });
     try {
-      await this.execute('select 1 as ok');
-      return true;
-    } catch {
-      return false;
+      return await Promise.race([run, late]);
+    } finally {
+      clearTimeout(timer);
     }
   }
 

@@ -25,6 +25,10 @@ export const configSchema = z.object({
   GANTRY_DATA_DIR: z.string().min(1).default('./data'),
   DATABASE_URL: optStr.pipe(z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL').optional()),
   GANTRY_DB_POOL_MAX: int(20, 1, 200),
+  /** The longest wait for a pool connection (opening one included) before 503 database_unavailable (0 = knex's 60 s). */
+  GANTRY_DB_ACQUIRE_TIMEOUT_MS: int(5000, 0, 600_000),
+  /** PostgreSQL statement_timeout, and the bound on a statement without any answer (+500 ms); then 503 database_unavailable (0 = none). */
+  GANTRY_DB_STATEMENT_TIMEOUT_MS: int(5000, 0, 3_600_000),
   /** Create the database named by DATABASE_URL when it does not exist (otherwise start-up refuses, so a typo never splits data). */
   GANTRY_DB_CREATE: bool(false),
   REDIS_URL: optStr.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
@@ -99,6 +103,13 @@ export const configSchema = z.object({
   GANTRY_REFRESH_TOKEN_TTL_S: int(30 * 86_400, 3600, 365 * 86_400),
   /** Requests per minute per client IP on each of login, register, password forgot and pairing start/confirm. */
   GANTRY_AUTH_RATE_LIMIT_PER_MIN: int(30, 1, 1_000_000),
+  /**
+   * Failed credential checks (a well-formed sk-/dk-/ak- value that names no credential) per minute
+   * per client IP and per credential prefix before such values get 429 without a lookup (0 = off).
+   * Cluster-wide over Redis (src/identity/failure-limit.ts).
+   */
+  GANTRY_AUTH_FAILURE_LIMIT_PER_MIN: int(60, 0, 1_000_000),
+  GANTRY_AUTH_FAILURE_PREFIX_LIMIT_PER_MIN: int(20, 0, 1_000_000),
   /**
    * Requests per minute (0 = off, the default) on the runtime surface (/api/v1/r/...) and the
    * management surface (every other authenticated route), per credential (sk-/dk-/ak- id, or JWT

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { startCluster, clusterSkipReason, type TestCluster } from '../helpers/cluster.js';
 import { setupTeam, createWorkflow, runWorkflow, spawnAgent, tmpDir, tinyGraph, waitFor, type AgentProcess, type TeamSetup } from '../agents/helpers.js';
 import { SseClient } from '../events/helpers.js';
+import { pairDevice } from '../helpers/identity.js';
 import type { TestNode } from '../helpers/node.js';
 
 const skip = clusterSkipReason();
@@ -91,6 +92,63 @@ test('a revoked sk- is refused on every node on its next request', { skip: skip 
     assert.equal(r.status, 401, `${nd.name} refuses the revoked key at once (got ${r.status})`);
   }
 });
+
+test('an SSE stream opened with an sk- on node C ends (final comment credential_revoked) when the sk- is revoked through node B', { skip: skip ?? false, timeout: 60_000 }, async () => {
+  const A = asNode(0);
+  const s = await setupTeam(A);
+  const wf = await createWorkflow(A, s, tinyGraph());
+  const id = await runWorkflow(A, s, wf, { prompt: 'nobody runs this' }); // no agent: it waits
+  const sse = await SseClient.connect(`${c.nodes[2]?.baseUrl}/r/tasks/${id}/events`, { Authorization: `Bearer ${s.sk.value}` });
+  assert.equal(sse.status, 200, sse.body);
+  await sse.until((x) => x.messages.length >= 1, 10_000, 'the current status');
+  const del = await c.nodes[1]?.http.del(`/credentials/${s.sk.id}`, { token: s.user.accessToken, team: s.user.teamId });
+  assert.ok(del && del.status < 300, `revoke on node B: ${del?.status} ${del?.text}`);
+  await sse.until((x) => x.ended, 10_000, 'the stream on node C ends');
+  assert.ok(sse.comments.includes('stream ended: credential_revoked'), JSON.stringify(sse.comments));
+});
+
+test("a password reset through node C ends the user's dk- on every node and the paired ak-'s agent stream on node B", { skip: skip ?? false, timeout: 60_000 }, async () => {
+  const A = asNode(0);
+  const s = await setupTeam(A);
+  const dev = await pairDevice(c.nodes[0]!.http, s.user);
+  const p = agentOn(1, { ...s, ak: { id: '', value: dev.agentCredential } });
+  await waitFor('the paired agent online', async () => {
+    const r = await c.nodes[0]?.http.get('/agents', { token: s.user.accessToken, team: s.user.teamId });
+    return (r?.body.agent_list as Array<Record<string, any>> | undefined)?.some((a) => a.agent_status === 'online');
+  }, 30_000);
+  // every node has verified (and cached) the dk-
+  for (const nd of c.nodes) {
+    assert.equal((await nd.http.get('/users/me', { token: dev.deviceCredential })).status, 200, `${nd.name} accepts the dk-`);
+    assert.equal((await nd.http.get('/r/tasks', { token: dev.deviceCredential })).status, 200, `${nd.name} accepts the dk- on /r/tasks`);
+  }
+  assert.equal((await c.nodes[0]?.http.post('/auth/password/forgot', { email_address: s.user.email }))?.status, 200);
+  const token = await resetToken(s.user.email);
+  const reset = await c.nodes[2]?.http.post('/auth/password/reset', { reset_token: token, new_password: 'a brand new password' });
+  assert.equal(reset?.status, 200, reset?.text);
+  for (const nd of c.nodes)
+    for (const path of ['/users/me', '/r/tasks']) {
+      const r = await nd.http.get(path, { token: dev.deviceCredential });
+      assert.equal(r.status, 401, `${nd.name} refuses the dk- on ${path} at once (got ${r.status})`);
+      assert.equal(r.body.error_code, 'credential_revoked');
+    }
+  const exit = await Promise.race([p.exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+  assert.ok(exit, 'the paired agent was disconnected and refused for good');
+  assert.equal(exit?.code, 3, 'exit 3: refused by the server');
+});
+
+async function resetToken(email: string): Promise<string> {
+  const pg = await import('pg');
+  const client = new pg.default.Client({ connectionString: c.db.url });
+  await client.connect();
+  try {
+    const r = await client.query<{ body_text: string }>(`select body_text from email_outbox where lower(to_address) = lower($1) and email_kind = 'password_reset' order by created_at desc limit 1`, [email]);
+    const t = /token=([0-9A-Za-z]+)/.exec(r.rows[0]?.body_text ?? '')?.[1];
+    if (!t) throw new Error(`no password reset email to ${email}`);
+    return t;
+  } finally {
+    await client.end();
+  }
+}
 
 async function queryEvents(taskId: string): Promise<Array<{ id: string; event_type: string }>> {
   const pg = await import('pg');

@@ -96,11 +96,47 @@ test('uWS limitation: missing Host, NUL or \\x01 in a value, "Transfer-Encoding 
     'NUL in a value': 'GET /healthz HTTP/1.1\r\nHost: gantry.test\r\nX-Note: a\x00b\r\n\r\n',
     '\\x01 in a value': 'GET /healthz HTTP/1.1\r\nHost: gantry.test\r\nX-Note: a\x01b\r\n\r\n',
     'space before the colon': 'POST /api/v1/auth/login HTTP/1.1\r\nHost: gantry.test\r\nTransfer-Encoding : chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n',
+    'obsolete line folding': 'GET /healthz HTTP/1.1\r\nHost: gantry.test\r\nX-Note: a\r\n b\r\n\r\n',
   };
   const results = await Promise.all(Object.entries(cases).map(async ([name, req]) => [name, await rawHttp(port, [req], 30_000)] as const));
   for (const [name, r] of results) {
     assert.equal(r.timedOut, false, `${name}: the connection must not stay open`);
     assert.equal(r.closed, true, name);
     assert.equal(r.data, '', `${name}: this uWS build answers nothing; got ${JSON.stringify(r.data)}`);
+  }
+});
+
+// Issue 29, point 8: RFC 9112 §6.1 — chunked is the final coding, applied once, and the node decodes
+// no other. uWS hands these headers to JavaScript, so the node refuses them itself.
+test('Transfer-Encoding other than exactly "chunked" (chunked, identity / gzip, chunked / chunked twice): 400 invalid_transfer_encoding and close, never routed', async () => {
+  const post = (te: string[]): string =>
+    `POST /api/v1/auth/login HTTP/1.1\r\nHost: gantry.test\r\nContent-Type: application/json\r\n${te.map((v) => `Transfer-Encoding: ${v}\r\n`).join('')}\r\n2\r\n{}\r\n0\r\n\r\n`;
+  for (const te of [['chunked, identity'], ['gzip, chunked'], ['chunked', 'chunked'], ['chunked,chunked'], ['Chunked, Identity']]) {
+    const r = await rawHttp(port, [post(te)], BOUND_MS);
+    assertRejected(r, 'invalid_transfer_encoding');
+    // the login route would have answered 400 invalid_parameter for {}: it was not reached
+    assert.ok(!r.data.includes('invalid_parameter'), `${te.join(' + ')}: not routed`);
+  }
+  // control: exactly chunked (any case) is decoded and routed
+  for (const te of ['chunked', 'CHUNKED']) {
+    const ok = firstResponse((await rawHttp(port, [post([te])], BOUND_MS, true)).data);
+    assert.equal(ok.status, 400);
+    assert.equal((JSON.parse(ok.body) as { error_code: string }).error_code, 'invalid_parameter', `${te}: routed, the body {} validated`);
+  }
+});
+
+// Decided by the pinned uWebSockets.js parser before any JavaScript runs (README, "Reverse proxy"):
+// asserted exactly as this build behaves, so a build that changes it fails here and the README is
+// updated. deploy/nginx in front normalises the target and re-frames the body.
+test('uWS limitation: chunk data without its CRLF is accepted; an absolute-form target gets uWS\'s own 505', async () => {
+  const lenient = await rawHttp(port, ['POST /api/v1/auth/login HTTP/1.1\r\nHost: gantry.test\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}0\r\n\r\n'], BOUND_MS, true);
+  const res = firstResponse(lenient.data);
+  assert.equal(res.status, 400);
+  assert.equal((JSON.parse(res.body) as { error_code: string }).error_code, 'invalid_parameter', 'this uWS build de-chunks it and the route sees {}');
+  for (const target of ['http://gantry.test/healthz', 'http://gantry.test/api/v1/server-info']) {
+    const r = await rawHttp(port, [`GET ${target} HTTP/1.1\r\nHost: gantry.test\r\n\r\n`], BOUND_MS);
+    assert.equal(r.closed, true);
+    assert.deepEqual(statuses(r.data), [505], `${target}: ${JSON.stringify(r.data)}`);
+    assert.ok(!r.data.includes('X-Request-ID'), 'answered by uWS, not by the node');
   }
 });

@@ -15,7 +15,7 @@ import { registerUser, type TestUser } from '../helpers/identity.js';
 import { FakeAgent } from '../helpers/fake-agent.js';
 import { waitForStatus } from '../helpers/tasks.js';
 import { SseClient, label, submitAs } from '../events/helpers.js';
-import { rawHttp, firstResponse } from './raw-http.js';
+import { rawHttp, firstResponse, statuses } from './raw-http.js';
 import http from 'node:http';
 import WebSocket from 'ws';
 import { createWorkflow, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitFor, waitTask, type AgentProcess } from '../agents/helpers.js';
@@ -265,4 +265,19 @@ test('through nginx: an agent over WebSocket (its only connection) runs a task, 
     ui.close();
     rmSync(app.dir, { recursive: true, force: true });
   }
+});
+
+test('through nginx: what this uWS build decides before JavaScript (chunk data without its CRLF, an absolute-form target) is handled by the proxy', { skip: SKIP }, async () => {
+  const bad = await rawHttp(proxyPort, ['POST /api/v1/auth/login HTTP/1.1\r\nHost: gantry.test\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}0\r\n\r\n'], BOUND_MS, true);
+  assert.equal(firstResponse(bad.data).status, 400, `chunk without CRLF refused by nginx: ${JSON.stringify(bad.data)}`);
+  const abs = await rawHttp(proxyPort, ['GET http://gantry.test/healthz HTTP/1.1\r\nHost: gantry.test\r\nConnection: close\r\n\r\n'], BOUND_MS, true);
+  assert.equal(firstResponse(abs.data).status, 200, `absolute form rewritten to origin form: ${JSON.stringify(abs.data)}`);
+});
+
+test('through nginx: pipelined authenticated requests (one TCP write) are all answered, in order', { skip: SKIP }, async () => {
+  const get = (close: boolean): string => `GET /api/v1/teams/current HTTP/1.1\r\nHost: gantry.test\r\nAuthorization: Bearer ${user.accessToken}\r\nX-Team-ID: ${user.teamId}\r\n${close ? 'Connection: close\r\n' : ''}\r\n`;
+  const login = `POST /api/v1/auth/login HTTP/1.1\r\nHost: gantry.test\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`;
+  const r = await rawHttp(proxyPort, [get(false) + login + get(false) + get(true)], BOUND_MS);
+  assert.equal(r.timedOut, false, JSON.stringify(r.data));
+  assert.deepEqual(statuses(r.data), [200, 400, 200, 200], 'every pipelined request answered, in order');
 });

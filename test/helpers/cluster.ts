@@ -48,6 +48,8 @@ export interface ClusterOptions {
   /** Use this Redis (e.g. a dedicated server the test restarts); default REDIS_URL. */
   redisUrl?: string;
   env?: Record<string, string>;
+  /** The DATABASE_URL the nodes use, from the fixture database's (e.g. through a TCP proxy the caller cuts). */
+  databaseUrl?: (url: string) => string;
 }
 
 const redisBin = (): string | null => ['/usr/bin/redis-server', '/usr/local/bin/redis-server'].find((p) => existsSync(p)) ?? null;
@@ -143,7 +145,7 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
     return {
       ...clean,
       LOG_LEVEL: 'info',
-      DATABASE_URL: db.url,
+      DATABASE_URL: o.databaseUrl ? o.databaseUrl(db.url) : db.url,
       REDIS_URL: redisUrl,
       GANTRY_REDIS_PREFIX: prefix,
       GANTRY_NODE_ID: nd.name,

@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { SignJWT } from 'jose';
 import { startTestNode, type TestNode } from '../helpers/node.js';
-import { registerUser, login, emailToken, nodeSigningKey, type TestUser } from '../helpers/identity.js';
+import { registerUser, login, emailToken, nodeSigningKey, pairDevice, createCredential, type TestUser } from '../helpers/identity.js';
 import { CachedAuthLookup } from '../../src/identity/auth-cache.js';
 import { InMemoryInvalidation } from '../../src/identity/invalidation.js';
 import type { AuthLookup } from '../../src/identity/authenticator.js';
@@ -127,6 +127,41 @@ test('a password reset ends every session of the user (all families, rotated one
   await warm(bystander.accessToken, bystander.teamId);
 });
 
+test("a password reset ends the user's device credentials (dk-) and the ak- paired with each, on the next request; team sk- live on", async () => {
+  const u = await registerUser(t.http);
+  const dev = await pairDevice(t.http, u);
+  const dev2 = await pairDevice(t.http, u, { deviceName: 'laptop' });
+  const sk = await createCredential(t.http, u, 'integration');
+  const bystander = await registerUser(t.http);
+  const other = await pairDevice(t.http, bystander);
+  for (const dk of [dev.deviceCredential, dev2.deviceCredential, other.deviceCredential])
+    for (let i = 0; i < 2; i++) {
+      assert.equal((await t.http.get('/users/me', { token: dk })).status, 200);
+      assert.equal((await t.http.get('/r/tasks', { token: dk })).status, 200);
+    }
+  assert.equal((await t.node.identity.verifyAgentCredential(dev.agentCredential)).teamId, u.teamId);
+  const streamsEnded: string[][] = [];
+  const off = t.node.identity.onCredentialsRevoked((ids) => streamsEnded.push(ids));
+
+  assert.equal((await t.http.post('/auth/password/forgot', { email_address: u.email })).status, 200);
+  const token = await emailToken(t.node, u.email, 'password_reset');
+  assert.equal((await t.http.post('/auth/password/reset', { reset_token: token, new_password: 'a brand new password' })).status, 200);
+  off();
+  for (const dk of [dev.deviceCredential, dev2.deviceCredential])
+    for (const path of ['/users/me', '/r/tasks']) {
+      const r = await t.http.get(path, { token: dk });
+      assert.equal(r.status, 401, `dk- on ${path} after reset: ${r.text}`);
+      assert.equal(r.body.error_code, 'credential_revoked');
+    }
+  for (const ak of [dev.agentCredential, dev2.agentCredential]) await assert.rejects(t.node.identity.verifyAgentCredential(ak), (e: { code?: string }) => e.code === 'credential_revoked');
+  // the revocation went through the invalidation port (what drops live agent streams and SSE)
+  assert.equal(streamsEnded.flat().length, 4, `four credentials revoked: ${JSON.stringify(streamsEnded)}`);
+  // the team's sk- is not a session credential; another user's device is untouched
+  assert.equal((await t.http.get('/r/tasks', { token: sk.value })).status, 200);
+  assert.equal((await t.http.get('/users/me', { token: other.deviceCredential })).status, 200);
+  assert.equal((await t.node.identity.verifyAgentCredential(other.agentCredential)).teamId, bystander.teamId);
+});
+
 test('an access token issued in the future (beyond 60 s of clock skew) is 401 credential_invalid', async () => {
   const u = await registerUser(t.http);
   const key = await nodeSigningKey(t);
@@ -145,6 +180,30 @@ test('an access token issued in the future (beyond 60 s of clock skew) is 401 cr
     const r = await t.http.get('/users/me', { token: await sign(now + ahead) });
     assert.equal(r.status, 401, `iat ${ahead} s ahead: ${r.text}`);
     assert.equal(r.body.error_code, 'credential_invalid');
+  }
+});
+
+test('an access token signed with the real key for longer than the access TTL (exp - iat) is 401 credential_invalid', async () => {
+  const u = await registerUser(t.http);
+  const key = await nodeSigningKey(t);
+  const real = claimsOf(u.accessToken);
+  const ttl = (real.exp as number) - (real.iat as number);
+  assert.equal(ttl, t.node.identity.jwt.ttlS, 'issued tokens live exactly the access TTL');
+  const { iat: _i, exp: _e, ...rest } = real;
+  const now = Math.floor(Date.now() / 1000);
+  const sign = (iat: number, exp: number): Promise<string> => new SignJWT(rest).setProtectedHeader({ alg: 'EdDSA', typ: 'JWT' }).setIssuedAt(iat).setExpirationTime(exp).sign(key);
+
+  // control: exactly the TTL, and shorter, are accepted
+  assert.equal((await t.http.get('/users/me', { token: await sign(now, now + ttl) })).status, 200);
+  assert.equal((await t.http.get('/users/me', { token: await sign(now, now + 60) })).status, 200);
+  for (const [what, iat, exp] of [
+    ['ten years', now, now + 10 * 365 * 86_400],
+    ['one second over the TTL', now, now + ttl + 1],
+    ['an old iat with a long exp', now - 3600, now + 600],
+  ] as const) {
+    const r = await t.http.get('/users/me', { token: await sign(iat, exp) });
+    assert.equal(r.status, 401, `${what}: ${r.text}`);
+    assert.equal(r.body.error_code, 'credential_invalid', what);
   }
 });
 

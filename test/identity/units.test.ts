@@ -125,7 +125,7 @@ test('authenticator: checksum before any lookup; ak- refused on REST without a l
   const { token } = await jwt.issue('u1', 0, SESSION);
   assert.equal(await code(a.authenticate(req(token), mgmt)), 'bad_request:team_header_missing');
   assert.equal(await code(a.authenticate(req(token, 'nope'), mgmt)), 'bad_request:team_header_invalid');
-  assert.deepEqual(await a.authenticate(req(token, '01a201c1-b671-7557-96da-42cf69746fdd'), mgmt), { kind: 'user', userId: 'u1', teamId: '01a201c1-b671-7557-96da-42cf69746fdd', role: 'member' });
+  assert.deepEqual(await a.authenticate(req(token, '01a201c1-b671-7557-96da-42cf69746fdd'), mgmt), { kind: 'user', userId: 'u1', teamId: '01a201c1-b671-7557-96da-42cf69746fdd', role: 'member', sessionId: SESSION });
   assert.equal(await code(a.authenticate(req(token, '01a201c1-b671-7557-96da-42cf69746fdd'), { ...mgmt, role: 'owner' })), 'forbidden:insufficient_role');
   assert.equal(await code(a.authenticate(req(token), { kinds: ['integration'] })), 'forbidden:integration_credential_required');
   clock.advance(901_000);

@@ -463,6 +463,13 @@ export class AgentGrpcServer {
         return this.handle(c, d.msg);
       })
       .catch((e: unknown) => {
+        // the database away for a moment (a restart, a failover) ends no live session: a heartbeat or
+        // inventory not recorded is sent again, task reports go through the actors (which retry);
+        // only a hello that cannot register the agent ends its stream (the agent reconnects)
+        if (c.agentId && isAppError(e) && e.code === 'database_unavailable') {
+          this.log.debug({ agent_id: c.agentId, msg: d.ok ? d.msg.msg : 'undecodable' }, 'agent message not recorded: database unavailable; stream kept');
+          return;
+        }
         const g = toGrpcError(e);
         if (g.unexpected) this.log.error({ err: e, agent_id: c.agentId }, 'agent message handling failed');
         this.endConn(c, { error: isAppError(e) ? e : new AppError('internal', 'internal_error', 'internal error'), fatal: isAppError(e) && e.kind === 'unauthorized' });

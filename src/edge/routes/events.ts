@@ -34,9 +34,11 @@ export function eventRoutes(d: EventRouteDeps): RouteDef[] {
       auth: RUNTIME,
       tag: 'sse',
       stream: async (c, res) => {
+        const since = Date.now();
         const taskId = uuidParam(c, 'taskId');
         const after = lastEventId(c);
-        const team = teamPrincipalOf(c).teamId;
+        const p = teamPrincipalOf(c);
+        const team = p.teamId;
         let release: () => void;
         try {
           release = d.sse.reserve(team);
@@ -44,7 +46,8 @@ export function eventRoutes(d: EventRouteDeps): RouteDef[] {
           if (e instanceof TooManyStreams) throw rateLimited(5, e.message);
           throw e;
         }
-        const r = await d.sse.serve(team, taskId, after, res, release);
+        // the stream ends when its credential, session or membership is invalidated (stream-revocation.ts)
+        const r = await d.sse.serve(team, taskId, after, res, release, { kind: p.kind, userId: p.userId, credentialId: p.credentialId, sessionId: p.sessionId, since });
         if (r === 'not_found') throw notFound('task', 'task_not_found');
       },
     },
