@@ -26,7 +26,11 @@ function startServe(dataDir: string, extraEnv: Record<string, string> = {}): Pro
   child.stderr?.on('data', (d) => (stderr += d));
   const exit = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`node did not start within 15 s; stderr: ${stderr}`)), 15_000);
+    const timer = setTimeout(() => {
+      // a node that did not start in time is stopped, so the test's clean-up does not race its writes
+      child.kill('SIGKILL');
+      reject(new Error(`node did not start within 15 s; stderr: ${stderr}`));
+    }, 15_000);
     createInterface({ input: child.stdout! }).on('line', (l) => {
       let j: any;
       try {
