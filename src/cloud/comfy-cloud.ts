@@ -35,7 +35,7 @@ import type { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type { OutboundGuard } from '../events/outbound.js';
 import { ExternalError, externalRequest } from '../gateway/external.js';
-import { collectFileRefs, executionErrorMessage, ProgressTracker, promptRejection, type ComfyFileRef } from '../protocol/comfyui.js';
+import { collectOutputs, executionErrorMessage, ProgressTracker, promptRejection, type ComfyFileRef } from '../protocol/comfyui.js';
 import { ProviderError, type CloudProviderClient, type FollowHandlers, type JobOutcome } from './provider.js';
 
 export interface ComfyCloudOptions {
@@ -378,8 +378,7 @@ export class ComfyCloudClient implements CloudProviderClient {
           if (st.status === 'cancelled') return { kind: 'cancelled', message: `${NAME} cancelled job ${promptId}` };
         } else if (wo === 'success') {
           // the status endpoint is down but the socket said it finished: outputs from the executed messages
-          const refs = collectFileRefs(tracker.executedOutputs);
-          if (refs.length > 0) return this.completed(tracker.executedOutputs, tracker, start);
+          if (collectOutputs(tracker.executedOutputs).files.length > 0) return this.completed(tracker.executedOutputs, tracker, start);
         }
         if (wsLost && !signal.aborted && Date.now() >= nextWsTry) {
           nextWsTry = Date.now() + 10 * this.pollMs;
@@ -399,11 +398,15 @@ export class ComfyCloudClient implements CloudProviderClient {
     }
   }
 
-  /** The job's outputs from GET /api/jobs (its `outputs` once terminal), else what the `executed` messages reported. */
+  /**
+   * The job's saved files from GET /api/jobs (its `outputs` once terminal), else what the `executed`
+   * messages reported: every output kind (images, gifs, audio, video, 3d, path-valued 3D results),
+   * never a temp preview (collectOutputs, as the agent's executor).
+   */
   private completed(outputs: unknown, tracker: ProgressTracker, start: () => void): JobOutcome {
     start();
-    let refs = collectFileRefs(outputs);
-    if (refs.length === 0) refs = collectFileRefs(tracker.executedOutputs);
+    let refs = collectOutputs(outputs).files;
+    if (refs.length === 0) refs = collectOutputs(tracker.executedOutputs).files;
     return { kind: 'completed', outputs: refs };
   }
 

@@ -33,42 +33,6 @@ export interface ComfyFileRef {
   type: string;
 }
 
-/** All {filename, subfolder, type} entries in a history `outputs` map; type 'output' first. */
-export function collectFileRefs(outputs: unknown): ComfyFileRef[] {
-  if (!isRecord(outputs)) return [];
-  const refs: ComfyFileRef[] = [];
-  const seen = new Set<string>();
-  const nodeIds = Object.keys(outputs).sort((a, b) => {
-    const na = Number(a);
-    const nb = Number(b);
-    return Number.isFinite(na) && Number.isFinite(nb) ? na - nb : a.localeCompare(b);
-  });
-  for (const id of nodeIds) {
-    const nodeOut = outputs[id];
-    if (!isRecord(nodeOut)) continue;
-    for (const value of Object.values(nodeOut)) {
-      if (!Array.isArray(value)) continue;
-      for (const item of value) {
-        if (!isRecord(item) || typeof item.filename !== 'string') continue;
-        const ref = {
-          filename: item.filename,
-          subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
-          type: typeof item.type === 'string' ? item.type : 'output',
-        };
-        const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
-        if (seen.has(key)) continue;
-        seen.add(key);
-        refs.push(ref);
-      }
-    }
-  }
-  const rank = (t: string): number => (t === 'output' ? 0 : t === 'temp' ? 1 : 2);
-  return refs
-    .map((r, i) => ({ r, i }))
-    .sort((a, b) => rank(a.r.type) - rank(b.r.type) || a.i - b.i)
-    .map((x) => x.r);
-}
-
 /** The node_errors of a rejected prompt as one line: `node 3 (KSampler): Value not in list: ...; ...`. */
 export function describeNodeErrors(nodeErrors: unknown): string {
   if (!isRecord(nodeErrors)) return '';
@@ -256,6 +220,7 @@ export function collectOutputs(outputs: unknown): ComfyOutputs {
     seen.add(key);
     files.push(ref);
   };
+  // node order: numeric ids numerically, others as strings
   const nodeIds = Object.keys(outputs).sort((a, b) => {
     const na = Number(a);
     const nb = Number(b);

@@ -313,3 +313,18 @@ test('job status comes from GET /api/jobs/{id} only (history_v2 is deprecated); 
   assert.ok(logs.includes('cloud: provider accepted the job'));
   assert.ok(!logs.includes(KEY.slice(8, 30)), 'no part of the key past its prefix is logged');
 });
+
+test('outputs of a cloud job: saved files only, never a temp preview (PreviewImage writes to temp, like the agent executor)', async () => {
+  const wf = await workflow(tinyGraph(3, { '20': { class_type: 'PreviewImage', inputs: { images: ['8', 0] } } }));
+  const taskId = await run(wf);
+  const done = await waitTask(taskId, (x) => terminal.includes(x.task_status), 'terminal', 30_000);
+  assert.equal(done.task_status, 'completed', JSON.stringify(done));
+  const hist = cloud.history.get(await promptOf(taskId))!;
+  const temp = Object.values(hist.outputs).flatMap((o: any) => o.images ?? []).filter((i: any) => i.type === 'temp');
+  assert.equal(temp.length, 1, 'the provider reported the temp preview');
+  const res = await t.http.get(`/r/tasks/${taskId}/result`, as(owner));
+  assert.equal(res.status, 200, res.text);
+  const names = Object.keys((res.body.download_urls as Record<string, string> | null) ?? {}).concat(res.body.download_url ? [String(res.body.output?.storage_key ?? '').split('/').pop()!] : []);
+  assert.ok(names.length >= 1, JSON.stringify(res.body));
+  assert.ok(!names.some((n) => n.includes('temp')), `no temp preview among the outputs: ${names.join(', ')}`);
+});

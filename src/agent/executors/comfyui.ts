@@ -39,7 +39,6 @@ import WebSocket from 'ws';
 import { ExecutorError, type ExecContext, type ExecOutput, type ExecResult, type Executor } from './types.js';
 import { contentTypeFor, isRecord } from './util.js';
 import {
-  collectFileRefs,
   collectOutputs,
   describeNodeErrors,
   executionErrorMessage,
@@ -52,7 +51,7 @@ import {
   type ComfyFileRef,
 } from '../../protocol/comfyui.js';
 
-export { collectFileRefs, type ComfyFileRef };
+export type { ComfyFileRef };
 
 export interface ComfyUIOptions {
   /** e.g. http://127.0.0.1:8188 */

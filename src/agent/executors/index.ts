@@ -1,6 +1,6 @@
 export * from './types.js';
 export { SimulateExecutor, type SimulateOptions } from './simulate.js';
-export { ComfyUIExecutor, collectFileRefs, type ComfyUIOptions, type ComfySystemStats, type ComfyFileRef } from './comfyui.js';
+export { ComfyUIExecutor, type ComfyUIOptions, type ComfySystemStats, type ComfyFileRef } from './comfyui.js';
 export { NerfstudioExecutor, parseNerfstudioSpec, TrainOutputParser, type NerfstudioOptions, type NerfstudioPlan, type ExportCommand } from './nerfstudio.js';
 
 import { ComfyUIExecutor, type ComfyUIOptions } from './comfyui.js';
