@@ -9,7 +9,6 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, connect, type Server, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,56 +19,9 @@ import { startNode } from '../../src/main.js';
 import { HttpClient } from '../helpers/node.js';
 import { adminUrl, createTestDatabase } from '../helpers/pg.js';
 import { registerUser } from '../helpers/identity.js';
+import { PgProxy } from '../helpers/pg-proxy.js';
 import { normaliseDbError, isConnectionError, databaseUnavailable } from '../../src/persistence/db.js';
 import { AppError, DbError, statementShape } from '../../src/shared/errors.js';
-
-/** A cuttable TCP proxy to the shared PostgreSQL. */
-class PgProxy {
-  private server: Server | null = null;
-  private readonly sockets = new Set<Socket>();
-  port = 0;
-
-  constructor(
-    private readonly host: string,
-    private readonly targetPort: number,
-  ) {}
-
-  async start(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(this.targetPort, this.host);
-      this.sockets.add(client).add(upstream);
-      const drop = (): void => {
-        client.destroy();
-        upstream.destroy();
-        this.sockets.delete(client);
-        this.sockets.delete(upstream);
-      };
-      client.on('error', drop).on('close', drop);
-      upstream.on('error', drop).on('close', drop);
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.port, '127.0.0.1', () => resolve());
-    });
-    const a = server.address();
-    if (a && typeof a === 'object') this.port = a.port;
-    this.server = server;
-  }
-
-  /** The outage: nothing listens on the port any more and every open connection is reset. */
-  async cut(): Promise<void> {
-    const s = this.server;
-    this.server = null;
-    for (const x of this.sockets) x.destroy();
-    this.sockets.clear();
-    if (s) await new Promise<void>((resolve) => s.close(() => resolve()));
-  }
-
-  async stop(): Promise<void> {
-    await this.cut();
-  }
-}
 
 interface LogLine {
   level: string;
