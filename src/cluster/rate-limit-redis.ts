@@ -1,6 +1,7 @@
 /**
- * The shared counters of cluster-wide rate limits (SharedRateLimits in src/edge/rate-limits.ts): one
- * Redis key per (limit key, 10-second slot), expiring after the window. One script per sync adds this
+ * The shared counters of cluster-wide counts (WindowCounts in src/shared/window-counts.ts, behind
+ * the request rate limits and the failed-credential limiter): one Redis key per (limit key,
+ * 10-second slot), expiring after the window. One script per sync adds this
  * node's requests to the current slot of every key it has seen and returns each key's count over the
  * last six slots (the last minute), with the Redis server's clock, so nodes agree on the slots.
  */

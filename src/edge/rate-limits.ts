@@ -1,4 +1,5 @@
 import { systemClock, type Clock } from '../shared/clock.js';
+import { WindowCounts, type SharedWindowCounter } from '../shared/window-counts.js';
 import type { Principal } from './principal.js';
 
 /**
@@ -203,56 +204,24 @@ export function createRateLimits(s: RateLimitSettings, basePath: string, clock: 
 // Cluster-wide: a shared sliding window over Redis
 
 /**
- * The shared side of cluster-wide limits (src/cluster/rate-limit-redis.ts): adds this node's
- * requests per key to the current 10-second slot and answers the cluster-wide count of each key over
- * the last minute (all nodes, this one included).
- */
-export interface SharedWindowCounter {
-  sync(deltas: ReadonlyMap<string, number>): Promise<Map<string, number>>;
-}
-
-interface WindowEntry {
-  /** Cluster-wide requests in the last minute as of the last sync (this node's synced ones included). */
-  cluster: number;
-  /** This node's requests since the last sync. */
-  unsynced: number;
-  /** Sent in the sync in flight. */
-  inflight: number;
-  lastUsed: number;
-  /** This node's own admitted requests per 10-second slot of the last minute (ring; the limit while Redis is away). */
-  own: number[];
-  /** The slot (ms / 10 000) own[ownSlot % 6] holds. */
-  ownSlot: number;
-}
-
-const SLOT_MS = 10_000;
-const SLOTS = 6;
-
-/**
- * Limits that hold across the cluster. A request is decided on this node without a round trip: it
- * is allowed while (the cluster's count of the last minute, as of the last sync) + (this node's
- * requests since) stays under the limit. Every `syncMs` the node adds its requests to the shared
- * counters and reads the cluster-wide counts back. The overshoot is bounded by what the other nodes
- * admit within one sync interval (and, for a key a node has not seen yet, by its first interval);
- * when Redis is unreachable each node limits on its own sliding window of its own requests (per-node
- * limits: fail open, at most N per node) until it is back; the requests of the outage are not sent.
- * The window is a minute sliding in 10-second slots (the in-memory buckets' semantics: a minute's
- * worth of requests, refilled as the minute passes).
+ * Limits that hold across the cluster: each key (per credential, per team, per surface) is a
+ * WindowCounts key (src/shared/window-counts.ts: a minute sliding in 10-second slots, synced with
+ * the shared counter every `syncMs`; per node while Redis is unreachable). A request is decided on
+ * this node without a round trip, and the window has the in-memory buckets' semantics: a minute's
+ * worth of requests, refilled as the minute passes.
  */
 export class SharedRateLimits implements RequestRateLimits {
-  private readonly entries = new Map<string, WindowEntry>();
   private readonly runtimePrefix: string;
-  private timer: NodeJS.Timeout | null = null;
-  private syncing = false;
-  private failing = false;
+  private readonly counts: WindowCounts;
 
   constructor(
     private readonly s: RateLimitSettings,
     basePath: string,
-    private readonly counter: SharedWindowCounter,
-    private readonly o: { clock?: Clock; syncMs?: number; onSyncError?: (e: unknown) => void } = {},
+    counter: SharedWindowCounter,
+    o: { clock?: Clock; syncMs?: number; onSyncError?: (e: unknown) => void } = {},
   ) {
     this.runtimePrefix = `${basePath}/r/`;
+    this.counts = new WindowCounts({ counter, clock: o.clock, syncMs: o.syncMs, onSyncError: o.onSyncError, what: 'rate limit' });
   }
 
   enabled(): boolean {
@@ -260,17 +229,16 @@ export class SharedRateLimits implements RequestRateLimits {
   }
 
   start(): void {
-    this.timer ??= setInterval(() => void this.sync(), this.o.syncMs ?? 100);
-    this.timer.unref();
+    this.counts.start();
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.counts.stop();
   }
 
-  private now(): number {
-    return (this.o.clock ?? systemClock).now();
+  /** One sync with the shared counter (also run every syncMs after start()). */
+  sync(): Promise<void> {
+    return this.counts.sync();
   }
 
   take(p: Principal | null, path: string): RateLimitRefusal | null {
@@ -279,91 +247,16 @@ export class SharedRateLimits implements RequestRateLimits {
     const surface = runtime ? 'r' : 'm';
     const perCred = runtime ? this.s.runtimePerCredential : this.s.managementPerCredential;
     const perTeam = runtime ? this.s.runtimePerTeam : this.s.managementPerTeam;
-    const now = this.now();
+    const now = this.counts.now();
     const teamId = p.teamId ?? '';
     const who = p.credentialId ?? p.userId;
     const credKey = perCred > 0 && who !== undefined ? `${surface}:c:${teamId}:${who}` : null;
     const teamKey = perTeam > 0 && teamId !== '' ? `${surface}:t:${teamId}` : null;
-    const cred = credKey ? this.entry(credKey, now) : null;
-    const team = teamKey ? this.entry(teamKey, now) : null;
-    const count = this.failing ? ownCount : used;
-    if (cred && count(cred) >= perCred) return windowRefusal('credential', perCred, now);
-    if (team && count(team) >= perTeam) return windowRefusal('team', perTeam, now);
-    if (cred) admit(cred);
-    if (team) admit(team);
+    // the window slides in 10-second slots: the oldest slot leaves it at the next boundary
+    if (credKey && this.counts.count(credKey, now) >= perCred) return { scope: 'credential', limit: perCred, retryAfterS: this.counts.retryAfterS(now), resetS: 60 };
+    if (teamKey && this.counts.count(teamKey, now) >= perTeam) return { scope: 'team', limit: perTeam, retryAfterS: this.counts.retryAfterS(now), resetS: 60 };
+    if (credKey) this.counts.add(credKey, now);
+    if (teamKey) this.counts.add(teamKey, now);
     return null;
   }
-
-  private entry(key: string, now: number): WindowEntry {
-    let e = this.entries.get(key);
-    if (!e) this.entries.set(key, (e = { cluster: 0, unsynced: 0, inflight: 0, lastUsed: now, own: new Array<number>(SLOTS).fill(0), ownSlot: Math.floor(now / SLOT_MS) }));
-    e.lastUsed = now;
-    slide(e, now);
-    return e;
-  }
-
-  /** One sync: this node's deltas out, the cluster's counts in (keys idle for two minutes are dropped). */
-  async sync(): Promise<void> {
-    if (this.syncing || this.entries.size === 0) return;
-    this.syncing = true;
-    const now = this.now();
-    const deltas = new Map<string, number>();
-    for (const [k, e] of this.entries) {
-      if (e.unsynced === 0 && now - e.lastUsed > 120_000) {
-        this.entries.delete(k);
-        continue;
-      }
-      deltas.set(k, e.unsynced);
-      e.inflight = e.unsynced;
-      e.unsynced = 0;
-    }
-    try {
-      let timer: NodeJS.Timeout | undefined;
-      const counts = await Promise.race([
-        this.counter.sync(deltas),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error('rate limit sync timed out')), 2000);
-        }),
-      ]).finally(() => clearTimeout(timer));
-      for (const [k, n] of counts) {
-        const e = this.entries.get(k);
-        if (!e) continue;
-        e.cluster = n;
-        e.inflight = 0;
-      }
-      if (this.failing) this.failing = false;
-    } catch (err) {
-      // Redis unreachable: this node limits on its own window (take() reads `own` while failing);
-      // what was in flight is dropped, not sent again later
-      for (const [k] of deltas) {
-        const e = this.entries.get(k);
-        if (e) e.inflight = 0;
-      }
-      if (!this.failing) this.o.onSyncError?.(err);
-      this.failing = true;
-    } finally {
-      this.syncing = false;
-    }
-  }
-}
-
-const used = (e: WindowEntry): number => e.cluster + e.inflight + e.unsynced;
-const ownCount = (e: WindowEntry): number => e.own.reduce((a, b) => a + b, 0);
-
-/** Clears the slots that left the window since the entry was last touched. */
-function slide(e: WindowEntry, now: number): void {
-  const slot = Math.floor(now / SLOT_MS);
-  for (let s = e.ownSlot + 1; s <= slot && s <= e.ownSlot + SLOTS; s++) e.own[s % SLOTS] = 0;
-  if (slot > e.ownSlot) e.ownSlot = slot;
-}
-
-function admit(e: WindowEntry): void {
-  e.unsynced++;
-  e.own[e.ownSlot % SLOTS] = (e.own[e.ownSlot % SLOTS] ?? 0) + 1;
-}
-
-/** The window slides in 10-second slots: the oldest slot leaves the window at the next boundary. */
-function windowRefusal(scope: 'credential' | 'team', limit: number, now: number): RateLimitRefusal {
-  const toBoundary = ceilSeconds((SLOT_MS - (now % SLOT_MS)) / 1000);
-  return { scope, limit, retryAfterS: toBoundary, resetS: 60 };
 }
