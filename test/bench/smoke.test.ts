@@ -86,22 +86,25 @@ test('bench/tasks.ts runs and prints its figures', { timeout: TEST_TIMEOUT_MS },
   ]);
 });
 
-test('bench/agents.ts runs and prints its figures', { timeout: TEST_TIMEOUT_MS }, async () => {
-  // heartbeat every 1 s so the 1 s idle window sees heartbeats; few submitters for 10 tasks
-  const r = await runBench(['--import', 'tsx', 'bench/agents.ts'], {
-    BENCH_AGENTS: '5',
-    BENCH_TASKS: '10',
-    BENCH_IDLE_S: '1',
-    BENCH_HEARTBEAT_S: '1',
-    BENCH_INFLIGHT: '4',
+for (const transport of ['grpc', 'ws']) {
+  test(`bench/agents.ts runs and prints its figures (agents over ${transport})`, { timeout: TEST_TIMEOUT_MS }, async () => {
+    // heartbeat every 1 s so the 1 s idle window sees heartbeats; few submitters for 10 tasks
+    const r = await runBench(['--import', 'tsx', 'bench/agents.ts'], {
+      BENCH_AGENTS: '5',
+      BENCH_TASKS: '10',
+      BENCH_IDLE_S: '1',
+      BENCH_HEARTBEAT_S: '1',
+      BENCH_INFLIGHT: '4',
+      BENCH_AGENT_TRANSPORT: transport,
+    });
+    check(`bench/agents.ts (5 agents over ${transport}, 10 tasks, 1 s idle)`, r, [
+      /^node pid \d+: RSS \d+ MB before agents/m,
+      new RegExp(`^connect: 5 agents over ${transport} in [\\d.]+ s; node CPU [\\d.]+% of one core; RSS \\d+ MB`, 'm'),
+      new RegExp(`^idle: 5 agents over ${transport}, heartbeat every 1 s .* for 1 s: node CPU [\\d.]+% of one core; RSS \\d+ MB`, 'm'),
+      /^tasks: 10 submitted .* completed by agents, .* = [\d.]+ tasks\/s end to end; node CPU [\d.]+% of one core; RSS \d+ MB/m,
+    ]);
   });
-  check('bench/agents.ts (5 agents, 10 tasks, 1 s idle)', r, [
-    /^node pid \d+: RSS \d+ MB before agents/m,
-    /^connect: 5 agents in [\d.]+ s; node CPU [\d.]+% of one core; RSS \d+ MB/m,
-    /^idle: 5 agents, heartbeat every 1 s .* for 1 s: node CPU [\d.]+% of one core; RSS \d+ MB/m,
-    /^tasks: 10 submitted .* completed by agents, .* = [\d.]+ tasks\/s end to end; node CPU [\d.]+% of one core; RSS \d+ MB/m,
-  ]);
-});
+}
 
 test('bench/sse.ts runs and prints its figures', { timeout: TEST_TIMEOUT_MS }, async () => {
   // N=50 streams for 2 s, with --expose-gc as `npm run bench:sse` does
