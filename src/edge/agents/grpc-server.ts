@@ -664,9 +664,10 @@ export class AgentGrpcServer {
       return true;
     }
     const lookup = this.o.partnerKey;
-    if (msg.type === 'assign' && lookup) {
-      // the team's Comfy API key for partner nodes (only when the team turned it on), read for this
-      // message only; like a queued send, the assignment counts as delivered now
+    if (msg.type === 'assign' && msg.assignment.toolType === 'comfyui' && lookup) {
+      // the team's Comfy API key for partner nodes (only when the team turned it on; only ComfyUI
+      // runs have partner nodes), read for this message only; like a queued send, the assignment
+      // counts as delivered now
       c.held = [];
       void lookup(c.teamId)
         .catch((e: unknown) => {
