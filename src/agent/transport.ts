@@ -247,9 +247,13 @@ class WsTransport implements AgentTransport {
       if (f.frame === 'message' && f.message) onData(f.message);
       else if (f.frame === 'response' && f.response) this.settle(f.response);
     });
-    ws.on('error', () => undefined); // 'close' follows and decides
+    // 'close' follows and decides; the error says why a socket closed without a close frame
+    let lastError = '';
+    ws.on('error', (e: Error) => {
+      lastError = e.message;
+    });
     ws.on('close', (code: number, reason: Buffer) => {
-      const details = reason.toString('utf8');
+      const details = reason.toString('utf8') || (lastError ? `${lastError} (${code})` : '');
       if (code === 1000) finish({ code: grpc.status.OK, details });
       else if (code > WS_CLOSE_STATUS_BASE && code < WS_CLOSE_STATUS_BASE + 100) finish({ code: code - WS_CLOSE_STATUS_BASE, details });
       else finish({ code: grpc.status.UNAVAILABLE, details: details || `the agent WebSocket closed (${code})` });

@@ -369,6 +369,23 @@ export interface UpgradeRequest {
   context: uWS.us_socket_context_t;
 }
 
+/**
+ * Completes a WebSocket upgrade decided after an await (authentication, a tunnel to a container).
+ * Deliberately NOT inside res.cork(): in the uWebSockets build we can install (npm uwebsockets@3.0.6),
+ * cork() tells that its handler upgraded the socket only by comparing socket pointers, but
+ * us_socket_context_adopt_socket() reallocates the poll in place when the WebSocket's extension is
+ * not larger than the HTTP response's, so the pointer stays the same; cork() then ran its HTTP
+ * "connection close" logic on memory that is now the WebSocket's and, depending on what that memory
+ * held, shut the new WebSocket down right after open (the client sees 1006; measured: 2 of 12 fresh
+ * nodes dropped one of their first three agent connections). Fixed upstream in uWebSockets
+ * fe7c01a (#1929, "Fix cork() closing a WebSocket that was upgraded asynchronously"), which no npm
+ * build carries yet. Uncorked, uWS writes the 101 as it goes and prints its "writes must be made
+ * from within a corked callback" warning on stderr once per such upgrade (README, Operations).
+ */
+export function upgradeAfterAwait<U>(r: UpgradeRequest, userData: U, protocol = ''): void {
+  r.res.upgrade<U>(userData, r.headers['sec-websocket-key'] ?? '', protocol, '', r.context);
+}
+
 /** uWS settings of a WebSocket route. */
 export interface WebSocketRouteOptions {
   maxPayloadLength: number;

@@ -22,7 +22,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../shared/logger.js';
 import { AppError } from '../../shared/errors.js';
 import { statusLine, toHttpError } from '../error-map.js';
-import type { UpgradeRequest, WebSocketHandler } from '../http.js';
+import { upgradeAfterAwait, type UpgradeRequest, type WebSocketHandler } from '../http.js';
 import { WS_CLOSE_STATUS_BASE, WS_MAX_PENDING_CALLS, agentFrameCodec, closeReason, type AgentFrame__Output, type ServerFrame } from '../../protocol/agent-wire.js';
 import type { UnaryRequest__Output } from '../../gen/gantry/agent/v1/UnaryRequest.js';
 import type { UnaryResponse } from '../../gen/gantry/agent/v1/UnaryResponse.js';
@@ -91,9 +91,7 @@ export class AgentWebSocketTransport {
       const ident = await this.server.authenticate(token);
       if (aborted) return;
       const s: AgentSocket = { ident, token: token as string, ip: r.ip, ws: null, input: null, closed: false, pendingCalls: 0 };
-      r.res.cork(() => {
-        r.res.upgrade<AgentWsUser>({ s }, r.headers['sec-websocket-key'] ?? '', '', '', r.context);
-      });
+      upgradeAfterAwait<AgentWsUser>(r, { s });
     } catch (e) {
       if (aborted) return;
       const { status, body, headers, unexpected } = toHttpError(e);

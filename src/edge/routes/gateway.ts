@@ -27,7 +27,7 @@ import { INLINE_BODY_MAX, MAX_CHUNK, TUNNEL_WINDOW, type HeaderList, type OpenTu
 import { AppError, badGateway, badRequest, invalidParameter, notFound, unavailable } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { toHttpError, statusLine } from '../error-map.js';
-import type { Ctx, RouteDef, StreamResponse, UpgradeRequest, WebSocketHandler } from '../http.js';
+import { upgradeAfterAwait, type Ctx, type RouteDef, type StreamResponse, type UpgradeRequest, type WebSocketHandler } from '../http.js';
 import type { Authenticator, RouteAuth, TeamPrincipal } from '../principal.js';
 import { parseBody, teamPrincipalOf } from '../params.js';
 import * as D from '../openapi/schemas.js';
@@ -440,10 +440,8 @@ export class Gateway {
         return;
       }
       const protocol = head.headers.find(([k]) => k.toLowerCase() === 'sec-websocket-protocol')?.[1] ?? '';
-      r.res.cork(() => {
-        // uWS copies the userData object's own properties: the state lives behind one reference
-        r.res.upgrade<WsUser>({ s: data }, r.headers['sec-websocket-key'] ?? '', protocol, '', r.context);
-      });
+      // uWS copies the userData object's own properties: the state lives behind one reference
+      upgradeAfterAwait<WsUser>(r, { s: data }, protocol);
     } catch (e) {
       const { status, body, headers } = toHttpError(e);
       answer(status, [['Content-Type', 'application/json'], ...Object.entries(headers)], JSON.stringify(body));
