@@ -1,9 +1,10 @@
 /**
  * ComfyUI's protocol as both ends of Gantry speak it: the agent's comfyui executor (a local
  * ComfyUI) and the server's cloud dispatcher (Comfy Cloud, the same API under /api). Pure helpers,
- * no I/O: the API-format graph check, the history/outputs layout, the messages of execution errors
- * and prompt validation errors, and the progress tracker that turns WebSocket messages
- * (executing, progress, executed, execution_cached) into Gantry progress ticks.
+ * no I/O: the API-format graph check, the POST /prompt body, the history/outputs layout, the
+ * messages of execution errors and prompt validation errors, the WebSocket event switch
+ * (readPromptMessage) and the progress tracker that turns its messages (executing, progress,
+ * executed, execution_cached) into Gantry progress ticks.
  */
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -185,6 +186,98 @@ export class ProgressTracker {
     if (isRecord(output)) this.executedOutputs[node] = output;
   }
 }
+
+/** One JSON message of ComfyUI's WebSocket (server.py send_json): `{type, data}`. */
+export interface ComfyWsMessage {
+  type: string;
+  data: Record<string, unknown>;
+}
+
+/**
+ * A /ws frame as a message: null for binary frames (4-byte big-endian type: 1 preview image,
+ * 3 text, 4 preview with metadata) and for text that is not a `{type, data}` JSON object.
+ */
+export function parseWsFrame(frame: { toString(): string }, isBinary: boolean): ComfyWsMessage | null {
+  if (isBinary) return null;
+  try {
+    const m = JSON.parse(frame.toString()) as unknown;
+    return isRecord(m) && typeof m.type === 'string' ? { type: m.type, data: isRecord(m.data) ? m.data : {} } : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What one /ws message means for the prompt being followed (the one event switch of both ends):
+ * - `step`: execution_start, execution_cached, executing {node}, progress, executed; the tracker has
+ *   taken it in, and `started` says whether the message shows the prompt executing (executed alone
+ *   does not);
+ * - `idle`: executing {node: null}, main.py prompt_worker's last word on the prompt (history written);
+ * - `success` / `interrupted` / `error`: execution.py's end messages, sent before history is
+ *   written; an execution_error may also be an ExecutionBlocker's while the prompt goes on;
+ * - `other`: any other message about this prompt.
+ */
+export type PromptEvent =
+  | { kind: 'step'; started: boolean }
+  | { kind: 'idle' }
+  | { kind: 'success' }
+  | { kind: 'interrupted'; data: Record<string, unknown> }
+  | { kind: 'error'; data: Record<string, unknown> }
+  | { kind: 'other' };
+
+/**
+ * Reads a /ws message for `promptId`, feeding the progress messages to `tracker`. Null when the
+ * message is not about this prompt: status, progress_state and feature_flags, or another prompt's
+ * (Comfy Cloud sends every job of the account to every socket).
+ */
+export function readPromptMessage(msg: ComfyWsMessage, promptId: string, tracker: ProgressTracker): PromptEvent | null {
+  const { type, data } = msg;
+  if (type === 'status' || type === 'progress_state' || type === 'feature_flags') return null;
+  if (data.prompt_id !== promptId) return null;
+  switch (type) {
+    case 'execution_start':
+      return { kind: 'step', started: true };
+    case 'execution_cached':
+      tracker.cached(Array.isArray(data.nodes) ? data.nodes.map(String) : []);
+      return { kind: 'step', started: true };
+    case 'executing':
+      if (data.node === null || data.node === undefined) return { kind: 'idle' };
+      tracker.executing(String(data.node), typeof data.display_node === 'string' ? data.display_node : undefined);
+      return { kind: 'step', started: true };
+    case 'progress':
+      tracker.progress(typeof data.node === 'string' ? data.node : undefined, Number(data.value ?? 0), Number(data.max ?? 0));
+      return { kind: 'step', started: true };
+    case 'executed':
+      tracker.executed(String(data.node), data.output);
+      return { kind: 'step', started: false };
+    case 'execution_success':
+      return { kind: 'success' };
+    case 'execution_interrupted':
+      return { kind: 'interrupted', data };
+    case 'execution_error':
+      return { kind: 'error', data };
+    default:
+      return { kind: 'other' };
+  }
+}
+
+/**
+ * The POST /prompt body: our prompt_id (server.py post_prompt honours a client-chosen id, so a
+ * resubmission after a lost answer can be recognised), the client id whose socket gets the
+ * messages, and the key partner (API) nodes read from extra_data.api_key_comfy_org (hidden input
+ * API_KEY_COMFY_ORG).
+ */
+export function promptPayload(graph: Record<string, unknown>, promptId: string, o: { clientId?: string; comfyOrgApiKey?: string | undefined } = {}): Record<string, unknown> {
+  return {
+    prompt: graph,
+    ...(o.clientId !== undefined ? { client_id: o.clientId } : {}),
+    prompt_id: promptId,
+    ...(o.comfyOrgApiKey ? { extra_data: { api_key_comfy_org: o.comfyOrgApiKey } } : {}),
+  };
+}
+
+/** The query string of GET /view for one file. */
+export const viewQuery = (ref: ComfyFileRef): string => new URLSearchParams({ filename: ref.filename, subfolder: ref.subfolder, type: ref.type }).toString();
 
 /** 3D files a node may report by path (comfy_execution/jobs.py THREE_D_EXTENSIONS). */
 const THREE_D_EXTENSIONS = ['.obj', '.fbx', '.gltf', '.glb', '.usdz', '.ply', '.splat', '.spz'];
