@@ -35,7 +35,18 @@ import type { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type { OutboundGuard } from '../events/outbound.js';
 import { ExternalError, externalRequest } from '../gateway/external.js';
-import { collectOutputs, executionErrorMessage, ProgressTracker, promptRejection, type ComfyFileRef } from '../protocol/comfyui.js';
+import {
+  collectOutputs,
+  executionErrorMessage,
+  parseWsFrame,
+  ProgressTracker,
+  promptPayload,
+  promptRejection,
+  readPromptMessage,
+  viewQuery,
+  type ComfyFileRef,
+  type ComfyWsMessage,
+} from '../protocol/comfyui.js';
 import { ProviderError, type CloudProviderClient, type FollowHandlers, type JobOutcome } from './provider.js';
 
 export interface ComfyCloudOptions {
@@ -209,7 +220,7 @@ export class ComfyCloudClient implements CloudProviderClient {
     // openapi-cloud.yaml info "Cloud vs OSS ComfyUI Compatibility"): a retry after an unknown outcome looks
     // the job up by this id first. extra_data.api_key_comfy_org: the key partner (API) nodes bill to
     // (development/cloud/api-reference.mdx "Using Partner Nodes"; overview.mdx "the same key is used for Partner Nodes").
-    const payload = { prompt: graph, prompt_id: promptId, extra_data: { api_key_comfy_org: this.o.apiKey } };
+    const payload = promptPayload(graph, promptId, { comfyOrgApiKey: this.o.apiKey });
     const res = await this.request('POST', '/api/prompt', { body: Buffer.from(JSON.stringify(payload)), headers: { 'content-type': 'application/json' }, signal });
     const text = (await readAll(res.body)).toString('utf8');
     let body: unknown = null;
@@ -246,7 +257,7 @@ export class ComfyCloudClient implements CloudProviderClient {
     return { status: j.status, outputs: j.outputs, error: isRecord(j.execution_error) ? j.execution_error : null };
   }
 
-  private connectWs(onMessage: (type: string, data: Record<string, unknown>) => void, onClose: (why: string) => void): Promise<WebSocket> {
+  private connectWs(onMessage: (msg: ComfyWsMessage) => void, onClose: (why: string) => void): Promise<WebSocket> {
     const url = `${this.base.replace(/^http/, 'ws')}/ws?clientId=${randomUUID()}&token=${encodeURIComponent(this.o.apiKey)}`;
     return this.o.guard.checkUrl(url, ['wss:']).then(
       () =>
@@ -264,13 +275,8 @@ export class ComfyCloudClient implements CloudProviderClient {
             if (!opened) reject(new ProviderError(res.statusCode === 401 || res.statusCode === 403 ? 'auth' : 'unavailable', `${NAME} WebSocket refused (${res.statusCode ?? 0})`));
           });
           ws.on('message', (data, isBinary) => {
-            if (isBinary) return; // preview frames
-            try {
-              const m = JSON.parse(data.toString()) as unknown;
-              if (isRecord(m) && typeof m.type === 'string') onMessage(m.type, isRecord(m.data) ? m.data : {});
-            } catch {
-              /* not JSON */
-            }
+            const msg = parseWsFrame(data, isBinary); // null: a preview frame, or not JSON
+            if (msg) onMessage(msg);
           });
           ws.on('error', (err) => {
             if (!opened) reject(new ProviderError('unavailable', `${NAME} WebSocket: ${err.message.replace(/token=[^&\s]*/g, 'token=***')}`));
@@ -300,38 +306,30 @@ export class ComfyCloudClient implements CloudProviderClient {
     };
     let ws: WebSocket | null = null;
     let wsLost = false;
-    const onMessage = (type: string, data: Record<string, unknown>): void => {
-      if (data.prompt_id !== promptId) return;
-      switch (type) {
-        case 'execution_start':
+    // the socket's word on the job (the shared event switch); the job status stays the authority
+    const onMessage = (msg: ComfyWsMessage): void => {
+      const ev = readPromptMessage(msg, promptId, tracker);
+      if (ev === null) return;
+      switch (ev.kind) {
+        case 'step':
+          if (ev.started) start();
+          break;
+        case 'idle':
           start();
           break;
-        case 'execution_cached':
-          start();
-          tracker.cached(Array.isArray(data.nodes) ? data.nodes.map(String) : []);
-          break;
-        case 'executing':
-          start();
-          if (data.node !== null && data.node !== undefined) tracker.executing(String(data.node));
-          break;
-        case 'progress':
-          start();
-          tracker.progress(typeof data.node === 'string' ? data.node : undefined, Number(data.value ?? 0), Number(data.max ?? 0));
-          break;
-        case 'executed':
-          tracker.executed(String(data.node), data.output);
-          break;
-        case 'execution_success':
+        case 'success':
           wsOutcome = 'success';
           poke();
           break;
-        case 'execution_error':
-          wsOutcome = { kind: 'failed', error: executionErrorMessage(data, NAME) };
+        case 'error':
+          wsOutcome = { kind: 'failed', error: executionErrorMessage(ev.data, NAME) };
           poke();
           break;
-        case 'execution_interrupted':
-          wsOutcome = { kind: 'cancelled', message: `${NAME} interrupted the job at node ${String(data.node_id)}` };
+        case 'interrupted':
+          wsOutcome = { kind: 'cancelled', message: `${NAME} interrupted the job at node ${String(ev.data.node_id)}` };
           poke();
+          break;
+        case 'other':
           break;
       }
     };
@@ -411,9 +409,8 @@ export class ComfyCloudClient implements CloudProviderClient {
   }
 
   async download(ref: ComfyFileRef, signal?: AbortSignal): Promise<{ body: Readable; contentType: string | null; size: number | null }> {
-    const qs = new URLSearchParams({ filename: ref.filename, subfolder: ref.subfolder, type: ref.type });
     // externalRequest follows the 302 to the signed URL and sends X-API-Key to base_url's origin only
-    const res = await this.request('GET', `/api/view?${qs.toString()}`, { signal, headers: { accept: '*/*' } });
+    const res = await this.request('GET', `/api/view?${viewQuery(ref)}`, { signal, headers: { accept: '*/*' } });
     if (res.status < 200 || res.status >= 300) {
       const text = (await readAll(res.body, 64 * 1024).catch(() => Buffer.alloc(0))).toString('utf8');
       throw providerErrorFor(res.status, `GET /api/view ${ref.filename}`, reasonOf(text));
