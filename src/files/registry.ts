@@ -1,5 +1,6 @@
 /**
- * The team model registry (/models) and custom node registry (/nodes).
+ * The team model registry (/models) and custom node registry (/nodes): one implementation
+ * (Registry) parameterized by kind (MODELS, NODES); models add filters to list and an update.
  *
  * A model (or node package) is created from a storage_key staged by POST /models/presign (or
  * /nodes/presign) and uploaded (single PUT or multipart). On create the object is streamed once to
@@ -135,40 +136,119 @@ async function verifyUpload(o: RegistryOptions, caller: Caller, purpose: 'model'
   return m;
 }
 
-export class ModelRegistry {
-  constructor(private readonly o: RegistryOptions) {}
+/** The upload every registry entry is created from (its create body's common fields). */
+interface UploadFields {
+  storage_key: string;
+  file_size: number;
+  sha256?: string | undefined;
+}
 
-  async create(caller: Caller, body: unknown, audit?: AuditNote): Promise<ModelRecord> {
-    const b = parse(modelCreateSchema, body);
-    if (await this.o.records.modelPathTaken(caller.teamId, b.model_path)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
-    const m = await verifyUpload(this.o, caller, 'model', b.storage_key, b.file_size, b.sha256);
-    let model: ModelRecord | null;
+/** The measured upload and creator of a new entry: the fields every record shares. */
+interface NewEntry {
+  id: string;
+  teamId: string;
+  storageKey: string;
+  fileSize: number;
+  sha256: string;
+  createdBy: string | null;
+}
+
+/** What one registry (models, custom nodes) is made of: its create body, its unique name, its rows. */
+interface RegistryKind<R, B extends UploadFields> {
+  /** The staged upload's purpose (POST /models/presign, /nodes/presign). */
+  purpose: 'model' | 'node';
+  createSchema: z.ZodType<B>;
+  /** notFound's noun and error code. */
+  notFound: () => AppError;
+  /** The 409 of a create whose unique name (model_path, package_name) the team already has. */
+  taken: (b: B) => AppError;
+  isTaken: (records: FilesStore, teamId: string, b: B) => Promise<boolean>;
+  /** Consumes the staged row and inserts the entry (FilesStore.createModel / createNode). */
+  insert: (records: FilesStore, b: B, e: NewEntry, audit?: AuditNote) => Promise<R | null>;
+  find: (records: FilesStore, teamId: string, id: string) => Promise<R | null>;
+  /** Deletes the entry; its storage key, or null when the team has no such entry. */
+  remove: (records: FilesStore, teamId: string, id: string, audit?: AuditNote) => Promise<string | null>;
+  active: (records: FilesStore, teamId: string) => Promise<R[]>;
+  /** The warning when the object of a deleted entry cannot be removed: its id field and message. */
+  deleteFailed: { idField: string; message: string };
+}
+
+/** The create, get, delete and active flows both registries share, parameterized by kind. */
+class Registry<R, B extends UploadFields> {
+  constructor(
+    protected readonly o: RegistryOptions,
+    private readonly kind: RegistryKind<R, B>,
+  ) {}
+
+  async create(caller: Caller, body: unknown, audit?: AuditNote): Promise<R> {
+    const k = this.kind;
+    const b = parse(k.createSchema, body);
+    if (await k.isTaken(this.o.records, caller.teamId, b)) throw k.taken(b);
+    const m = await verifyUpload(this.o, caller, k.purpose, b.storage_key, b.file_size, b.sha256);
+    let entry: R | null;
     try {
-      model = await this.o.records.createModel({
-        id: uuidv7(),
-        teamId: caller.teamId,
-        displayName: b.display_name,
-        modelType: b.model_type,
-        modelPath: b.model_path,
-        modelStatus: b.model_status ?? 'active',
-        storageKey: b.storage_key,
-        fileSize: m.size,
-        sha256: m.sha256,
-        createdBy: caller.userId ?? null,
-      }, audit);
+      entry = await k.insert(this.o.records, b, { id: uuidv7(), teamId: caller.teamId, storageKey: b.storage_key, fileSize: m.size, sha256: m.sha256, createdBy: caller.userId ?? null }, audit);
     } catch (e) {
-      if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
+      if (isUniqueViolation(e)) throw k.taken(b);
       throw e;
     }
-    if (!model) throw STORAGE_KEY_USED();
+    if (!entry) throw STORAGE_KEY_USED();
     this.o.onChange?.(caller.teamId);
-    return model;
+    return entry;
   }
 
-  async get(teamId: string, id: string): Promise<ModelRecord> {
-    const m = await this.o.records.model(teamId, id);
-    if (!m) throw notFound('model', 'model_not_found');
-    return m;
+  async get(teamId: string, id: string): Promise<R> {
+    const entry = await this.kind.find(this.o.records, teamId, id);
+    if (!entry) throw this.kind.notFound();
+    return entry;
+  }
+
+  async delete(teamId: string, id: string, audit?: AuditNote): Promise<void> {
+    const key = await this.kind.remove(this.o.records, teamId, id, audit);
+    if (key === null) throw this.kind.notFound();
+    this.o.onChange?.(teamId);
+    const { idField, message } = this.kind.deleteFailed;
+    await this.o.store.delete(key).catch((e: unknown) => this.o.logger.warn({ err: e, [idField]: id }, message));
+  }
+
+  async active(teamId: string): Promise<R[]> {
+    return this.kind.active(this.o.records, teamId);
+  }
+}
+
+const modelPathTaken = (modelPath: string | undefined): AppError => conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(modelPath)}`);
+const modelNotFound = (): AppError => notFound('model', 'model_not_found');
+
+const MODELS: RegistryKind<ModelRecord, z.infer<typeof modelCreateSchema>> = {
+  purpose: 'model',
+  createSchema: modelCreateSchema,
+  notFound: modelNotFound,
+  taken: (b) => modelPathTaken(b.model_path),
+  isTaken: (records, teamId, b) => records.modelPathTaken(teamId, b.model_path),
+  insert: (records, b, e, audit) =>
+    records.createModel({ ...e, displayName: b.display_name, modelType: b.model_type, modelPath: b.model_path, modelStatus: b.model_status ?? 'active' }, audit),
+  find: (records, teamId, id) => records.model(teamId, id),
+  remove: (records, teamId, id, audit) => records.deleteModel(teamId, id, audit),
+  active: (records, teamId) => records.activeModels(teamId),
+  deleteFailed: { idField: 'model_id', message: 'model object delete failed' },
+};
+
+const NODES: RegistryKind<NodeRecord, z.infer<typeof nodeCreateSchema>> = {
+  purpose: 'node',
+  createSchema: nodeCreateSchema,
+  notFound: () => notFound('custom node', 'node_not_found'),
+  taken: (b) => conflict('package_name_taken', `package_name: this team already has ${b.package_name}; delete it first to install another version`),
+  isTaken: (records, teamId, b) => records.packageTaken(teamId, b.package_name),
+  insert: (records, b, e, audit) => records.createNode({ ...e, displayName: b.display_name, packageName: b.package_name, nodeVersion: b.node_version }, audit),
+  find: (records, teamId, id) => records.node(teamId, id),
+  remove: (records, teamId, id, audit) => records.deleteNode(teamId, id, audit),
+  active: (records, teamId) => records.activeNodes(teamId),
+  deleteFailed: { idField: 'node_id', message: 'node package delete failed' },
+};
+
+export class ModelRegistry extends Registry<ModelRecord, z.infer<typeof modelCreateSchema>> {
+  constructor(o: RegistryOptions) {
+    super(o, MODELS);
   }
 
   list(teamId: string, f: { status?: string | undefined; modelType?: string | undefined }, limit: number, offset: number): Promise<{ rows: ModelRecord[]; total: number }> {
@@ -183,74 +263,21 @@ export class ModelRegistry {
     try {
       m = await this.o.records.updateModel(teamId, id, b, audit);
     } catch (e) {
-      if (isUniqueViolation(e)) throw conflict('model_path_taken', `model_path: this team already has a model at ${JSON.stringify(b.model_path)}`);
+      if (isUniqueViolation(e)) throw modelPathTaken(b.model_path);
       throw e;
     }
-    if (!m) throw notFound('model', 'model_not_found');
+    if (!m) throw modelNotFound();
     this.o.onChange?.(teamId);
     return m;
   }
-
-  async delete(teamId: string, id: string, audit?: AuditNote): Promise<void> {
-    const key = await this.o.records.deleteModel(teamId, id, audit);
-    if (key === null) throw notFound('model', 'model_not_found');
-    this.o.onChange?.(teamId);
-    await this.o.store.delete(key).catch((e: unknown) => this.o.logger.warn({ err: e, model_id: id }, 'model object delete failed'));
-  }
-
-  async active(teamId: string): Promise<ModelRecord[]> {
-    return this.o.records.activeModels(teamId);
-  }
 }
 
-export class NodeRegistry {
-  constructor(private readonly o: RegistryOptions) {}
-
-  async create(caller: Caller, body: unknown, audit?: AuditNote): Promise<NodeRecord> {
-    const b = parse(nodeCreateSchema, body);
-    const taken = (): AppError => conflict('package_name_taken', `package_name: this team already has ${b.package_name}; delete it first to install another version`);
-    if (await this.o.records.packageTaken(caller.teamId, b.package_name)) throw taken();
-    const m = await verifyUpload(this.o, caller, 'node', b.storage_key, b.file_size, b.sha256);
-    let node: NodeRecord | null;
-    try {
-      node = await this.o.records.createNode({
-        id: uuidv7(),
-        teamId: caller.teamId,
-        displayName: b.display_name,
-        packageName: b.package_name,
-        nodeVersion: b.node_version,
-        storageKey: b.storage_key,
-        fileSize: m.size,
-        sha256: m.sha256,
-        createdBy: caller.userId ?? null,
-      }, audit);
-    } catch (e) {
-      if (isUniqueViolation(e)) throw taken();
-      throw e;
-    }
-    if (!node) throw STORAGE_KEY_USED();
-    this.o.onChange?.(caller.teamId);
-    return node;
-  }
-
-  async get(teamId: string, id: string): Promise<NodeRecord> {
-    const n = await this.o.records.node(teamId, id);
-    if (!n) throw notFound('custom node', 'node_not_found');
-    return n;
+export class NodeRegistry extends Registry<NodeRecord, z.infer<typeof nodeCreateSchema>> {
+  constructor(o: RegistryOptions) {
+    super(o, NODES);
   }
 
   list(teamId: string, limit: number, offset: number): Promise<{ rows: NodeRecord[]; total: number }> {
     return this.o.records.listNodes(teamId, limit, offset);
-  }
-
-  async delete(teamId: string, id: string, audit?: AuditNote): Promise<void> {
-    const key = await this.o.records.deleteNode(teamId, id, audit);
-    if (key === null) throw notFound('custom node', 'node_not_found');
-    this.o.onChange?.(teamId);
-    await this.o.store.delete(key).catch((e: unknown) => this.o.logger.warn({ err: e, node_id: id }, 'node package delete failed'));
-  }
-
-  async active(teamId: string): Promise<NodeRecord[]> {
-    return this.o.records.activeNodes(teamId);
   }
 }
