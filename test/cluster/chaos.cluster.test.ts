@@ -38,8 +38,9 @@ class Follower {
     private nodeIndex: number,
   ) {}
 
-  async run(deadline: number): Promise<void> {
-    while (!this.done && Date.now() < deadline) {
+  /** Follows until the terminal event, or until deadline() (which moves once every task is terminal). */
+  async run(deadline: () => number): Promise<void> {
+    while (!this.done && Date.now() < deadline()) {
       const nd = this.cl.nodes[this.nodeIndex];
       const last = this.seen.at(-1)?.id;
       try {
@@ -60,7 +61,7 @@ class Follower {
             take();
             return x.ended || this.done;
           },
-          Math.max(1, deadline - Date.now()),
+          Math.max(1, Math.min(deadline(), Date.now() + 30_000) - Date.now()),
           'the task stream ends',
         ).catch(() => undefined);
         take();
@@ -95,7 +96,9 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
   const accepted: string[] = [];
   const followers: Follower[] = [];
   const followerRuns: Array<Promise<void>> = [];
-  const endAt = Date.now() + CHAOS_MS;
+  // followers keep following (reconnecting with Last-Event-ID) until every accepted task is terminal
+  // plus a margin: on a slow machine a task may finish long after the load stopped
+  let followUntil = Number.POSITIVE_INFINITY;
   let submitting = true;
   let turn = 0;
   const submitter = (async () => {
@@ -111,7 +114,7 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
             if (accepted.length % 4 === 1) {
               const f = new Follower(id, s.sk.value, cl, (i + 1) % cl.nodes.length);
               followers.push(f);
-              followerRuns.push(f.run(endAt + 120_000));
+              followerRuns.push(f.run(() => followUntil));
             }
           }
         } catch {
@@ -161,6 +164,7 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
       console.log(`chaos: stuck tasks ${JSON.stringify(stuck.rows)}`);
       throw e;
     });
+    followUntil = Date.now() + 60_000;
     const rows = await client.query<{ id: string; task_status: string }>(`select id, task_status from tasks where id = any($1::uuid[])`, [accepted]);
     assert.equal(rows.rows.length, accepted.length, 'every accepted task is in PostgreSQL');
     const terminalEvents = await client.query<{ task_id: string; n: number }>(
@@ -183,6 +187,8 @@ test('chaos: SIGKILL a random node every 20 s under load; no task lost, SSE miss
     }
     console.log(`chaos: ${followers.length} SSE followers, ${followers.reduce((n, f) => n + f.reconnects, 0)} reconnects with Last-Event-ID, none missed a transition`);
   } finally {
+    // a failed wait above must not leave the followers running
+    followUntil = Math.min(followUntil, Date.now());
     await client.end();
   }
   assert.ok(accepted.length > 50, `load ran (${accepted.length} accepted)`);
