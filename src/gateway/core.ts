@@ -21,7 +21,7 @@ import type { ServiceDirectory, ServiceRoute } from './directory.js';
 import { ExternalError, type ExternalResponse } from './external.js';
 import { HOP, RESPONSE_OWN, firstOf } from './headers.js';
 import type { InvokeRequest, InvokeResponse } from './invoke.js';
-import { TunnelFailure, inlineBody, relay, released, type ClientLink, type RelayRequest, type Upstream } from './relay.js';
+import { TunnelFailure, bodyOf, inlineBody, relay, released, type ClientLink, type RelayRequest, type Upstream } from './relay.js';
 import { TUNNEL_WINDOW, type HeaderList, type OpenTunnel, type TunnelHeadInfo } from './tunnel.js';
 import type { WsBridge, WsTarget } from './websocket.js';
 
@@ -48,10 +48,8 @@ export interface TeamContext {
 }
 
 /** A proxied request: the path after the slug with its query, the headers the container gets. */
-export interface ProxyRequest {
-  method: string;
-  path: string;
-  headers: HeaderList;
+export interface ProxyRequest extends RelayRequest {
+  /** The client's body stream (null: none). */
   body: AsyncIterable<Buffer> | null;
 }
 
@@ -131,12 +129,7 @@ export class GatewayCore {
       const up = await this.exchange(route, team, { method: req.method, path: req.path, headers, body }, null);
       status = up.head.status;
       list = up.head.headers;
-      const first = up.head.body;
-      const rest = up.body;
-      stream = (async function* () {
-        if (first.length) yield first;
-        if (rest) yield* rest;
-      })();
+      stream = bodyOf(up);
     }
     const chunks: Buffer[] = [];
     let size = 0;

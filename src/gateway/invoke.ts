@@ -57,7 +57,14 @@ export function invokeRequestOf(b: z.output<typeof InvokeBody>): InvokeRequest {
   return { method: b.method, path: b.path, headers: b.headers, body: b.body_base64 ? Buffer.from(b.body_base64, 'base64') : Buffer.alloc(0) };
 }
 
-/** The answer as the faces return it (D.InvokeResult): the body in base64. */
-export function invokeResultOf(r: InvokeResponse): { status_code: number; headers: Record<string, string>; body_base64: string } {
+/** The answer as the faces return it (D.InvokeResult). */
+export interface InvokeResultBody {
+  status_code: number;
+  headers: Record<string, string>;
+  body_base64: string;
+}
+
+/** The answer as the faces return it: the body in base64. */
+export function invokeResultOf(r: InvokeResponse): InvokeResultBody {
   return { status_code: r.status, headers: r.headers, body_base64: r.body.toString('base64') };
 }

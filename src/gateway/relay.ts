@@ -60,6 +60,12 @@ export async function inlineBody(body: AsyncIterable<Buffer> | Buffer | null, he
   return Buffer.concat(chunks);
 }
 
+/** The whole response body of an exchange: the bytes that came in the head frame, then the rest. */
+export async function* bodyOf(up: Upstream): AsyncIterable<Buffer> {
+  if (up.head.body.length) yield up.head.body;
+  if (up.body) yield* up.body;
+}
+
 /** Counts a stream's end (or abandonment) once. */
 export async function* released(src: AsyncIterable<Buffer>, done: () => void): AsyncIterable<Buffer> {
   try {

@@ -16,8 +16,8 @@
 import { Readable } from 'node:stream';
 import { GatewayCore, type GatewayCoreDeps } from '../../gateway/core.js';
 import { forwardHeaders, RESPONSE_OWN } from '../../gateway/headers.js';
-import { InvokeBody, invokeRequestOf, invokeResultOf } from '../../gateway/invoke.js';
-import type { Upstream } from '../../gateway/relay.js';
+import { InvokeBody, invokeRequestOf, invokeResultOf, type InvokeResultBody } from '../../gateway/invoke.js';
+import { bodyOf, type Upstream } from '../../gateway/relay.js';
 import type { HeaderList } from '../../gateway/tunnel.js';
 import { WsBridge, type WsTarget } from '../../gateway/websocket.js';
 import { notFound } from '../../shared/errors.js';
@@ -87,7 +87,7 @@ export class Gateway {
     await writeUpstream(res, c.method, up);
   }
 
-  async invoke(c: Ctx): Promise<unknown> {
+  async invoke(c: Ctx): Promise<InvokeResultBody> {
     const p = teamPrincipalOf(c);
     const b = parseBody(InvokeBody, c.body);
     return invokeResultOf(await this.core.invoke(p, c.params.serviceSlug ?? '', invokeRequestOf(b)));
@@ -175,10 +175,7 @@ async function writeUpstream(res: StreamResponse, method: string, up: Upstream):
     res.sendWhole(up.head.status, headers, first);
     return;
   }
-  const body = first.length || rest ? Readable.from((async function* () {
-    if (first.length) yield first;
-    if (rest) yield* rest;
-  })(), { objectMode: true, highWaterMark: 1 }) : null;
+  const body = first.length || rest ? Readable.from(bodyOf(up), { objectMode: true, highWaterMark: 1 }) : null;
   await writeResponse(res, method, up.head.status, headers, len, body);
 }
 
