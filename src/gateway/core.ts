@@ -1,0 +1,269 @@
+/**
+ * The container gateway's use cases (docs/api.md "Container gateway"), whatever face calls them:
+ *
+ *   proxy        a request relayed to a running service (status, headers and body streams)
+ *   agentProxy   a request relayed to the local port an agent exposes (its tunnel)
+ *   invoke       one structured call to a running service, the whole answer returned
+ *   openWebSocket  a WebSocket relayed to a service or an agent's tunnel target
+ *
+ * A request goes through the tunnel on the gRPC stream of the instance's agent (the gateway never
+ * dials an agent); when that stream is on another node of the cluster, the tunnel is forwarded
+ * there node to node (OpenTunnel hides where). External services (service_type external) are
+ * egress to their https URL with the vault header. Errors: 404 unknown slug, 400 not running,
+ * 503 no healthy instance / no online agent, 502 the tunnel or the container failed; any other
+ * status is the container's own.
+ */
+import type { ServiceRecord } from '../domain/containers/schema.js';
+import { AppError, badGateway, badRequest, invalidParameter, notFound, unavailable } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import type { Balancer, PickResult } from './balancer.js';
+import type { ServiceDirectory, ServiceRoute } from './directory.js';
+import { ExternalError, type ExternalResponse } from './external.js';
+import { HOP, RESPONSE_OWN, firstOf } from './headers.js';
+import type { InvokeRequest, InvokeResponse } from './invoke.js';
+import { TunnelFailure, bodyOf, inlineBody, relay, released, type ClientLink, type RelayRequest, type Upstream } from './relay.js';
+import { TUNNEL_WINDOW, type HeaderList, type OpenTunnel, type TunnelHeadInfo } from './tunnel.js';
+import type { WsBridge, WsTarget } from './websocket.js';
+
+export interface GatewayCoreDeps {
+  directory: ServiceDirectory;
+  balancer: Balancer;
+  openTunnel: OpenTunnel;
+  /** The agent's stream is live on some node. */
+  agentOnline(agentId: string): boolean;
+  /** External services: egress through the outbound guard with the vault header. */
+  external(svc: ServiceRecord, req: { path: string; method: string; headers: Record<string, string>; body: AsyncIterable<Buffer> | Buffer | null; signal: AbortSignal }): Promise<ExternalResponse>;
+  /** The agent's tunnel target: the agent of the team (with a tunnel) or null. */
+  agentTunnel(teamId: string, agentId: string): Promise<{ tunnel: boolean } | null>;
+  /** Until the response head. */
+  timeoutMs: number;
+  /** Invoke: the largest container response it returns (base64 in JSON). */
+  invokeMaxResponseBytes: number;
+  logger: Logger;
+}
+
+/** Whose request it is: the gateway needs only the team. */
+export interface TeamContext {
+  teamId: string;
+}
+
+/** A proxied request: the path after the slug with its query, the headers the container gets. */
+export interface ProxyRequest extends RelayRequest {
+  /** The client's body stream (null: none). */
+  body: AsyncIterable<Buffer> | null;
+}
+
+/** An external service's answer: relayable headers, the declared length, the body stream. */
+export interface StreamedResponse {
+  status: number;
+  headers: HeaderList;
+  length: number | undefined;
+  body: AsyncIterable<Buffer>;
+}
+
+/** A proxied response: from an instance's tunnel (its head may hold the whole body) or from an external service. */
+export type ProxyResponse = { kind: 'tunnel'; upstream: Upstream } | { kind: 'external'; response: StreamedResponse };
+
+export class GatewayCore {
+  constructor(private readonly d: GatewayCoreDeps) {}
+
+  // ---------------------------------------------------------------------------------------------
+  // transparent proxy
+
+  async proxy(team: TeamContext, slug: string, req: ProxyRequest, client: ClientLink): Promise<ProxyResponse> {
+    const route = await this.running(team.teamId, slug);
+    if (route.svc.type === 'external') return { kind: 'external', response: await this.proxyExternal(route.svc, req, client) };
+    return { kind: 'tunnel', upstream: await this.exchange(route, team, req, client) };
+  }
+
+  async agentProxy(team: TeamContext, agentId: string, req: ProxyRequest, client: ClientLink): Promise<Upstream> {
+    const a = await this.d.agentTunnel(team.teamId, agentId);
+    if (!a) throw notFound('agent', 'agent_not_found');
+    if (!a.tunnel) throw unavailable('tunnel_not_exposed', 'this agent exposes no tunnel target (start it with --tunnel-url, or the comfyui executor)');
+    if (!this.d.agentOnline(agentId)) throw unavailable('agent_offline', 'the agent is not connected');
+    return relay(this.d.openTunnel, this.d.timeoutMs, { agentId, teamId: team.teamId, instanceId: '' }, req, client);
+  }
+
+  private async proxyExternal(svc: ServiceRecord, req: ProxyRequest, client: ClientLink): Promise<StreamedResponse> {
+    const ac = new AbortController();
+    client.onAbort(() => ac.abort());
+    const hs: Record<string, string> = {};
+    for (const [k, v] of req.headers) hs[k] = hs[k] === undefined ? v : `${hs[k]}, ${v}`;
+    let r: ExternalResponse;
+    try {
+      r = await this.d.external(svc, { path: req.path, method: req.method, headers: hs, body: req.body, signal: ac.signal });
+    } catch (e) {
+      throw externalError(e);
+    }
+    const list: HeaderList = [];
+    for (const [k, v] of Object.entries(r.headers)) for (const one of Array.isArray(v) ? v : [v]) if (!RESPONSE_OWN.has(k.toLowerCase())) list.push([k, one]);
+    const len = Number(firstOf(r.headers['content-length']) ?? NaN);
+    return { status: r.status, headers: list, length: Number.isFinite(len) ? len : undefined, body: r.body as AsyncIterable<Buffer> };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // invoke
+
+  async invoke(team: TeamContext, slug: string, req: InvokeRequest): Promise<InvokeResponse> {
+    const route = await this.running(team.teamId, slug);
+    const headers: HeaderList = Object.entries(req.headers).filter(([k]) => !HOP.has(k.toLowerCase()));
+    const body = req.body;
+    if (body.length > 0 && !headers.some(([k]) => k.toLowerCase() === 'content-length')) headers.push(['content-length', String(body.length)]);
+    let status: number;
+    let list: HeaderList;
+    let stream: AsyncIterable<Buffer>;
+    if (route.svc.type === 'external') {
+      const hs = Object.fromEntries(headers);
+      const ac = new AbortController();
+      let r: ExternalResponse;
+      try {
+        r = await this.d.external(route.svc, { path: req.path, method: req.method, headers: hs, body: body.length ? body : null, signal: ac.signal });
+      } catch (e) {
+        throw externalError(e);
+      }
+      status = r.status;
+      list = [];
+      for (const [k, v] of Object.entries(r.headers)) for (const one of Array.isArray(v) ? v : [v]) list.push([k, one]);
+      stream = r.body as AsyncIterable<Buffer>;
+    } else {
+      const up = await this.exchange(route, team, { method: req.method, path: req.path, headers, body }, null);
+      status = up.head.status;
+      list = up.head.headers;
+      stream = bodyOf(up);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const ch of stream) {
+      size += ch.length;
+      if (size > this.d.invokeMaxResponseBytes) throw badGateway('response_too_large', `the container's response exceeds ${this.d.invokeMaxResponseBytes} bytes; use the proxy path /r/containers/{slug}/... for large bodies`);
+      chunks.push(ch);
+    }
+    const out: Record<string, string> = {};
+    for (const [k, v] of list) {
+      const key = k.toLowerCase();
+      if (HOP.has(key)) continue;
+      out[key] = out[key] === undefined ? v : `${out[key]}, ${v}`;
+    }
+    return { status, headers: out, body: Buffer.concat(chunks) };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // the exchange with an instance
+
+  /** The service, if it exists and is running (404 / 400 otherwise). */
+  private async running(teamId: string, slug: string): Promise<ServiceRoute> {
+    const route = await this.d.directory.get(teamId, slug);
+    if (!route) throw notFound(`container service ${slug}`, 'service_not_found');
+    if (route.svc.status !== 'running') throw badRequest('service_not_running', `container service ${slug} is ${route.svc.status}, not running`);
+    return route;
+  }
+
+  /**
+   * Picks an instance and relays the request through its agent's tunnel. A failure before the
+   * request reached the container (agent unreachable, connection refused, instance gone) ejects the
+   * instance and tries the next one when the body can be replayed (it fit in the open frame).
+   * A client that went away fails the exchange (cancelled).
+   */
+  private async exchange(route: ServiceRoute, team: TeamContext, req: RelayRequest, client: ClientLink | null): Promise<Upstream> {
+    const tried = new Set<string>();
+    const inline = await inlineBody(req.body, req.headers);
+    for (;;) {
+      const pick: PickResult = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a), tried);
+      if (!pick.ok) {
+        if (tried.size > 0 && pick.reason === 'no_healthy_instance') throw badGateway('tunnel_failed', 'every instance failed to take the request');
+        throw unavailable(pick.reason, pick.reason === 'instances_busy' ? `every instance of ${route.svc.slug} is at its concurrent request limit` : pick.reason === 'no_online_agent' ? `no online agent can reach an instance of ${route.svc.slug}` : `container service ${route.svc.slug} has no healthy instance`, 1);
+      }
+      tried.add(pick.instance.id);
+      try {
+        const up = await relay(this.d.openTunnel, this.d.timeoutMs, { agentId: pick.instance.agentId, teamId: team.teamId, instanceId: pick.instance.id }, { ...req, body: inline ?? req.body }, client);
+        // the instance answered: its slot frees when the response ends
+        return { ...up, body: up.body ? released(up.body, () => pick.release(false)) : (pick.release(false), null), cancel: () => (up.cancel(), pick.release(false)) };
+      } catch (e) {
+        if (e instanceof TunnelFailure) {
+          // a slow answer or a client that left says nothing about the instance's health
+          pick.release(e.code !== 'timeout' && e.code !== 'cancelled');
+          this.d.logger.warn({ service: route.svc.slug, instance_id: pick.instance.id, agent_id: pick.instance.agentId, code: e.code, err_message: e.message }, 'gateway: instance failed; ejected');
+          if (e.retryable && inline !== null) continue;
+          throw badGateway(e.code === 'timeout' ? 'upstream_timeout' : 'tunnel_failed', e.message);
+        }
+        pick.release(false);
+        throw e;
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // WebSocket
+
+  /**
+   * Opens a WebSocket tunnel stream for `bridge`; resolves with the container's answer to the
+   * upgrade (101: the face upgrades the client's socket and hands it to the bridge).
+   */
+  async openWebSocket(team: TeamContext, target: WsTarget, path: string, headers: HeaderList, bridge: WsBridge): Promise<TunnelHeadInfo> {
+    let agentId: string;
+    let instanceId = '';
+    let release: (failed: boolean) => void = () => undefined;
+    if (target.kind === 'agent') {
+      const a = await this.d.agentTunnel(team.teamId, target.agentId);
+      if (!a) throw notFound('agent', 'agent_not_found');
+      if (!a.tunnel) throw unavailable('tunnel_not_exposed', 'this agent exposes no tunnel target');
+      agentId = target.agentId;
+    } else {
+      const route = await this.running(team.teamId, target.slug);
+      if (route.svc.type === 'external') throw badRequest('websocket_not_supported', 'WebSocket is not relayed to external services');
+      const pick = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a));
+      if (!pick.ok) throw unavailable(pick.reason, `container service ${route.svc.slug} has no instance to take the connection (${pick.reason})`, 1);
+      agentId = pick.instance.agentId;
+      instanceId = pick.instance.id;
+      release = pick.release;
+    }
+    let released = false;
+    bridge.release = () => {
+      if (released) return;
+      released = true;
+      release(false);
+    };
+    return new Promise<TunnelHeadInfo>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        bridge.channel?.reset('timeout', 'no answer to the upgrade in time');
+        bridge.release();
+        reject(badGateway('upstream_timeout', `the container did not answer the upgrade within ${this.d.timeoutMs} ms`));
+      }, this.d.timeoutMs);
+      const handlers = bridge.handlers;
+      const ch = this.d.openTunnel(
+        agentId,
+        team.teamId,
+        { instanceId, method: 'GET', path, headers, body: Buffer.alloc(0), end: true, websocket: true, window: TUNNEL_WINDOW, timeoutMs: this.d.timeoutMs },
+        {
+          ...handlers,
+          head: (h) => {
+            clearTimeout(timer);
+            resolve(h);
+          },
+          reset: (code, message) => {
+            clearTimeout(timer);
+            release(true);
+            released = true;
+            handlers.reset(code, message);
+            reject(badGateway('tunnel_failed', `the tunnel to the container failed (${code}): ${message}`));
+          },
+        },
+      );
+      if (!ch) {
+        clearTimeout(timer);
+        bridge.release();
+        reject(unavailable('no_online_agent', 'the agent is not connected to any node', 1));
+        return;
+      }
+      bridge.channel = ch;
+    });
+  }
+}
+
+function externalError(e: unknown): AppError {
+  if (e instanceof ExternalError) {
+    if (e.code === 'invalid_request') return invalidParameter(e.message);
+    return badGateway(e.code === 'timeout' ? 'upstream_timeout' : e.code === 'refused' ? 'egress_refused' : 'tunnel_failed', e.message);
+  }
+  return e instanceof AppError ? e : badGateway('tunnel_failed', (e as Error).message);
+}
