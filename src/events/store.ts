@@ -7,6 +7,8 @@ import { randomBytes } from 'node:crypto';
 import type { TaskEvent } from '../actors/ports.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q, iso, ts, json, type Q } from '../persistence/sql.js';
+import { rowToEvent, type TaskEventRow } from '../persistence/task-store.js';
+import type { PgTimestamp } from '../persistence/rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { audited } from '../persistence/audit.js';
 import type { AuditNote } from '../shared/audit.js';
@@ -16,8 +18,6 @@ export const WEBHOOK_EVENTS = ['task.completed', 'task.failed'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 export const WEBHOOK_EVENT_OF: Record<string, WebhookEvent | undefined> = { completed: 'task.completed', failed: 'task.failed' };
 
-const toEvent = (r: Record<string, any>): TaskEvent => ({ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 });
-
 export class TaskEventSource implements SseTaskSource {
   constructor(private readonly db: Database) {}
 
@@ -26,12 +26,12 @@ export class TaskEventSource implements SseTaskSource {
   }
 
   async eventsAfter(teamId: string, taskId: string, afterId: number, limit: number): Promise<TaskEvent[]> {
-    const rows = await q(this.db)('select * from task_events where task_id = ? and team_id = ? and id > ? order by id limit ?', [taskId, teamId, afterId, limit]);
-    return rows.map(toEvent);
+    const rows = await q(this.db)<TaskEventRow>('select * from task_events where task_id = ? and team_id = ? and id > ? order by id limit ?', [taskId, teamId, afterId, limit]);
+    return rows.map(rowToEvent);
   }
 
   async current(teamId: string, taskId: string): Promise<{ transition: TaskEvent | null; progress: TaskEvent | null }> {
-    const rows = await q(this.db)(
+    const rows = await q(this.db)<TaskEventRow>(
       `(select * from task_events where task_id = ? and team_id = ? and event_type <> 'progress' order by id desc limit 1)
        union all
        (select * from task_events where task_id = ? and team_id = ? and event_type = 'progress' order by id desc limit 1)`,
@@ -39,8 +39,8 @@ export class TaskEventSource implements SseTaskSource {
     );
     const transition = rows.find((r) => r.event_type !== 'progress');
     const progress = rows.find((r) => r.event_type === 'progress');
-    const t = transition ? toEvent(transition) : null;
-    const p = progress ? toEvent(progress) : null;
+    const t = transition ? rowToEvent(transition) : null;
+    const p = progress ? rowToEvent(progress) : null;
     // a progress tick older than the current status is history, not news
     return { transition: t, progress: p && t && p.id > t.id && t.type === 'status' && (t.data as { status?: string }).status === 'running' ? p : null };
   }
@@ -318,8 +318,8 @@ export class EventsStore {
   /** Terminal events after the cursor (oldest first) and the database's notion of "settled" time. */
   async terminalEventsAfter(cursor: number, limit: number): Promise<{ events: TaskEvent[]; settledBefore: number }> {
     const settled = await this.q<{ s: Date }>(`select now() - interval '30 seconds' as s`);
-    const rows = await this.q(`select * from task_events where id > ? and event_type in ('completed', 'failed', 'cancelled') order by id limit ?`, [cursor, limit]);
-    return { events: rows.map(toEvent), settledBefore: ts(settled[0]?.s) ?? 0 };
+    const rows = await this.q<TaskEventRow>(`select * from task_events where id > ? and event_type in ('completed', 'failed', 'cancelled') order by id limit ?`, [cursor, limit]);
+    return { events: rows.map(rowToEvent), settledBefore: ts(settled[0]?.s) ?? 0 };
   }
 
   async cursor(name: string): Promise<number> {
@@ -449,10 +449,10 @@ export class EventsStore {
     return created;
   }
 
-  async listNotifications(teamId: string, userId: string, unreadOnly: boolean, limit: number, offset: number): Promise<{ rows: Record<string, any>[]; total: number; unread: number }> {
+  async listNotifications(teamId: string, userId: string, unreadOnly: boolean, limit: number, offset: number): Promise<{ rows: NotificationRow[]; total: number; unread: number }> {
     const where = ['team_id = ?', 'user_id = ?', ...(unreadOnly ? ['not is_read'] : [])];
     const params = [teamId, userId];
-    const rows = await this.q(`select * from notifications where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
+    const rows = await this.q<NotificationRow>(`select * from notifications where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
     const n = await this.q<{ n: number; u: number }>(`select count(*)::int as n, count(*) filter (where not is_read)::int as u from notifications where ${where.join(' and ')}`, params);
     return { rows, total: Number(n[0]?.n ?? 0), unread: Number(n[0]?.u ?? 0) };
   }
@@ -479,7 +479,24 @@ export class EventsStore {
   }
 }
 
-export const notificationView = (r: Record<string, any>): Record<string, unknown> => ({
+/** A `notifications` row (select *). */
+export interface NotificationRow {
+  id: string;
+  team_id: string;
+  user_id: string;
+  notification_kind: string;
+  title: string;
+  message: string;
+  task_id: string | null;
+  agent_id: string | null;
+  webhook_id: string | null;
+  is_read: boolean;
+  read_at: PgTimestamp | null;
+  dedupe_key: string | null;
+  created_at: PgTimestamp;
+}
+
+export const notificationView = (r: NotificationRow): Record<string, unknown> => ({
   id: r.id,
   notification_kind: r.notification_kind,
   title: r.title,
