@@ -8,7 +8,7 @@ import type { TaskEvent } from '../actors/ports.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q, iso, ts, json, type Q } from '../persistence/sql.js';
 import { rowToEvent, type TaskEventRow } from '../persistence/task-store.js';
-import type { PgTimestamp } from '../persistence/rows.js';
+import { isRecord, jsonArrayOf, type PgBigint, type PgTimestamp } from '../persistence/rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { audited } from '../persistence/audit.js';
 import type { AuditNote } from '../shared/audit.js';
@@ -16,6 +16,7 @@ import type { SseTaskSource } from './sse.js';
 
 export const WEBHOOK_EVENTS = ['task.completed', 'task.failed'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+const isWebhookEvent = (x: unknown): x is WebhookEvent => (WEBHOOK_EVENTS as readonly unknown[]).includes(x);
 export const WEBHOOK_EVENT_OF: Record<string, WebhookEvent | undefined> = { completed: 'task.completed', failed: 'task.failed' };
 
 export class TaskEventSource implements SseTaskSource {
@@ -54,19 +55,19 @@ export interface WebhookRow {
   team_id: string;
   display_name: string;
   webhook_url: string;
-  webhook_events: WebhookEvent[];
+  webhook_events: unknown;
   webhook_status: 'active' | 'disabled';
   signing_secret: string;
   created_by: string | null;
-  created_at: Date;
-  updated_at: Date;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
 }
 
 export const webhookView = (r: WebhookRow, withSecret: boolean): Record<string, unknown> => ({
   id: r.id,
   display_name: r.display_name,
   webhook_url: r.webhook_url,
-  webhook_events: r.webhook_events,
+  webhook_events: jsonArrayOf(r.webhook_events, isWebhookEvent),
   webhook_status: r.webhook_status,
   ...(withSecret ? { signing_secret: r.signing_secret } : {}),
   created_at: iso(r.created_at),
@@ -82,22 +83,22 @@ export interface DeliveryRow {
   id: string;
   webhook_id: string;
   team_id: string;
-  task_event_id: string;
+  task_event_id: PgBigint;
   task_id: string;
   event_type: WebhookEvent;
   body: string;
   delivery_status: DeliveryStatus;
   attempt: number;
   max_attempts: number;
-  next_attempt_at: Date | null;
+  next_attempt_at: PgTimestamp | null;
   response_code: number | null;
   latency_ms: number | null;
   last_error: string | null;
-  attempt_log: Array<Record<string, unknown>>;
+  attempt_log: unknown;
   redelivery_of: string | null;
-  created_at: Date;
-  updated_at: Date;
-  finished_at: Date | null;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+  finished_at: PgTimestamp | null;
 }
 
 export const deliveryView = (r: DeliveryRow): Record<string, unknown> => ({
@@ -112,7 +113,7 @@ export const deliveryView = (r: DeliveryRow): Record<string, unknown> => ({
   latency_ms: r.latency_ms ?? null,
   error: r.last_error ?? null,
   next_attempt_at: r.delivery_status === 'pending' ? iso(r.next_attempt_at) : null,
-  attempts: r.attempt_log ?? [],
+  attempts: jsonArrayOf(r.attempt_log, isRecord),
   redelivery_of: r.redelivery_of ?? null,
   created_at: iso(r.created_at),
   updated_at: iso(r.updated_at),
@@ -317,13 +318,13 @@ export class EventsStore {
 
   /** Terminal events after the cursor (oldest first) and the database's notion of "settled" time. */
   async terminalEventsAfter(cursor: number, limit: number): Promise<{ events: TaskEvent[]; settledBefore: number }> {
-    const settled = await this.q<{ s: Date }>(`select now() - interval '30 seconds' as s`);
+    const settled = await this.q<{ s: PgTimestamp }>(`select now() - interval '30 seconds' as s`);
     const rows = await this.q<TaskEventRow>(`select * from task_events where id > ? and event_type in ('completed', 'failed', 'cancelled') order by id limit ?`, [cursor, limit]);
     return { events: rows.map(rowToEvent), settledBefore: ts(settled[0]?.s) ?? 0 };
   }
 
   async cursor(name: string): Promise<number> {
-    const r = await this.q<{ last_event_id: string }>(
+    const r = await this.q<{ last_event_id: PgBigint }>(
       `insert into event_cursors (cursor_name, last_event_id) values (?, coalesce((select max(id) from task_events), 0)) on conflict (cursor_name) do update set cursor_name = excluded.cursor_name returning last_event_id`,
       [name],
     );
@@ -390,7 +391,7 @@ export class EventsStore {
   }
 
   async nextDueAt(): Promise<number | null> {
-    const r = await this.q<{ t: Date | null }>(
+    const r = await this.q<{ t: PgTimestamp | null }>(
       `select min(case when delivery_status = 'pending' then next_attempt_at else lease_until end) as t from webhook_deliveries where delivery_status in ('pending', 'delivering')`,
     );
     return ts(r[0]?.t ?? null);
@@ -474,7 +475,7 @@ export class EventsStore {
   }
 
   /** Agents whose status changed since a time (the offline scanner). */
-  async agentsChangedSince(since: number): Promise<Array<{ id: string; team_id: string; display_name: string; agent_status: string; updated_at: Date }>> {
+  async agentsChangedSince(since: number): Promise<Array<{ id: string; team_id: string; display_name: string; agent_status: string; updated_at: PgTimestamp }>> {
     return this.q(`select id, team_id, display_name, agent_status, updated_at from agents where updated_at > ? order by updated_at limit 5000`, [new Date(since)]);
   }
 }
