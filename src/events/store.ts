@@ -1,51 +1,23 @@
 /**
- * SQL of the live-events features: the SSE read side over task_events, webhooks and their
- * delivery outbox, the outbox cursor, notifications. Every query takes the team id (team scope in
- * the store layer); foreign rows are simply not found.
+ * SQL of the live-events features: webhooks and their delivery outbox, the outbox cursor,
+ * notifications (the SSE read side over task_events is task-event-source.ts, re-exported here).
+ * Every query takes the team id (team scope in the store layer); foreign rows are simply not found.
  */
 import { randomBytes } from 'node:crypto';
 import type { TaskEvent } from '../actors/ports.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q, iso, ts, json, type Q } from '../persistence/sql.js';
-import { rowToEvent, type TaskEventRow } from '../persistence/task-store.js';
+import { rowToEvent, type TaskEventRow } from '../persistence/task-rows.js';
 import { isRecord, jsonArrayOf, type PgBigint, type PgTimestamp } from '../persistence/rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { audited } from '../persistence/audit.js';
 import type { AuditNote } from '../shared/audit.js';
-import type { SseTaskSource } from './sse.js';
+export { TaskEventSource } from './task-event-source.js';
 
 export const WEBHOOK_EVENTS = ['task.completed', 'task.failed'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 const isWebhookEvent = (x: unknown): x is WebhookEvent => (WEBHOOK_EVENTS as readonly unknown[]).includes(x);
 export const WEBHOOK_EVENT_OF: Record<string, WebhookEvent | undefined> = { completed: 'task.completed', failed: 'task.failed' };
-
-export class TaskEventSource implements SseTaskSource {
-  constructor(private readonly db: Database) {}
-
-  async exists(teamId: string, taskId: string): Promise<boolean> {
-    return (await q(this.db)('select 1 as ok from tasks where team_id = ? and id = ?', [teamId, taskId])).length > 0;
-  }
-
-  async eventsAfter(teamId: string, taskId: string, afterId: number, limit: number): Promise<TaskEvent[]> {
-    const rows = await q(this.db)<TaskEventRow>('select * from task_events where task_id = ? and team_id = ? and id > ? order by id limit ?', [taskId, teamId, afterId, limit]);
-    return rows.map(rowToEvent);
-  }
-
-  async current(teamId: string, taskId: string): Promise<{ transition: TaskEvent | null; progress: TaskEvent | null }> {
-    const rows = await q(this.db)<TaskEventRow>(
-      `(select * from task_events where task_id = ? and team_id = ? and event_type <> 'progress' order by id desc limit 1)
-       union all
-       (select * from task_events where task_id = ? and team_id = ? and event_type = 'progress' order by id desc limit 1)`,
-      [taskId, teamId, taskId, teamId],
-    );
-    const transition = rows.find((r) => r.event_type !== 'progress');
-    const progress = rows.find((r) => r.event_type === 'progress');
-    const t = transition ? rowToEvent(transition) : null;
-    const p = progress ? rowToEvent(progress) : null;
-    // a progress tick older than the current status is history, not news
-    return { transition: t, progress: p && t && p.id > t.id && t.type === 'status' && (t.data as { status?: string }).status === 'running' ? p : null };
-  }
-}
 
 // ------------------------------------------------------------------------------------------
 // webhooks

@@ -1,6 +1,6 @@
 import type { Database } from './db.js';
 import { q, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
-import { rowToEvent, type TaskEventRow } from './task-store.js';
+import { rowToEvent, type TaskEventRow } from './task-rows.js';
 import type { PgBigint, PgTimestamp } from './rows.js';
 import type { TaskRow } from '../domain/tasks/view.js';
 import { AppError } from '../shared/errors.js';
