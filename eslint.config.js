@@ -83,6 +83,11 @@ export default tseslint.config(
     rules: { 'import-x/no-cycle': ['error', { maxDepth: 10, ignoreExternal: true }] },
   },
   {
+    // no `any` in the server and agent code (tests may keep it); src/gen is ignored above
+    files: ['src/**/*.ts'],
+    rules: { '@typescript-eslint/no-explicit-any': 'error' },
+  },
+  {
     // the web console (a browser app with its own tsconfig: DOM, Preact JSX): type-aware like the rest
     files: ['console/**/*.ts', 'console/**/*.tsx'],
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },

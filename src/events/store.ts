@@ -1,50 +1,23 @@
 /**
- * SQL of the live-events features: the SSE read side over task_events, webhooks and their
- * delivery outbox, the outbox cursor, notifications. Every query takes the team id (team scope in
- * the store layer); foreign rows are simply not found.
+ * SQL of the live-events features: webhooks and their delivery outbox, the outbox cursor,
+ * notifications (the SSE read side over task_events is task-event-source.ts, re-exported here).
+ * Every query takes the team id (team scope in the store layer); foreign rows are simply not found.
  */
 import { randomBytes } from 'node:crypto';
 import type { TaskEvent } from '../actors/ports.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q, iso, ts, json, type Q } from '../persistence/sql.js';
+import { rowToEvent, type TaskEventRow } from '../persistence/task-rows.js';
+import { isRecord, jsonArrayOf, type PgBigint, type PgTimestamp } from '../persistence/rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { audited } from '../persistence/audit.js';
 import type { AuditNote } from '../shared/audit.js';
-import type { SseTaskSource } from './sse.js';
+export { TaskEventSource } from './task-event-source.js';
 
 export const WEBHOOK_EVENTS = ['task.completed', 'task.failed'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+const isWebhookEvent = (x: unknown): x is WebhookEvent => (WEBHOOK_EVENTS as readonly unknown[]).includes(x);
 export const WEBHOOK_EVENT_OF: Record<string, WebhookEvent | undefined> = { completed: 'task.completed', failed: 'task.failed' };
-
-const toEvent = (r: Record<string, any>): TaskEvent => ({ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 });
-
-export class TaskEventSource implements SseTaskSource {
-  constructor(private readonly db: Database) {}
-
-  async exists(teamId: string, taskId: string): Promise<boolean> {
-    return (await q(this.db)('select 1 as ok from tasks where team_id = ? and id = ?', [teamId, taskId])).length > 0;
-  }
-
-  async eventsAfter(teamId: string, taskId: string, afterId: number, limit: number): Promise<TaskEvent[]> {
-    const rows = await q(this.db)('select * from task_events where task_id = ? and team_id = ? and id > ? order by id limit ?', [taskId, teamId, afterId, limit]);
-    return rows.map(toEvent);
-  }
-
-  async current(teamId: string, taskId: string): Promise<{ transition: TaskEvent | null; progress: TaskEvent | null }> {
-    const rows = await q(this.db)(
-      `(select * from task_events where task_id = ? and team_id = ? and event_type <> 'progress' order by id desc limit 1)
-       union all
-       (select * from task_events where task_id = ? and team_id = ? and event_type = 'progress' order by id desc limit 1)`,
-      [taskId, teamId, taskId, teamId],
-    );
-    const transition = rows.find((r) => r.event_type !== 'progress');
-    const progress = rows.find((r) => r.event_type === 'progress');
-    const t = transition ? toEvent(transition) : null;
-    const p = progress ? toEvent(progress) : null;
-    // a progress tick older than the current status is history, not news
-    return { transition: t, progress: p && t && p.id > t.id && t.type === 'status' && (t.data as { status?: string }).status === 'running' ? p : null };
-  }
-}
 
 // ------------------------------------------------------------------------------------------
 // webhooks
@@ -54,19 +27,19 @@ export interface WebhookRow {
   team_id: string;
   display_name: string;
   webhook_url: string;
-  webhook_events: WebhookEvent[];
+  webhook_events: unknown;
   webhook_status: 'active' | 'disabled';
   signing_secret: string;
   created_by: string | null;
-  created_at: Date;
-  updated_at: Date;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
 }
 
 export const webhookView = (r: WebhookRow, withSecret: boolean): Record<string, unknown> => ({
   id: r.id,
   display_name: r.display_name,
   webhook_url: r.webhook_url,
-  webhook_events: r.webhook_events,
+  webhook_events: jsonArrayOf(r.webhook_events, isWebhookEvent),
   webhook_status: r.webhook_status,
   ...(withSecret ? { signing_secret: r.signing_secret } : {}),
   created_at: iso(r.created_at),
@@ -82,22 +55,22 @@ export interface DeliveryRow {
   id: string;
   webhook_id: string;
   team_id: string;
-  task_event_id: string;
+  task_event_id: PgBigint;
   task_id: string;
   event_type: WebhookEvent;
   body: string;
   delivery_status: DeliveryStatus;
   attempt: number;
   max_attempts: number;
-  next_attempt_at: Date | null;
+  next_attempt_at: PgTimestamp | null;
   response_code: number | null;
   latency_ms: number | null;
   last_error: string | null;
-  attempt_log: Array<Record<string, unknown>>;
+  attempt_log: unknown;
   redelivery_of: string | null;
-  created_at: Date;
-  updated_at: Date;
-  finished_at: Date | null;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+  finished_at: PgTimestamp | null;
 }
 
 export const deliveryView = (r: DeliveryRow): Record<string, unknown> => ({
@@ -112,7 +85,7 @@ export const deliveryView = (r: DeliveryRow): Record<string, unknown> => ({
   latency_ms: r.latency_ms ?? null,
   error: r.last_error ?? null,
   next_attempt_at: r.delivery_status === 'pending' ? iso(r.next_attempt_at) : null,
-  attempts: r.attempt_log ?? [],
+  attempts: jsonArrayOf(r.attempt_log, isRecord),
   redelivery_of: r.redelivery_of ?? null,
   created_at: iso(r.created_at),
   updated_at: iso(r.updated_at),
@@ -317,13 +290,13 @@ export class EventsStore {
 
   /** Terminal events after the cursor (oldest first) and the database's notion of "settled" time. */
   async terminalEventsAfter(cursor: number, limit: number): Promise<{ events: TaskEvent[]; settledBefore: number }> {
-    const settled = await this.q<{ s: Date }>(`select now() - interval '30 seconds' as s`);
-    const rows = await this.q(`select * from task_events where id > ? and event_type in ('completed', 'failed', 'cancelled') order by id limit ?`, [cursor, limit]);
-    return { events: rows.map(toEvent), settledBefore: ts(settled[0]?.s) ?? 0 };
+    const settled = await this.q<{ s: PgTimestamp }>(`select now() - interval '30 seconds' as s`);
+    const rows = await this.q<TaskEventRow>(`select * from task_events where id > ? and event_type in ('completed', 'failed', 'cancelled') order by id limit ?`, [cursor, limit]);
+    return { events: rows.map(rowToEvent), settledBefore: ts(settled[0]?.s) ?? 0 };
   }
 
   async cursor(name: string): Promise<number> {
-    const r = await this.q<{ last_event_id: string }>(
+    const r = await this.q<{ last_event_id: PgBigint }>(
       `insert into event_cursors (cursor_name, last_event_id) values (?, coalesce((select max(id) from task_events), 0)) on conflict (cursor_name) do update set cursor_name = excluded.cursor_name returning last_event_id`,
       [name],
     );
@@ -390,7 +363,7 @@ export class EventsStore {
   }
 
   async nextDueAt(): Promise<number | null> {
-    const r = await this.q<{ t: Date | null }>(
+    const r = await this.q<{ t: PgTimestamp | null }>(
       `select min(case when delivery_status = 'pending' then next_attempt_at else lease_until end) as t from webhook_deliveries where delivery_status in ('pending', 'delivering')`,
     );
     return ts(r[0]?.t ?? null);
@@ -449,10 +422,10 @@ export class EventsStore {
     return created;
   }
 
-  async listNotifications(teamId: string, userId: string, unreadOnly: boolean, limit: number, offset: number): Promise<{ rows: Record<string, any>[]; total: number; unread: number }> {
+  async listNotifications(teamId: string, userId: string, unreadOnly: boolean, limit: number, offset: number): Promise<{ rows: NotificationRow[]; total: number; unread: number }> {
     const where = ['team_id = ?', 'user_id = ?', ...(unreadOnly ? ['not is_read'] : [])];
     const params = [teamId, userId];
-    const rows = await this.q(`select * from notifications where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
+    const rows = await this.q<NotificationRow>(`select * from notifications where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
     const n = await this.q<{ n: number; u: number }>(`select count(*)::int as n, count(*) filter (where not is_read)::int as u from notifications where ${where.join(' and ')}`, params);
     return { rows, total: Number(n[0]?.n ?? 0), unread: Number(n[0]?.u ?? 0) };
   }
@@ -474,12 +447,29 @@ export class EventsStore {
   }
 
   /** Agents whose status changed since a time (the offline scanner). */
-  async agentsChangedSince(since: number): Promise<Array<{ id: string; team_id: string; display_name: string; agent_status: string; updated_at: Date }>> {
+  async agentsChangedSince(since: number): Promise<Array<{ id: string; team_id: string; display_name: string; agent_status: string; updated_at: PgTimestamp }>> {
     return this.q(`select id, team_id, display_name, agent_status, updated_at from agents where updated_at > ? order by updated_at limit 5000`, [new Date(since)]);
   }
 }
 
-export const notificationView = (r: Record<string, any>): Record<string, unknown> => ({
+/** A `notifications` row (select *). */
+export interface NotificationRow {
+  id: string;
+  team_id: string;
+  user_id: string;
+  notification_kind: string;
+  title: string;
+  message: string;
+  task_id: string | null;
+  agent_id: string | null;
+  webhook_id: string | null;
+  is_read: boolean;
+  read_at: PgTimestamp | null;
+  dedupe_key: string | null;
+  created_at: PgTimestamp;
+}
+
+export const notificationView = (r: NotificationRow): Record<string, unknown> => ({
   id: r.id,
   notification_kind: r.notification_kind,
   title: r.title,

@@ -91,9 +91,7 @@ export class FileStaging {
         caller.kind === 'user'
           ? `upload it in parts: call ${ENDPOINT[purpose]} with upload_mode "multipart", then POST /uploads/multipart/initiate with the returned key`
           : 'multipart uploads (POST /uploads/multipart/*) need a user session (JWT); integration and device credentials are limited to single-part uploads';
-      throw new AppError('bad_request', 'file_too_large', `file_size: ${body.file_size} bytes exceeds the single-part upload limit of ${cap} bytes (${mb(cap)}); ${how}`, {
-        details: { max_single_part_bytes: cap, multipart: '/uploads/multipart/initiate' },
-      });
+      throw new AppError('bad_request', 'file_too_large', `file_size: ${body.file_size} bytes exceeds the single-part upload limit of ${cap} bytes (${mb(cap)}); ${how}`);
     }
     if (mode === 'multipart') {
       if (caller.kind !== 'user') throw badRequest('multipart_requires_jwt', 'upload_mode: multipart uploads need a user session (JWT); integration and device credentials use single-part uploads');

@@ -7,6 +7,7 @@
 import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from '../persistence/db.js';
 import { inTx, q } from '../persistence/sql.js';
+import type { PgBigint, PgTimestamp } from '../persistence/rows.js';
 import { audited, recorderOn } from '../persistence/audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import type { StagePurpose } from './keys.js';
@@ -59,9 +60,73 @@ export interface NodeRecord {
   updatedAt: number;
 }
 
-type Row = Record<string, any>;
+/** A `staged_files` row (select *). */
+interface StagedFileRow {
+  file_key: string;
+  team_id: string;
+  purpose: StagePurpose;
+  file_name: string;
+  content_type: string;
+  file_size: PgBigint;
+  created_by_user_id: string | null;
+  created_by_credential_id: string | null;
+  created_at: PgTimestamp;
+  expires_at: PgTimestamp;
+}
 
-const stagedOf = (r: Row): StagedRow => ({
+/** A `multipart_uploads` row (select *). */
+interface MultipartUploadRow {
+  upload_id: string;
+  team_id: string;
+  storage_key: string;
+  user_id: string | null;
+  file_size: PgBigint;
+  part_size: PgBigint;
+  part_count: number;
+  created_at: PgTimestamp;
+  expires_at: PgTimestamp;
+}
+
+/** A `models` row (select * / returning *). */
+interface ModelRow {
+  id: string;
+  team_id: string;
+  display_name: string;
+  model_type: string;
+  model_path: string;
+  model_status: ModelRecord['modelStatus'];
+  storage_key: string;
+  file_size: PgBigint;
+  sha256: string;
+  created_by: string | null;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+}
+
+/** A `custom_nodes` row (select * / returning *). */
+interface CustomNodeRow {
+  id: string;
+  team_id: string;
+  display_name: string;
+  package_name: string;
+  node_version: string;
+  node_status: NodeRecord['nodeStatus'];
+  storage_key: string;
+  file_size: PgBigint;
+  sha256: string;
+  created_by: string | null;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+}
+
+/** The single row an INSERT ... RETURNING gives back. */
+function inserted<T>(rows: T[]): T {
+  const r = rows[0];
+  if (r === undefined) throw new Error('insert returned no row');
+  return r;
+}
+
+const stagedOf = (r: StagedFileRow): StagedRow => ({
   fileKey: r.file_key,
   teamId: r.team_id,
   purpose: r.purpose,
@@ -71,7 +136,7 @@ const stagedOf = (r: Row): StagedRow => ({
   expiresAt: new Date(r.expires_at).getTime(),
 });
 
-export const rowToModel = (r: Row): ModelRecord => ({
+export const rowToModel = (r: ModelRow): ModelRecord => ({
   id: r.id,
   teamId: r.team_id,
   displayName: r.display_name,
@@ -85,7 +150,7 @@ export const rowToModel = (r: Row): ModelRecord => ({
   updatedAt: new Date(r.updated_at).getTime(),
 });
 
-export const rowToNode = (r: Row): NodeRecord => ({
+export const rowToNode = (r: CustomNodeRow): NodeRecord => ({
   id: r.id,
   teamId: r.team_id,
   displayName: r.display_name,
@@ -127,12 +192,12 @@ export class FilesStore {
 
   /** This team's staged input rows among keys (expired rows included). */
   async stagedInputs(teamId: string, keys: readonly string[]): Promise<StagedRow[]> {
-    const rows = await this.q(`select * from staged_files where team_id = ? and purpose = 'input' and file_key in (select jsonb_array_elements_text(?::jsonb))`, [teamId, JSON.stringify(keys)]);
+    const rows = await this.q<StagedFileRow>(`select * from staged_files where team_id = ? and purpose = 'input' and file_key in (select jsonb_array_elements_text(?::jsonb))`, [teamId, JSON.stringify(keys)]);
     return rows.map(stagedOf);
   }
 
   async staged(teamId: string, key: string): Promise<StagedRow | null> {
-    const rows = await this.q('select * from staged_files where file_key = ? and team_id = ?', [key, teamId]);
+    const rows = await this.q<StagedFileRow>('select * from staged_files where file_key = ? and team_id = ?', [key, teamId]);
     return rows[0] ? stagedOf(rows[0]) : null;
   }
 
@@ -141,7 +206,7 @@ export class FilesStore {
    * the team still references; returns the deleted keys.
    */
   async sweepStaged(now: number, limit: number): Promise<string[]> {
-    const rows = await this.q(
+    const rows = await this.q<{ file_key: string }>(
       `delete from staged_files s where s.file_key in (
          select f.file_key from staged_files f
          where f.expires_at <= ?
@@ -153,7 +218,7 @@ export class FilesStore {
        returning s.file_key`,
       [new Date(now), `{${NON_TERMINAL.join(',')}}`, limit],
     );
-    return rows.map((r) => r.file_key as string);
+    return rows.map((r) => r.file_key);
   }
 
   // -------------------------------------------------------------------------------------------
@@ -173,7 +238,7 @@ export class FilesStore {
   }
 
   async multipart(teamId: string, uploadId: string, storageKey: string): Promise<MultipartRow | null> {
-    const rows = await this.q('select * from multipart_uploads where upload_id = ? and team_id = ? and storage_key = ?', [uploadId, teamId, storageKey]);
+    const rows = await this.q<MultipartUploadRow>('select * from multipart_uploads where upload_id = ? and team_id = ? and storage_key = ?', [uploadId, teamId, storageKey]);
     const r = rows[0];
     if (!r) return null;
     return {
@@ -193,36 +258,36 @@ export class FilesStore {
 
   /** Deletes the uploads open on a storage key; returns their upload ids. */
   async deleteMultipartsOfKey(storageKey: string): Promise<string[]> {
-    const rows = await this.q('delete from multipart_uploads where storage_key = ? returning upload_id', [storageKey]);
-    return rows.map((r) => r.upload_id as string);
+    const rows = await this.q<{ upload_id: string }>('delete from multipart_uploads where storage_key = ? returning upload_id', [storageKey]);
+    return rows.map((r) => r.upload_id);
   }
 
   /** Deletes up to limit uploads expired at `now` (oldest first); returns them. */
   async sweepMultipart(now: number, limit: number): Promise<Array<{ uploadId: string; storageKey: string }>> {
-    const rows = await this.q('delete from multipart_uploads where upload_id in (select upload_id from multipart_uploads where expires_at <= ? order by expires_at limit ?) returning upload_id, storage_key', [
+    const rows = await this.q<{ upload_id: string; storage_key: string }>('delete from multipart_uploads where upload_id in (select upload_id from multipart_uploads where expires_at <= ? order by expires_at limit ?) returning upload_id, storage_key', [
       new Date(now),
       limit,
     ]);
-    return rows.map((r) => ({ uploadId: r.upload_id as string, storageKey: r.storage_key as string }));
+    return rows.map((r) => ({ uploadId: r.upload_id, storageKey: r.storage_key }));
   }
 
   // -------------------------------------------------------------------------------------------
   // tasks (output retention)
 
   async taskOutputInfo(teamId: string, taskId: string): Promise<{ dispatchTarget: string; finishedAt: number | null } | null> {
-    const rows = await this.q('select dispatch_target, finished_at from tasks where id = ? and team_id = ?', [taskId, teamId]);
+    const rows = await this.q<{ dispatch_target: string; finished_at: PgTimestamp | null }>('select dispatch_target, finished_at from tasks where id = ? and team_id = ?', [taskId, teamId]);
     const r = rows[0];
     if (!r) return null;
-    return { dispatchTarget: r.dispatch_target as string, finishedAt: r.finished_at ? new Date(r.finished_at).getTime() : null };
+    return { dispatchTarget: r.dispatch_target, finishedAt: r.finished_at ? new Date(r.finished_at).getTime() : null };
   }
 
   /** Finished tasks whose outputs are not yet marked expired, finished at or before cutoff (oldest first). */
   async tasksPastRetention(cutoff: number, limit: number): Promise<Array<{ id: string; teamId: string; finishedAt: number }>> {
-    const rows = await this.q('select id, team_id, finished_at from tasks where output_expires_at is null and finished_at is not null and finished_at <= ? order by finished_at limit ?', [
+    const rows = await this.q<{ id: string; team_id: string; finished_at: PgTimestamp }>('select id, team_id, finished_at from tasks where output_expires_at is null and finished_at is not null and finished_at <= ? order by finished_at limit ?', [
       new Date(cutoff),
       limit,
     ]);
-    return rows.map((r) => ({ id: r.id as string, teamId: r.team_id as string, finishedAt: new Date(r.finished_at).getTime() }));
+    return rows.map((r) => ({ id: r.id, teamId: r.team_id, finishedAt: new Date(r.finished_at).getTime() }));
   }
 
   async markOutputsExpired(taskId: string, expiredAt: number): Promise<void> {
@@ -245,18 +310,18 @@ export class FilesStore {
     return inTx(this.db, async (tq) => {
       const consumed = await tq('delete from staged_files where file_key = ? and team_id = ? returning file_key', [m.storageKey, m.teamId]);
       if (consumed.length === 0) return null;
-      const rows = await tq(
+      const rows = await tq<ModelRow>(
         `insert into models (id, team_id, display_name, model_type, model_path, model_status, storage_key, file_size, sha256, created_by)
          values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning *`,
         [m.id, m.teamId, m.displayName, m.modelType, m.modelPath, m.modelStatus, m.storageKey, m.fileSize, m.sha256, m.createdBy],
       );
       await recorderOn(tq, audit)({ targetId: m.id, details: { model_path: m.modelPath } });
-      return rowToModel(rows[0] as Row);
+      return rowToModel(inserted(rows));
     });
   }
 
   async model(teamId: string, id: string): Promise<ModelRecord | null> {
-    const rows = await this.q('select * from models where team_id = ? and id = ?', [teamId, id]);
+    const rows = await this.q<ModelRow>('select * from models where team_id = ? and id = ?', [teamId, id]);
     return rows[0] ? rowToModel(rows[0]) : null;
   }
 
@@ -272,7 +337,7 @@ export class FilesStore {
       params.push(f.modelType);
     }
     const qq = this.q;
-    const rows = await qq(`select * from models where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
+    const rows = await qq<ModelRow>(`select * from models where ${where.join(' and ')} order by created_at desc, id desc limit ? offset ?`, [...params, limit, offset]);
     const c = await qq<{ n: number }>(`select count(*)::int as n from models where ${where.join(' and ')}`, params);
     return { rows: rows.map(rowToModel), total: Number(c[0]?.n ?? 0) };
   }
@@ -289,7 +354,7 @@ export class FilesStore {
     }
     if (sets.length === 0) return this.model(teamId, id);
     return audited(this.db, audit, async (tq, record) => {
-      const rows = await tq(`update models set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
+      const rows = await tq<ModelRow>(`update models set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
       if (!rows[0]) return null;
       await record({ details: { changed: Object.keys(col).filter((k) => (col as Record<string, unknown>)[k] !== undefined) } });
       return rowToModel(rows[0]);
@@ -299,15 +364,15 @@ export class FilesStore {
   /** Deletes the model; its storage key, or null when it does not exist in this team. */
   async deleteModel(teamId: string, id: string, audit?: AuditNote): Promise<string | null> {
     return audited(this.db, audit, async (tq, record) => {
-      const rows = await tq('delete from models where team_id = ? and id = ? returning storage_key', [teamId, id]);
+      const rows = await tq<{ storage_key: string }>('delete from models where team_id = ? and id = ? returning storage_key', [teamId, id]);
       if (!rows[0]) return null;
       await record();
-      return rows[0].storage_key as string;
+      return rows[0].storage_key;
     });
   }
 
   async activeModels(teamId: string): Promise<ModelRecord[]> {
-    const rows = await this.q(`select * from models where team_id = ? and model_status = 'active' order by model_path`, [teamId]);
+    const rows = await this.q<ModelRow>(`select * from models where team_id = ? and model_status = 'active' order by model_path`, [teamId]);
     return rows.map(rowToModel);
   }
 
@@ -323,39 +388,39 @@ export class FilesStore {
     return inTx(this.db, async (tq) => {
       const consumed = await tq('delete from staged_files where file_key = ? and team_id = ? returning file_key', [n.storageKey, n.teamId]);
       if (consumed.length === 0) return null;
-      const rows = await tq(
+      const rows = await tq<CustomNodeRow>(
         `insert into custom_nodes (id, team_id, display_name, package_name, node_version, node_status, storage_key, file_size, sha256, created_by)
          values (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) returning *`,
         [n.id, n.teamId, n.displayName, n.packageName, n.nodeVersion, n.storageKey, n.fileSize, n.sha256, n.createdBy],
       );
       await recorderOn(tq, audit)({ targetId: n.id, details: { package_name: n.packageName } });
-      return rowToNode(rows[0] as Row);
+      return rowToNode(inserted(rows));
     });
   }
 
   async node(teamId: string, id: string): Promise<NodeRecord | null> {
-    const rows = await this.q('select * from custom_nodes where team_id = ? and id = ?', [teamId, id]);
+    const rows = await this.q<CustomNodeRow>('select * from custom_nodes where team_id = ? and id = ?', [teamId, id]);
     return rows[0] ? rowToNode(rows[0]) : null;
   }
 
   async listNodes(teamId: string, limit: number, offset: number): Promise<{ rows: NodeRecord[]; total: number }> {
     const qq = this.q;
-    const rows = await qq('select * from custom_nodes where team_id = ? order by created_at desc, id desc limit ? offset ?', [teamId, limit, offset]);
+    const rows = await qq<CustomNodeRow>('select * from custom_nodes where team_id = ? order by created_at desc, id desc limit ? offset ?', [teamId, limit, offset]);
     const c = await qq<{ n: number }>('select count(*)::int as n from custom_nodes where team_id = ?', [teamId]);
     return { rows: rows.map(rowToNode), total: Number(c[0]?.n ?? 0) };
   }
 
   async deleteNode(teamId: string, id: string, audit?: AuditNote): Promise<string | null> {
     return audited(this.db, audit, async (tq, record) => {
-      const rows = await tq('delete from custom_nodes where team_id = ? and id = ? returning storage_key', [teamId, id]);
+      const rows = await tq<{ storage_key: string }>('delete from custom_nodes where team_id = ? and id = ? returning storage_key', [teamId, id]);
       if (!rows[0]) return null;
       await record();
-      return rows[0].storage_key as string;
+      return rows[0].storage_key;
     });
   }
 
   async activeNodes(teamId: string): Promise<NodeRecord[]> {
-    const rows = await this.q(`select * from custom_nodes where team_id = ? and node_status = 'active' order by package_name`, [teamId]);
+    const rows = await this.q<CustomNodeRow>(`select * from custom_nodes where team_id = ? and node_status = 'active' order by package_name`, [teamId]);
     return rows.map(rowToNode);
   }
 }

@@ -16,6 +16,7 @@ import type { CacheInvalidationPort, Invalidation } from './invalidation.js';
 import { timingSafeEqual } from 'node:crypto';
 import type { AuditNote } from '../shared/audit.js';
 import { recorderOn } from '../persistence/audit.js';
+import { iso } from '../shared/time.js';
 
 export const PAIRING_TTL_S = 600;
 const RESET_TTL_S = 3600;
@@ -23,7 +24,6 @@ const VERIFY_TTL_S = 48 * 3600;
 const INVITATION_TTL_S = 7 * 86_400;
 
 export const normEmail = (e: string): string => e.trim().toLowerCase();
-const iso = (d: Date | string | null | undefined): string | null => (d === null || d === undefined ? null : new Date(d).toISOString());
 
 export interface TokenPair {
   access_token: string;

@@ -1,5 +1,6 @@
 import type { Database } from './db.js';
 import { q, json, iso, ts, TickBatcher, memberFenceSql, type BatcherStats } from './sql.js';
+import { isRecord, jsonArrayOf, jsonStrings, type PgTimestamp } from './rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { audited } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
@@ -34,21 +35,52 @@ export interface AgentRow {
   createdAt: number;
 }
 
-export const rowToAgent = (r: Record<string, any>): AgentRow => ({
+/** An `agents` row (select * / returning *). */
+interface AgentTableRow {
+  id: string;
+  team_id: string;
+  machine_id: string;
+  display_name: string;
+  agent_status: AgentStatus;
+  labels: unknown;
+  gpu_type: string | null;
+  gpu_count: number;
+  vram_total_gb: number;
+  gpus: unknown;
+  models: unknown;
+  custom_nodes: unknown;
+  slots: number;
+  system_stats: unknown;
+  current_task_id: string | null;
+  last_seen_at: PgTimestamp | null;
+  agent_version: string | null;
+  credential_id: string | null;
+  node_id: string | null;
+  session_id: string | null;
+  container_runtime: string;
+  tunnel: boolean;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+}
+
+type Gpu = AgentRow['gpus'][number];
+const isGpu = (x: unknown): x is Gpu => isRecord(x) && typeof x.name === 'string' && typeof x.vram_gb === 'number';
+
+export const rowToAgent = (r: AgentTableRow): AgentRow => ({
   id: r.id,
   teamId: r.team_id,
   machineId: r.machine_id,
   displayName: r.display_name,
   agentStatus: r.agent_status,
-  labels: r.labels ?? [],
+  labels: jsonStrings(r.labels),
   gpuType: r.gpu_type ?? null,
   gpuCount: Number(r.gpu_count ?? 0),
   vramTotalGb: Number(r.vram_total_gb ?? 0),
-  gpus: r.gpus ?? [],
-  models: r.models ?? [],
-  customNodes: r.custom_nodes ?? [],
+  gpus: jsonArrayOf(r.gpus, isGpu),
+  models: jsonStrings(r.models),
+  customNodes: jsonStrings(r.custom_nodes),
   slots: Number(r.slots ?? 1),
-  systemStats: r.system_stats ?? null,
+  systemStats: isRecord(r.system_stats) ? r.system_stats : null,
   currentTaskId: r.current_task_id ?? null,
   lastSeenAt: ts(r.last_seen_at),
   agentVersion: r.agent_version ?? null,
@@ -125,7 +157,7 @@ export class PgAgentStore implements AgentStorePort {
   }
 
   async online(teamId: string): Promise<AgentInfo[]> {
-    const rows = await q(this.db)(`select * from agents where team_id = ? and agent_status in ('online','busy','draining')`, [teamId]);
+    const rows = await q(this.db)<AgentTableRow>(`select * from agents where team_id = ? and agent_status in ('online','busy','draining')`, [teamId]);
     const out: AgentInfo[] = [];
     for (const a of rows.map(rowToAgent)) out.push(agentInfoOf(a, this.syncCheck ? await this.syncCheck(a.teamId, { models: a.models, customNodes: a.customNodes }) : false));
     return out;
@@ -157,7 +189,7 @@ export class PgAgentStore implements AgentStorePort {
   async register(r: AgentRegistration): Promise<AgentRow> {
     const vram = r.gpus.reduce((s, g) => s + (g.vram_gb || 0), 0);
     const gpuType = r.gpus[0]?.name ?? null;
-    const rows = await q(this.db)(
+    const rows = await q(this.db)<AgentTableRow>(
       `insert into agents (id, team_id, machine_id, display_name, agent_status, labels, gpu_type, gpu_count, vram_total_gb, gpus, models, custom_nodes, slots, agent_version, credential_id, node_id, last_seen_at)
        values (?, ?, ?, ?, 'offline', ?::jsonb, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, now())
        on conflict (team_id, machine_id) do update set display_name = excluded.display_name, labels = excluded.labels, gpu_type = excluded.gpu_type,
@@ -167,7 +199,9 @@ export class PgAgentStore implements AgentStorePort {
        returning *`,
       [uuidv7(), r.teamId, r.machineId, r.displayName, json(r.labels), gpuType, r.gpus.length, vram, json(r.gpus), json(r.models), json(r.customNodes), r.slots, r.agentVersion, r.credentialId, r.nodeId],
     );
-    return rowToAgent(rows[0] as Record<string, any>);
+    const row = rows[0];
+    if (!row) throw new Error('agent upsert returned no row');
+    return rowToAgent(row);
   }
 
   async updateInventory(agentId: string, models: string[], customNodes: string[]): Promise<void> {
@@ -179,18 +213,18 @@ export class PgAgentStore implements AgentStorePort {
   }
 
   async get(teamId: string, agentId: string): Promise<AgentRow | null> {
-    const rows = await q(this.db)('select * from agents where team_id = ? and id = ?', [teamId, agentId]);
+    const rows = await q(this.db)<AgentTableRow>('select * from agents where team_id = ? and id = ?', [teamId, agentId]);
     return rows[0] ? rowToAgent(rows[0]) : null;
   }
 
   async byId(agentId: string): Promise<AgentRow | null> {
-    const rows = await q(this.db)('select * from agents where id = ?', [agentId]);
+    const rows = await q(this.db)<AgentTableRow>('select * from agents where id = ?', [agentId]);
     return rows[0] ? rowToAgent(rows[0]) : null;
   }
 
   async list(teamId: string, limit: number, offset: number): Promise<{ rows: AgentRow[]; total: number }> {
     const qq = q(this.db);
-    const rows = await qq('select * from agents where team_id = ? order by created_at limit ? offset ?', [teamId, limit, offset]);
+    const rows = await qq<AgentTableRow>('select * from agents where team_id = ? order by created_at limit ? offset ?', [teamId, limit, offset]);
     const c = await qq<{ n: number }>('select count(*)::int as n from agents where team_id = ?', [teamId]);
     return { rows: rows.map(rowToAgent), total: Number(c[0]?.n ?? 0) };
   }
@@ -217,8 +251,8 @@ export class PgAgentStore implements AgentStorePort {
 
 export const agentJson = (a: AgentRow, reduced: boolean): Record<string, unknown> => {
   const stats = a.systemStats ?? {};
-  const gpus = Array.isArray((stats as any).gpus) ? ((stats as any).gpus as Array<Record<string, number>>) : [];
-  const util = gpus.length ? gpus.reduce((s, g) => s + (Number(g.utilization_percent) || 0), 0) / gpus.length : 0;
+  const gpus = Array.isArray(stats.gpus) ? stats.gpus : [];
+  const util = gpus.length ? gpus.reduce((s: number, g: unknown) => s + (Number(isRecord(g) ? g.utilization_percent : undefined) || 0), 0) / gpus.length : 0;
   return {
     id: a.id,
     display_name: a.displayName,

@@ -5,12 +5,13 @@
  */
 import type { Database } from './db.js';
 import { q, json, ts } from './sql.js';
+import { isRecord, jsonArrayOf, jsonObject, jsonStrings, type PgTimestamp } from './rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { appendAudit, audited } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import { conflict } from '../shared/errors.js';
 import type { ContainerStorePort } from '../actors/ports.js';
-import type { CreateServiceBody, InstanceState, ServiceInstance, ServiceRecord, ServiceStatus, UpdateServiceBody } from '../domain/containers/schema.js';
+import type { CreateServiceBody, InstanceState, ServiceInstance, ServiceRecord, ServiceStatus, ServiceType, UpdateServiceBody } from '../domain/containers/schema.js';
 
 /** An online agent as placement needs it. */
 export interface PlacementAgent {
@@ -21,7 +22,65 @@ export interface PlacementAgent {
   status: string;
 }
 
-const rowToService = (r: Record<string, any>): ServiceRecord => ({
+/** A `container_services` row (select * / returning *). */
+interface ServiceRow {
+  id: string;
+  team_id: string;
+  service_slug: string;
+  display_name: string;
+  service_type: ServiceType;
+  service_status: ServiceStatus;
+  service_desc: string;
+  docker_image: string;
+  exposed_port: number;
+  health_path: string;
+  env_config: unknown;
+  volume_config: unknown;
+  required_labels: unknown;
+  gpu_count: number;
+  replica_count: number;
+  usage_prompt: string;
+  openapi_url: string;
+  external_url: string;
+  external_auth_credential_id: string | null;
+  status_detail: unknown;
+  created_by: string | null;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+}
+
+/** A `container_instances` row (select *). */
+interface InstanceRow {
+  id: string;
+  service_id: string;
+  team_id: string;
+  agent_id: string;
+  instance_status: InstanceState;
+  healthy: boolean;
+  instance_error: string;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+}
+
+type EnvVar = ServiceRecord['env'][number];
+type Volume = ServiceRecord['volumes'][number];
+const isEnvVar = (x: unknown): x is EnvVar => isRecord(x) && typeof x.env_name === 'string' && typeof x.env_value === 'string';
+const isVolume = (x: unknown): x is Volume => isRecord(x) && typeof x.host_path === 'string' && typeof x.container_path === 'string';
+
+/**
+ * status_detail: the actor's {message, desired, placed, running, healthy}, each field only when it
+ * has its type, in the stored key order (the actor compares details by their JSON text).
+ */
+function rowDetail(v: unknown): ServiceRecord['detail'] {
+  const d: ServiceRecord['detail'] = {};
+  for (const [k, x] of Object.entries(jsonObject(v))) {
+    if (k === 'message' && typeof x === 'string') d.message = x;
+    else if ((k === 'desired' || k === 'placed' || k === 'running' || k === 'healthy') && typeof x === 'number') d[k] = x;
+  }
+  return d;
+}
+
+const rowToService = (r: ServiceRow): ServiceRecord => ({
   id: r.id,
   teamId: r.team_id,
   slug: r.service_slug,
@@ -32,21 +91,21 @@ const rowToService = (r: Record<string, any>): ServiceRecord => ({
   image: r.docker_image,
   exposedPort: r.exposed_port,
   healthPath: r.health_path,
-  env: r.env_config ?? [],
-  volumes: r.volume_config ?? [],
-  requiredLabels: r.required_labels ?? [],
+  env: jsonArrayOf(r.env_config, isEnvVar),
+  volumes: jsonArrayOf(r.volume_config, isVolume),
+  requiredLabels: jsonStrings(r.required_labels),
   gpuCount: r.gpu_count,
   replicaCount: r.replica_count,
   usagePrompt: r.usage_prompt,
   openapiUrl: r.openapi_url,
   externalUrl: r.external_url,
   externalAuthCredentialId: r.external_auth_credential_id ?? null,
-  detail: r.status_detail ?? {},
+  detail: rowDetail(r.status_detail),
   createdAt: ts(r.created_at) ?? 0,
   updatedAt: ts(r.updated_at) ?? 0,
 });
 
-const rowToInstance = (r: Record<string, any>): ServiceInstance => ({
+const rowToInstance = (r: InstanceRow): ServiceInstance => ({
   id: r.id,
   agentId: r.agent_id,
   status: r.instance_status,
@@ -115,10 +174,10 @@ export class PgContainerStore implements ContainerStorePort {
     }
     try {
       return await audited(this.db, audit, async (tq, record) => {
-        const rows = await tq(`update container_services set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
+        const rows = await tq<ServiceRow>(`update container_services set ${sets.join(', ')}, updated_at = now() where team_id = ? and id = ? returning *`, [...params, teamId, id]);
         if (!rows[0]) return null;
         await record({ details: { changed: Object.keys(b).filter((k) => (b as Record<string, unknown>)[k] !== undefined) } });
-        return rowToService(rows[0] as Record<string, any>);
+        return rowToService(rows[0]);
       });
     } catch (e) {
       if (isUniqueViolation(e)) throw slugTaken(String(b.service_slug));
@@ -127,24 +186,24 @@ export class PgContainerStore implements ContainerStorePort {
   }
 
   async get(teamId: string, id: string): Promise<ServiceRecord | null> {
-    const rows = await this.q('select * from container_services where team_id = ? and id = ?', [teamId, id]);
-    return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+    const rows = await this.q<ServiceRow>('select * from container_services where team_id = ? and id = ?', [teamId, id]);
+    return rows[0] ? rowToService(rows[0]) : null;
   }
 
   async byId(id: string): Promise<ServiceRecord | null> {
-    const rows = await this.q('select * from container_services where id = ?', [id]);
-    return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+    const rows = await this.q<ServiceRow>('select * from container_services where id = ?', [id]);
+    return rows[0] ? rowToService(rows[0]) : null;
   }
 
   async bySlug(teamId: string, slug: string): Promise<ServiceRecord | null> {
-    const rows = await this.q('select * from container_services where team_id = ? and service_slug = ?', [teamId, slug]);
-    return rows[0] ? rowToService(rows[0] as Record<string, any>) : null;
+    const rows = await this.q<ServiceRow>('select * from container_services where team_id = ? and service_slug = ?', [teamId, slug]);
+    return rows[0] ? rowToService(rows[0]) : null;
   }
 
   async list(teamId: string, limit: number, offset: number): Promise<{ rows: ServiceRecord[]; total: number }> {
-    const rows = await this.q('select * from container_services where team_id = ? order by created_at, id limit ? offset ?', [teamId, limit, offset]);
+    const rows = await this.q<ServiceRow>('select * from container_services where team_id = ? order by created_at, id limit ? offset ?', [teamId, limit, offset]);
     const c = await this.q<{ n: number }>('select count(*)::int as n from container_services where team_id = ?', [teamId]);
-    return { rows: rows.map((r) => rowToService(r as Record<string, any>)), total: Number(c[0]?.n ?? 0) };
+    return { rows: rows.map(rowToService), total: Number(c[0]?.n ?? 0) };
   }
 
   async delete(id: string, audit?: AuditNote): Promise<void> {
@@ -175,14 +234,14 @@ export class PgContainerStore implements ContainerStorePort {
   }
 
   async instances(serviceId: string): Promise<ServiceInstance[]> {
-    const rows = await this.q('select * from container_instances where service_id = ? order by created_at, id', [serviceId]);
-    return rows.map((r) => rowToInstance(r as Record<string, any>));
+    const rows = await this.q<InstanceRow>('select * from container_instances where service_id = ? order by created_at, id', [serviceId]);
+    return rows.map(rowToInstance);
   }
 
   /** Instances of every service of a team (the gateway's routing table). */
   async teamInstances(teamId: string): Promise<Array<ServiceInstance & { serviceId: string }>> {
-    const rows = await this.q('select * from container_instances where team_id = ?', [teamId]);
-    return rows.map((r) => ({ ...rowToInstance(r as Record<string, any>), serviceId: (r as Record<string, any>).service_id as string }));
+    const rows = await this.q<InstanceRow>('select * from container_instances where team_id = ?', [teamId]);
+    return rows.map((r) => ({ ...rowToInstance(r), serviceId: r.service_id }));
   }
 
   async serviceIdsOnAgent(agentId: string): Promise<string[]> {
@@ -209,11 +268,11 @@ export class PgContainerStore implements ContainerStorePort {
 
   /** The team's agents that are online (or busy) and offer a container runtime. */
   async placementAgents(teamId: string): Promise<PlacementAgent[]> {
-    const rows = await this.q<Record<string, any>>(
+    const rows = await this.q<{ id: string; labels: unknown; gpu_count: number; container_runtime: string; agent_status: string }>(
       `select id, labels, gpu_count, container_runtime, agent_status from agents where team_id = ? and agent_status in ('online', 'busy') and container_runtime <> '' order by id`,
       [teamId],
     );
-    return rows.map((r) => ({ id: r.id, labels: r.labels ?? [], gpuCount: r.gpu_count, runtime: r.container_runtime, status: r.agent_status }));
+    return rows.map((r) => ({ id: r.id, labels: jsonStrings(r.labels), gpuCount: r.gpu_count, runtime: r.container_runtime, status: r.agent_status }));
   }
 
   async gpuUsage(teamId: string, exceptServiceId: string): Promise<Map<string, number>> {

@@ -1,8 +1,8 @@
 import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { MikroORM, type EntityManager, type Options } from '@mikro-orm/core';
-import { PostgreSqlDriver, type EntityManager as SqlEntityManager } from '@mikro-orm/postgresql';
+import { MikroORM, type Options } from '@mikro-orm/core';
+import { PostgreSqlDriver } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
 import { PGlite } from '@electric-sql/pglite';
 import { PGliteDriver } from 'mikro-orm-pglite';
@@ -11,10 +11,7 @@ import { AppError, DbError, dbErrorFrom, isRawDbError } from '../shared/errors.j
 import { ConfigError } from '../shared/config.js';
 import { uuidv7 } from '../shared/ids.js';
 import { hasActiveSpan, inSpan, SpanKind } from '../shared/tracing.js';
-import { allEntities } from './entities/index.js';
 import { migrationsList } from './migrations/index.js';
-
-export type Em = SqlEntityManager;
 
 /**
  * Tracing: every statement run through this layer (sql.ts, Database.execute) is a CLIENT span
@@ -155,7 +152,8 @@ function databaseName(url: string): string {
 }
 
 /**
- * PostgreSQL through MikroORM 6.6. DATABASE_URL set: the real server (pool of poolMax).
+ * PostgreSQL through MikroORM 6.6, used as the migrator and the connection layer only (no
+ * entities: the stores run SQL through sql.ts). DATABASE_URL set: the real server (pool of poolMax).
  * Unset: embedded PostgreSQL (PGlite) under <dataDir>/pg, one session (knex pool of 1 serialises
  * transactions), data kept across restarts.
  */
@@ -198,7 +196,6 @@ export class Database {
 
   static async open(o: DatabaseOptions): Promise<Database> {
     const common: Partial<Options> = {
-      entities: allEntities,
       extensions: [Migrator],
       migrations: { migrationsList, tableName: 'mikro_orm_migrations', transactional: true, allOrNothing: true, silent: true },
       discovery: { warnWhenNoEntities: false },
@@ -289,11 +286,6 @@ export class Database {
   /** Opens the unbounded connection migrations run on (set when statements are bounded). */
   private migrationOrm: (() => Promise<MikroORM>) | undefined;
 
-  /** A fresh unit of work; never share one across requests or actor turns. */
-  em(): Em {
-    return this.orm.em.fork() as unknown as Em;
-  }
-
   /** Applies pending checked-in migrations; returns the names applied (empty when up to date). */
   async migrate(): Promise<string[]> {
     const own = this.migrationOrm ? await this.migrationOrm() : null;
@@ -308,10 +300,9 @@ export class Database {
     return names;
   }
 
-  async execute<T = Record<string, unknown>>(sql: string, params: unknown[] = [], em?: EntityManager): Promise<T[]> {
-    const e = (em ?? this.orm.em) as unknown as Em;
+  async execute<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {
     try {
-      const rows = (await traced(sql, () => e.getConnection().execute(sql, params as never[], 'all'))) as T[];
+      const rows = (await traced(sql, () => this.orm.em.getConnection().execute(sql, params as never[], 'all'))) as T[];
       this.succeeded();
       return rows;
     } catch (err) {

@@ -78,7 +78,7 @@ export class IdempotencyStore {
   /** The live record of (team, key), or null; an expired record of that key is deleted in the same statement. */
   async lookup(teamId: string, key: string): Promise<StoredIdempotency | null> {
     this.maybeSweep();
-    const rows = await q(this.db)(
+    const rows = await q(this.db)<{ fingerprint: string; response_status: number; response_body: unknown }>(
       `with d as (
          delete from idempotency_keys where team_id = ? and idem_key = ? and created_at < now() - make_interval(secs => ?)
          returning 1)
@@ -87,7 +87,8 @@ export class IdempotencyStore {
       [teamId, key, this.ttlS, teamId, key, this.ttlS],
     );
     const r = rows[0];
-    return r ? { fingerprint: String(r.fingerprint), responseStatus: Number(r.response_status), responseBody: r.response_body as Record<string, unknown> } : null;
+    // response_body is only ever written by complete() (a response body, passed back verbatim on replay)
+    return r ? { fingerprint: r.fingerprint, responseStatus: Number(r.response_status), responseBody: r.response_body as Record<string, unknown> } : null;
   }
 
   /**

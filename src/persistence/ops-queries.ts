@@ -48,16 +48,16 @@ export class OpsQueries {
   async snapshot(): Promise<OpsSnapshot> {
     const run = q(this.db);
     const [tasks, queues, agents, hooks] = await Promise.all([
-      run(`select team_id, task_status, count(*)::int as n from tasks
+      run<{ team_id: string; task_status: string; n: number }>(`select team_id, task_status, count(*)::int as n from tasks
            where task_status in (${marks(NON_TERMINAL)}) group by team_id, task_status`, [...NON_TERMINAL]),
-      run(`select team_id, labels, count(*)::int as n,
+      run<{ team_id: string; labels: string; n: number; oldest_s: number }>(`select team_id, labels, count(*)::int as n,
                   greatest(0, extract(epoch from (now() - min(coalesce(not_before, created_at)))))::float8 as oldest_s
            from (select team_id, not_before, created_at,
                         coalesce((select string_agg(l, ',' order by l) from jsonb_array_elements_text(required_labels) as l), '') as labels
                  from tasks where task_status in (${marks(SCHEDULABLE)})) t
            group by team_id, labels`, [...SCHEDULABLE]),
-      run(`select agent_status, coalesce(gpu_type, '') as gpu_type, count(*)::int as n from agents group by agent_status, coalesce(gpu_type, '')`),
-      run(`select count(*)::int as n, coalesce(greatest(0, extract(epoch from (now() - min(created_at)))), 0)::float8 as oldest_s
+      run<{ agent_status: string; gpu_type: string; n: number }>(`select agent_status, coalesce(gpu_type, '') as gpu_type, count(*)::int as n from agents group by agent_status, coalesce(gpu_type, '')`),
+      run<{ n: number; oldest_s: number }>(`select count(*)::int as n, coalesce(greatest(0, extract(epoch from (now() - min(created_at)))), 0)::float8 as oldest_s
            from webhook_deliveries where delivery_status in ('pending','delivering')`),
     ]);
     return {

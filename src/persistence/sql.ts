@@ -1,24 +1,14 @@
 import type { Knex } from '@mikro-orm/knex';
-import { normaliseDbError, traced, type Database, type Em } from './db.js';
+import { traced, type Database } from './db.js';
 import { hasActiveSpan, inSpan, SpanKind, withoutSpan } from '../shared/tracing.js';
 
 /**
- * A query function bound to a unit of work (or a transaction). `?` placeholders (knex style).
+ * A query function bound to the pool (autocommit) or to a transaction. `?` placeholders (knex style).
  * Every function here throws errors normalised by the database layer (Database.failed /
  * normaliseDbError): a 503 `database_unavailable` AppError when the server is unreachable, a
  * DbError (SQLSTATE, constraint, statement shape; no parameter values) for a failed statement.
  */
-export type Q = <T = Record<string, any>>(sql: string, params?: unknown[]) => Promise<T[]>;
-
-export const queryOn =
-  (em: Em): Q =>
-  async <T>(sql: string, params: unknown[] = []) => {
-    try {
-      return (await traced(sql, () => em.execute(sql, params as never[], 'all'))) as T[];
-    } catch (e) {
-      throw normaliseDbError(e, sql);
-    }
-  };
+export type Q = <T = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<T[]>;
 
 /** The driver connection (its knex pool): raw SQL needs no unit of work, so no em.fork() per query. */
 const connectionOf = (db: Database) => db.orm.em.getConnection();
@@ -69,7 +59,8 @@ export const q = (db: Database): Q => {
 
 export const json = (v: unknown): string => JSON.stringify(v ?? null);
 export const ts = (v: Date | string | null | undefined): number | null => (v === null || v === undefined ? null : new Date(v).getTime());
-export const iso = (v: Date | string | number | null | undefined): string | null => (v === null || v === undefined ? null : new Date(v).toISOString());
+/** The stores' row helpers come from this module: iso is the shared one. */
+export { iso } from '../shared/time.js';
 
 /** One item's outcome in a batch: its own value, or its own error. */
 export type Settled<R> = { value: R } | { error: unknown };

@@ -1,11 +1,20 @@
 import type { Database } from './db.js';
 import { q, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
+import { rowToEvent, type TaskEventRow } from './task-rows.js';
+import type { PgBigint, PgTimestamp } from './rows.js';
+import type { TaskRow } from '../domain/tasks/view.js';
 import { AppError } from '../shared/errors.js';
 
 const submitFailed = (cause?: unknown): AppError =>
   new AppError('unavailable', 'task_submit_failed', 'the task could not be committed (nothing was accepted); retry the request', { retryAfterS: 1, ...(cause === undefined ? {} : { cause }) });
 import type { TaskEvent, TaskRecord } from '../actors/ports.js';
 import { IdempotencyKeyTaken, IdempotencyStore, type IdempotencyRecord } from './idempotency-store.js';
+
+/** The submit statement's row: the task's status event and the inserted task's seq and created_at. */
+interface SubmittedEventRow extends TaskEventRow {
+  task_seq: PgBigint;
+  task_created_at: PgTimestamp;
+}
 
 export interface NewTask {
   id: string;
@@ -105,9 +114,9 @@ export class TaskQueries {
       idem_status: t.idempotency?.responseStatus ?? null,
       idem_body: t.idempotency?.responseBody ?? null,
     }));
-    let rows: Array<Record<string, any>>;
+    let rows: SubmittedEventRow[];
     try {
-      rows = await q(this.db)(
+      rows = await q(this.db)<SubmittedEventRow>(
         `with v as (
            select * from jsonb_to_recordset(?::jsonb) as x(ord int, id uuid, team_id uuid, workflow_id uuid, workflow_slug text, workflow_version int,
              snapshot_id uuid, dispatch_target text, tool_type text, parameters jsonb, resolved_workflow jsonb, input_files jsonb, max_retries int,
@@ -141,7 +150,7 @@ export class TaskQueries {
     return items.map((t) => {
       const r = byTask.get(t.id);
       if (!r) return { error: t.idempotency ? new IdempotencyKeyTaken(t.idempotency.key) : submitFailed() };
-      const events: TaskEvent[] & { record?: TaskRecord } = [{ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 }];
+      const events: TaskEvent[] & { record?: TaskRecord } = [rowToEvent(r)];
       events.record = {
         id: t.id,
         teamId: t.teamId,
@@ -168,12 +177,12 @@ export class TaskQueries {
     });
   }
 
-  async get(teamId: string, taskId: string): Promise<Record<string, any> | null> {
-    const rows = await q(this.db)('select * from tasks where team_id = ? and id = ?', [teamId, taskId]);
+  async get(teamId: string, taskId: string): Promise<TaskRow | null> {
+    const rows = await q(this.db)<TaskRow>('select * from tasks where team_id = ? and id = ?', [teamId, taskId]);
     return rows[0] ?? null;
   }
 
-  async list(teamId: string, f: { status?: string; workflowId?: string }, limit: number, offset: number): Promise<{ rows: Record<string, any>[]; total: number }> {
+  async list(teamId: string, f: { status?: string; workflowId?: string }, limit: number, offset: number): Promise<{ rows: TaskRow[]; total: number }> {
     const where = ['team_id = ?'];
     const params: unknown[] = [teamId];
     if (f.status) {
@@ -185,15 +194,15 @@ export class TaskQueries {
       params.push(f.workflowId);
     }
     const qq = q(this.db);
-    const rows = await qq(`select * from tasks where ${where.join(' and ')} order by created_at desc, seq desc limit ? offset ?`, [...params, limit, offset]);
+    const rows = await qq<TaskRow>(`select * from tasks where ${where.join(' and ')} order by created_at desc, seq desc limit ? offset ?`, [...params, limit, offset]);
     const c = await qq<{ n: number }>(`select count(*)::int as n from tasks where ${where.join(' and ')}`, params);
     return { rows, total: Number(c[0]?.n ?? 0) };
   }
 
   /** Events of a task after an id (SSE replay), oldest first. */
   async eventsAfter(teamId: string, taskId: string, afterId: number, limit = 1000): Promise<TaskEvent[]> {
-    const rows = await q(this.db)('select * from task_events where team_id = ? and task_id = ? and id > ? order by id limit ?', [teamId, taskId, afterId, limit]);
-    return rows.map((r) => ({ id: Number(r.id), taskId: r.task_id, teamId: r.team_id, type: r.event_type, data: r.payload, createdAt: ts(r.created_at) ?? 0 }));
+    const rows = await q(this.db)<TaskEventRow>('select * from task_events where team_id = ? and task_id = ? and id > ? order by id limit ?', [teamId, taskId, afterId, limit]);
+    return rows.map(rowToEvent);
   }
 
   async setOutputExpiry(taskId: string, expiresAt: number): Promise<void> {

@@ -1,73 +1,9 @@
 import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from './db.js';
-import { q, json, ts, TickBatcher, memberFenceSql, type BatcherStats, type Settled } from './sql.js';
+import { q, json, iso, TickBatcher, memberFenceSql, type BatcherStats, type Settled } from './sql.js';
+import { ASSIGNMENT_COLS, rowToAssignment, rowToEvent, rowToTask, TASK_COLS, type AssignmentCols, type AssignmentRow, type BatchTaskRow, type TaskEventRow, type TaskRecordRow } from './task-rows.js';
 import { UUID_RE, uuidv7 } from '../shared/ids.js';
-import type {
-  TaskAssignment,
-  TaskEvent,
-  TaskEventInput,
-  TaskProgress,
-  TaskRecord,
-  TaskStatus,
-  TaskStorePort,
-  TransitionRequest,
-  TransitionResult,
-} from '../actors/ports.js';
-
-
-export function rowToTask(r: Record<string, any>): TaskRecord {
-  return {
-    id: r.id,
-    teamId: r.team_id,
-    status: r.task_status as TaskStatus,
-    attempt: Number(r.attempt),
-    maxRetries: Number(r.max_retries),
-    leaseEpoch: Number(r.lease_epoch),
-    agentId: r.agent_id ?? null,
-    dispatchTarget: r.dispatch_target,
-    toolType: r.tool_type,
-    timeoutS: Number(r.task_timeout_s),
-    requiredLabels: r.required_labels ?? [],
-    minVramGb: Number(r.min_vram_gb ?? 0),
-    requiredModels: r.required_models ?? [],
-    preferredGpu: r.preferred_gpu ?? null,
-    seq: Number(r.seq),
-    startedAt: ts(r.started_at),
-    createdAt: ts(r.created_at) ?? 0,
-    parentTaskId: r.parent_task_id ?? null,
-    retryTaskId: r.retry_task_id ?? null,
-    notBefore: ts(r.not_before),
-    traceParent: r.trace_parent ?? null,
-  };
-}
-
-const rowToEvent = (r: Record<string, any>): TaskEvent => ({
-  id: Number(r.id),
-  taskId: r.task_id,
-  teamId: r.team_id,
-  type: r.event_type,
-  data: r.payload,
-  createdAt: ts(r.created_at) ?? 0,
-});
-
-/** The columns of a TaskRecord (never the large JSON: workflow, parameters, output). */
-const TASK_COLS = `id, team_id, task_status, attempt, max_retries, lease_epoch, agent_id, dispatch_target, tool_type, task_timeout_s, required_labels,
-  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id, not_before, trace_parent`;
-/** What an agent needs besides the record (returned by the assigning transition). */
-const ASSIGNMENT_COLS = 'resolved_workflow, parameters, input_files, checkpoint_key, checkpoint_step';
-
-const rowToAssignment = (r: Record<string, any>): TaskAssignment => ({
-  taskId: r.id,
-  attempt: Number(r.attempt),
-  toolType: r.tool_type,
-  workflow: r.resolved_workflow,
-  parameters: r.parameters ?? {},
-  inputFiles: r.input_files ?? [],
-  timeoutS: Number(r.task_timeout_s),
-  requiredModels: r.required_models ?? [],
-  traceParent: r.trace_parent ?? null,
-  checkpoint: r.checkpoint_key ? { key: String(r.checkpoint_key), step: Number(r.checkpoint_step ?? 0) } : null,
-});
+import type { TaskAssignment, TaskEvent, TaskEventInput, TaskProgress, TaskRecord, TaskStorePort, TransitionRequest, TransitionResult } from '../actors/ports.js';
 
 /** Builds the fenced UPDATE of a transition (SET list and WHERE with the from-states and the epoch). */
 function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: unknown[], fence: string): { sql: string; params: unknown[] } {
@@ -77,7 +13,7 @@ function fencedUpdate(req: TransitionRequest, extraSets: string[], extraParams: 
   const setTs = (col: string, v: number | null | undefined): void => {
     if (v === undefined) return;
     sets.push(`${col} = ?`);
-    params.push(v === null ? null : new Date(v).toISOString());
+    params.push(iso(v));
   };
   if (p.agentId !== undefined) {
     sets.push('agent_id = ?');
@@ -122,7 +58,6 @@ type LifecycleResult = TransitionResult | ProgressResult;
 
 const opTaskId = (op: LifecycleOp): string => (op.kind === 'transition' ? op.req.taskId : op.taskId);
 const isAssigning = (req: TransitionRequest): boolean => req.patch.leaseEpoch !== undefined && req.patch.agentId !== undefined && req.patch.agentId !== null;
-const isoOrNull = (v: number | null): string | null => (v === null ? null : new Date(v).toISOString());
 
 /** One row of the batch's VALUES (a jsonb recordset): the fence (from-states, epoch), the target and which columns to set. */
 function batchRow(i: number, op: LifecycleOp): Record<string, unknown> {
@@ -137,9 +72,9 @@ function batchRow(i: number, op: LifecycleOp): Record<string, unknown> {
   if (p.progress !== undefined) Object.assign(row, { s_progress: true, progress: p.progress });
   if (p.output !== undefined) Object.assign(row, { s_output: true, output: p.output });
   if (p.error !== undefined) Object.assign(row, { s_error: true, task_error: p.error });
-  if (p.queuedAt !== undefined) Object.assign(row, { s_queued: true, queued_at: isoOrNull(p.queuedAt) });
-  if (p.startedAt !== undefined) Object.assign(row, { s_started: true, started_at: isoOrNull(p.startedAt) });
-  if (p.finishedAt !== undefined) Object.assign(row, { s_finished: true, finished_at: isoOrNull(p.finishedAt) });
+  if (p.queuedAt !== undefined) Object.assign(row, { s_queued: true, queued_at: iso(p.queuedAt) });
+  if (p.startedAt !== undefined) Object.assign(row, { s_started: true, started_at: iso(p.startedAt) });
+  if (p.finishedAt !== undefined) Object.assign(row, { s_finished: true, finished_at: iso(p.finishedAt) });
   return row;
 }
 
@@ -291,8 +226,8 @@ export class PgTaskStore implements TaskStorePort {
 
   /** batchSql for ops; throws only when that statement failed (then nothing of it was written). */
   private async batchStatement(ops: LifecycleOp[]): Promise<Array<Settled<LifecycleResult>>> {
-    const [row] = await q(this.db)<{ tasks: Array<Record<string, any>>; events: Array<Record<string, any>> }>(this.sqlFence().batch, [JSON.stringify(ops.map((op, i) => batchRow(i, op)))]);
-    const updated = new Map<number, Record<string, any>>((row?.tasks ?? []).map((t) => [Number(t.i), t]));
+    const [row] = await q(this.db)<{ tasks: BatchTaskRow[]; events: TaskEventRow[] }>(this.sqlFence().batch, [JSON.stringify(ops.map((op, i) => batchRow(i, op)))]);
+    const updated = new Map<number, BatchTaskRow>((row?.tasks ?? []).map((t) => [Number(t.i), t]));
     const eventsOf = new Map<string, TaskEvent[]>();
     for (const e of row?.events ?? []) {
       const ev = rowToEvent(e);
@@ -307,7 +242,7 @@ export class PgTaskStore implements TaskStorePort {
     let readError: { error: unknown } | null = null;
     if (staleIds.length > 0) {
       try {
-        const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id in (select jsonb_array_elements_text(?::jsonb)::uuid)`, [JSON.stringify(staleIds)]);
+        const rows = await q(this.db)<TaskRecordRow>(`select ${TASK_COLS} from tasks where id in (select jsonb_array_elements_text(?::jsonb)::uuid)`, [JSON.stringify(staleIds)]);
         for (const r of rows) current.set(String(r.id), rowToTask(r));
       } catch (error) {
         readError = { error };
@@ -366,7 +301,7 @@ export class PgTaskStore implements TaskStorePort {
          select (select row_to_json(u) from u) as task, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`;
     const notBefore = req.retryNotBefore !== undefined ? new Date(req.retryNotBefore).toISOString() : null;
     const params = retryId ? [...upd.params, retryId, notBefore, retryId, retryId, retryId, json(events), nowIso] : [...upd.params, json(events)];
-    const [row] = await q(this.db)<{ task: Record<string, any> | null; events: Array<Record<string, any>> }>(sql, params);
+    const [row] = await q(this.db)<{ task: (TaskRecordRow & AssignmentCols) | null; events: TaskEventRow[] }>(sql, params);
     if (!row?.task) {
       // a stale writer: nothing was written; re-read the truth (as of now, like a read after the UPDATE)
       return { ok: false, current: await this.load(req.taskId) };
@@ -384,11 +319,11 @@ export class PgTaskStore implements TaskStorePort {
   private async progressOne(taskId: string, epoch: number, p: TaskProgress, event: TaskEventInput | null): Promise<ProgressResult> {
     const upd = `update tasks set progress = ?::jsonb, updated_at = now() where id = ? and task_status = 'running' and lease_epoch = ?${this.sqlFence().fence}`;
     if (!event) {
-      const rows = await q(this.db)(`${upd} returning id`, [json(p), taskId, epoch]);
+      const rows = await q(this.db)<{ id: string }>(`${upd} returning id`, [json(p), taskId, epoch]);
       return { ok: rows.length > 0, event: null };
     }
     // one statement: the fenced UPDATE and its event (nothing is appended when the UPDATE is stale)
-    const [row] = await q(this.db)<{ n: number; event: Record<string, any> | null }>(
+    const [row] = await q(this.db)<{ n: number; event: TaskEventRow | null }>(
       `with u as (${upd} returning id, team_id),
        e as (insert into task_events (task_id, team_id, event_type, payload) select u.id, u.team_id, ?, ?::jsonb from u returning *)
        select (select count(*) from u)::int as n, (select row_to_json(e) from e) as event`,
@@ -401,7 +336,7 @@ export class PgTaskStore implements TaskStorePort {
   async markWaiting(teamId: string, taskIds: readonly string[]): Promise<{ moved: string[]; events: TaskEvent[] }> {
     if (taskIds.length === 0) return { moved: [], events: [] };
     // one statement: the fenced batch UPDATE (pending only) and one status event per moved task, FIFO
-    const [row] = await q(this.db)<{ moved: string[]; events: Array<Record<string, any>> }>(
+    const [row] = await q(this.db)<{ moved: string[]; events: TaskEventRow[] }>(
       `with u as (
          update tasks set task_status = 'waiting', updated_at = now() where team_id = ? and task_status = 'pending' and id in (${taskIds.map(() => '?').join(',')})${this.sqlFence().fence}
          returning id, seq),
@@ -416,12 +351,12 @@ export class PgTaskStore implements TaskStorePort {
   }
 
   async schedulable(teamId: string): Promise<TaskRecord[]> {
-    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where team_id = ? and task_status in ('pending','waiting') order by seq`, [teamId]);
+    const rows = await q(this.db)<TaskRecordRow>(`select ${TASK_COLS} from tasks where team_id = ? and task_status in ('pending','waiting') order by seq`, [teamId]);
     return rows.map(rowToTask);
   }
 
   async active(teamId: string): Promise<TaskRecord[]> {
-    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where team_id = ? and task_status in ('provisioning','queued','running') order by seq`, [teamId]);
+    const rows = await q(this.db)<TaskRecordRow>(`select ${TASK_COLS} from tasks where team_id = ? and task_status in ('provisioning','queued','running') order by seq`, [teamId]);
     return rows.map(rowToTask);
   }
 
@@ -432,7 +367,7 @@ export class PgTaskStore implements TaskStorePort {
   }
 
   async nonTerminal(): Promise<TaskRecord[]> {
-    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, [...NON_TERMINAL]);
+    const rows = await q(this.db)<TaskRecordRow>(`select ${TASK_COLS} from tasks where task_status in (${NON_TERMINAL.map(() => '?').join(',')}) order by seq`, [...NON_TERMINAL]);
     return rows.map(rowToTask);
   }
 
@@ -458,7 +393,7 @@ export class PgTaskStore implements TaskStorePort {
   }
 
   async assignment(taskId: string): Promise<TaskAssignment | null> {
-    const rows = await q(this.db)(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s, required_models, trace_parent from tasks where id = ?`, [taskId]);
+    const rows = await q(this.db)<AssignmentRow>(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s, required_models, trace_parent from tasks where id = ?`, [taskId]);
     return rows[0] ? rowToAssignment(rows[0]) : null;
   }
 
@@ -466,7 +401,7 @@ export class PgTaskStore implements TaskStorePort {
   async loadMany(taskIds: readonly string[]): Promise<TaskRecord[]> {
     const ids = taskIds.filter((id) => UUID_RE.test(id));
     if (ids.length === 0) return [];
-    const rows = await q(this.db)(`select ${TASK_COLS} from tasks where id = any(?::uuid[])`, [`{${ids.join(',')}}`]);
+    const rows = await q(this.db)<TaskRecordRow>(`select ${TASK_COLS} from tasks where id = any(?::uuid[])`, [`{${ids.join(',')}}`]);
     return rows.map(rowToTask);
   }
 }

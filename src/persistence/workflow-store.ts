@@ -20,6 +20,8 @@
  */
 import type { Database } from './db.js';
 import { inTx, q, json, iso, type Q } from './sql.js';
+import { jsonObject, type PgTimestamp } from './rows.js';
+import { WorkflowCache } from './workflow-cache.js';
 import { audited, recorderOn } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import { uuidv7 } from '../shared/ids.js';
@@ -98,6 +100,50 @@ export function parseSlugRef(raw: string): { slug: string; version?: number } {
   return { slug, version: Number(v) };
 }
 
+/** A `workflows` row (select *). */
+interface WorkflowRow {
+  id: string;
+  team_id: string;
+  workflow_slug: string;
+  display_name: string;
+  description: string | null;
+  tool_type: ToolType;
+  workflow_json: unknown;
+  parameters: unknown;
+  required_labels: unknown;
+  task_timeout: number;
+  max_retries: number;
+  preferred_gpu: string | null;
+  default_dispatch_target: string;
+  min_vram_gb: number;
+  required_models: unknown;
+  version: number;
+  workflow_status: WorkflowStatus;
+  created_by: string | null;
+  created_at: PgTimestamp;
+  updated_at: PgTimestamp;
+}
+
+/** A `workflow_snapshots` row (select *, or the listing's columns). */
+interface SnapshotRow {
+  id: string;
+  workflow_id: string;
+  team_id: string;
+  workflow_version: number;
+  definition: unknown;
+  snapshot_note: string | null;
+  created_at: PgTimestamp;
+}
+
+/** resolveForRun's row: the workflow, its current version and the pinned snapshot (null columns when that version does not exist). */
+interface RunRow extends WorkflowRow {
+  current_version: number;
+  snapshot_id: string | null;
+  snapshot_version: number | null;
+  snapshot_definition: unknown;
+  snapshot_created_at: PgTimestamp | null;
+}
+
 const DEFINITION_KEYS = Object.keys(workflowCreateSchema.shape) as Array<keyof WorkflowDefinition>;
 const PARAM_KEYS = Object.keys(parameterDefSchema.shape) as string[];
 
@@ -120,7 +166,7 @@ export function normalizeDefinition(src: Record<string, unknown>): WorkflowDefin
   return out as WorkflowDefinition;
 }
 
-function rowDefinition(r: Record<string, any>): WorkflowDefinition {
+function rowDefinition(r: WorkflowRow): WorkflowDefinition {
   return normalizeDefinition({
     workflow_slug: r.workflow_slug,
     display_name: r.display_name,
@@ -138,19 +184,19 @@ function rowDefinition(r: Record<string, any>): WorkflowDefinition {
   });
 }
 
-function rowToRecord(r: Record<string, any>): WorkflowRecord {
+function rowToRecord(r: WorkflowRow): WorkflowRecord {
   return {
     id: r.id,
     teamId: r.team_id,
     definition: rowDefinition(r),
     version: Number(r.version),
-    status: r.workflow_status as WorkflowStatus,
+    status: r.workflow_status,
     createdAt: iso(r.created_at) ?? '',
     updatedAt: iso(r.updated_at) ?? '',
   };
 }
 
-const rowToSnapshot = (r: Record<string, any>): SnapshotRecord => ({
+const rowToSnapshot = (r: Pick<SnapshotRow, 'id' | 'workflow_id' | 'workflow_version' | 'snapshot_note' | 'created_at'>): SnapshotRecord => ({
   id: r.id,
   workflowId: r.workflow_id,
   version: Number(r.workflow_version),
@@ -191,99 +237,6 @@ function columnValues(d: WorkflowDefinition): unknown[] {
   });
 }
 const placeholder = (c: string): string => (JSONB_COLUMNS.has(c) ? '?::jsonb' : '?');
-
-/**
- * The hot-path cache of workflow definitions. A published version never changes, so its
- * definition and snapshot id are kept without expiry (bounded in count). What a ref points at
- * (the current version and status of an id or slug: the "head") changes on update and delete: heads
- * are dropped by every write through a WorkflowStore of this process and expire after a short TTL
- * (the backstop for writes made by another process). Negative answers are never cached.
- * A load that raced with an invalidation is not stored (generation check).
- */
-export class WorkflowCache {
-  private readonly heads = new Map<string, { head: WorkflowRecord; expiresAt: number }>();
-  private readonly versions = new Map<string, { definition: WorkflowDefinition; snapshotId: string; createdAt: string }>();
-  private gen = 0;
-  readonly stats = { hits: 0, misses: 0, invalidations: 0 };
-
-  constructor(
-    private readonly o: { ttlMs: number; maxEntries: number; now: () => number } = { ttlMs: 5_000, maxEntries: 20_000, now: Date.now },
-  ) {}
-
-  generation(): number {
-    return this.gen;
-  }
-
-  private static headKey(teamId: string, ref: { id: string } | { slug: string }): string {
-    return 'id' in ref ? `${teamId}|id|${ref.id}` : `${teamId}|slug|${ref.slug}`;
-  }
-
-  head(teamId: string, ref: { id: string } | { slug: string }): WorkflowRecord | null {
-    const k = WorkflowCache.headKey(teamId, ref);
-    const e = this.heads.get(k);
-    if (!e || e.expiresAt <= this.o.now()) {
-      if (e) this.heads.delete(k);
-      this.stats.misses += 1;
-      return null;
-    }
-    this.stats.hits += 1;
-    return e.head;
-  }
-
-  /** Stores the current record under its id and its slug, unless an invalidation ran since `gen`. */
-  putHead(head: WorkflowRecord, gen: number): void {
-    if (gen !== this.gen) return;
-    const e = { head, expiresAt: this.o.now() + this.o.ttlMs };
-    this.bounded(this.heads, WorkflowCache.headKey(head.teamId, { id: head.id }), e);
-    this.bounded(this.heads, WorkflowCache.headKey(head.teamId, { slug: head.definition.workflow_slug }), e);
-  }
-
-  version(workflowId: string, version: number): { definition: WorkflowDefinition; snapshotId: string; createdAt: string } | null {
-    return this.versions.get(`${workflowId}@${version}`) ?? null;
-  }
-
-  /** A published version is immutable: cached for good (a deleted workflow's versions are dropped). */
-  putVersion(workflowId: string, version: number, v: { definition: WorkflowDefinition; snapshotId: string; createdAt: string }, gen: number): void {
-    if (gen !== this.gen) return;
-    this.bounded(this.versions, `${workflowId}@${version}`, v);
-  }
-
-  private broadcast: ((workflowId: string | null, dropVersions: boolean) => Promise<void>) | null = null;
-
-  /** Cluster: every local invalidation is also sent to the other nodes' caches (main.ts wires the broadcast). */
-  onInvalidate(fn: (workflowId: string | null, dropVersions: boolean) => Promise<void>): void {
-    this.broadcast = fn;
-  }
-
-  /**
-   * After a write to the workflow (update, delete) or a new slug (create, import): applied here at
-   * once; in a cluster the promise resolves once the other nodes applied it (the write's request
-   * answers after that).
-   */
-  invalidate(workflowId: string | null, opts: { dropVersions?: boolean } = {}): Promise<void> {
-    this.applyInvalidation(workflowId, opts.dropVersions ?? false);
-    return this.broadcast ? this.broadcast(workflowId, opts.dropVersions ?? false).catch(() => undefined) : Promise.resolve();
-  }
-
-  /** An invalidation from another node (or this one's own broadcast coming back): local effect only. */
-  applyInvalidation(workflowId: string | null, dropVersions: boolean): void {
-    const opts = { dropVersions };
-    this.gen += 1;
-    this.stats.invalidations += 1;
-    if (workflowId === null) return;
-    for (const [k, e] of this.heads) if (e.head.id === workflowId) this.heads.delete(k);
-    if (opts.dropVersions) for (const k of this.versions.keys()) if (k.startsWith(`${workflowId}@`)) this.versions.delete(k);
-  }
-
-  private bounded<V>(m: Map<string, V>, k: string, v: V): void {
-    m.delete(k);
-    m.set(k, v);
-    if (m.size > this.o.maxEntries) {
-      const oldest = m.keys().next();
-      if (!oldest.done) m.delete(oldest.value);
-    }
-  }
-}
 
 /** One cache per database per process: every WorkflowStore of a node shares (and invalidates) it. */
 const sharedCaches = new WeakMap<Database, WorkflowCache>();
@@ -352,7 +305,7 @@ export class WorkflowStore {
     const qq = q(this.db);
     const [count, rows] = await Promise.all([
       qq<{ n: number }>(`select count(*)::int as n from workflows where ${w}`, params),
-      qq(`select * from workflows where ${w} order by created_at desc, id desc limit ? offset ?`, [...params, page.perPage, page.offset]),
+      qq<WorkflowRow>(`select * from workflows where ${w} order by created_at desc, id desc limit ? offset ?`, [...params, page.perPage, page.offset]),
     ]);
     return { items: rows.map(rowToRecord), total: Number(count[0]?.n ?? 0) };
   }
@@ -361,7 +314,7 @@ export class WorkflowStore {
     const hit = this.cache.head(teamId, { id });
     if (hit) return hit;
     const gen = this.cache.generation();
-    const rows = await q(this.db)('select * from workflows where id = ? and team_id = ?', [id, teamId]);
+    const rows = await q(this.db)<WorkflowRow>('select * from workflows where id = ? and team_id = ?', [id, teamId]);
     if (!rows[0]) return null;
     const r = rowToRecord(rows[0]);
     this.cache.putHead(r, gen);
@@ -377,7 +330,7 @@ export class WorkflowStore {
     let current = this.cache.head(teamId, { slug });
     if (!current) {
       const gen = this.cache.generation();
-      const rows = await q(this.db)('select * from workflows where workflow_slug = ? and team_id = ?', [slug, teamId]);
+      const rows = await q(this.db)<WorkflowRow>('select * from workflows where workflow_slug = ? and team_id = ?', [slug, teamId]);
       const row = rows[0];
       if (!row) return null;
       current = rowToRecord(row);
@@ -392,10 +345,10 @@ export class WorkflowStore {
     const cached = this.cache.version(current.id, version);
     if (cached) return { ...current, definition: cached.definition, version, updatedAt: cached.createdAt };
     const gen = this.cache.generation();
-    const snaps = await q(this.db)('select * from workflow_snapshots where workflow_id = ? and team_id = ? and workflow_version = ?', [current.id, current.teamId, version]);
+    const snaps = await q(this.db)<SnapshotRow>('select * from workflow_snapshots where workflow_id = ? and team_id = ? and workflow_version = ?', [current.id, current.teamId, version]);
     const s = snaps[0];
     if (!s) throw notFound(`version ${version} of workflow ${JSON.stringify(current.definition.workflow_slug)} (latest is ${current.version})`, WORKFLOW_VERSION_NOT_FOUND);
-    const definition = normalizeDefinition(s.definition as Record<string, unknown>);
+    const definition = normalizeDefinition(jsonObject(s.definition));
     const createdAt = iso(s.created_at) ?? current.updatedAt;
     this.cache.putVersion(current.id, version, { definition, snapshotId: s.id, createdAt }, gen);
     return { ...current, definition, version, updatedAt: createdAt };
@@ -414,7 +367,7 @@ export class WorkflowStore {
     let slug: string | undefined;
     try {
       return await inTx(this.db, async (qq) => {
-        const rows = await qq('select * from workflows where id = ? and team_id = ?', [id, teamId]);
+        const rows = await qq<WorkflowRow>('select * from workflows where id = ? and team_id = ?', [id, teamId]);
         if (!rows[0]) return null;
         const current = rowToRecord(rows[0]);
         const next = mergeWorkflowUpdate(current.definition, patch);
@@ -464,7 +417,7 @@ export class WorkflowStore {
     if (exists.length === 0) return null;
     const [count, rows] = await Promise.all([
       qq<{ n: number }>('select count(*)::int as n from workflow_snapshots where workflow_id = ? and team_id = ?', [workflowId, teamId]),
-      qq(
+      qq<Pick<SnapshotRow, 'id' | 'workflow_id' | 'workflow_version' | 'snapshot_note' | 'created_at'>>(
         `select id, workflow_id, workflow_version, snapshot_note, created_at from workflow_snapshots
          where workflow_id = ? and team_id = ? order by workflow_version desc limit ? offset ?`,
         [workflowId, teamId, page.perPage, page.offset],
@@ -502,7 +455,7 @@ export class WorkflowStore {
       if (cached) return runnable(head, v, cached.definition, cached.snapshotId);
     }
     const gen = this.cache.generation();
-    const rows = await q(this.db)(
+    const rows = await q(this.db)<RunRow>(
       `select w.*, w.version as current_version,
               s.id as snapshot_id, s.workflow_version as snapshot_version, s.definition as snapshot_definition, s.created_at as snapshot_created_at
        from workflows w
@@ -518,9 +471,10 @@ export class WorkflowStore {
       throw notFound(`version ${version ?? r.current_version} of workflow ${JSON.stringify(r.workflow_slug)} (latest is ${r.current_version})`, WORKFLOW_VERSION_NOT_FOUND);
     }
     const v = Number(r.snapshot_version);
-    const definition = normalizeDefinition(r.snapshot_definition as Record<string, unknown>);
-    this.cache.putVersion(current.id, v, { definition, snapshotId: r.snapshot_id, createdAt: iso(r.snapshot_created_at) ?? current.updatedAt }, gen);
-    return runnable(current, v, definition, r.snapshot_id);
+    const definition = normalizeDefinition(jsonObject(r.snapshot_definition));
+    const snapshotId = r.snapshot_id;
+    this.cache.putVersion(current.id, v, { definition, snapshotId, createdAt: iso(r.snapshot_created_at) ?? current.updatedAt }, gen);
+    return runnable(current, v, definition, snapshotId);
   }
 }
 

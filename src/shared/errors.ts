@@ -25,24 +25,20 @@ export type ErrorKind = (typeof ERROR_KINDS)[number];
 export class AppError extends Error {
   readonly kind: ErrorKind;
   readonly code: string;
-  readonly details: Record<string, unknown> | undefined;
   /** Seconds for a Retry-After header (429, 503). */
   readonly retryAfterS: number | undefined;
 
-  constructor(kind: ErrorKind, code: string, message: string, opts: { details?: Record<string, unknown>; retryAfterS?: number; cause?: unknown } = {}) {
+  constructor(kind: ErrorKind, code: string, message: string, opts: { retryAfterS?: number; cause?: unknown } = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'AppError';
     this.kind = kind;
     this.code = code;
-    this.details = opts.details;
     this.retryAfterS = opts.retryAfterS;
   }
 }
 
-export const badRequest = (code: string, message: string, details?: Record<string, unknown>): AppError =>
-  new AppError('bad_request', code, message, details === undefined ? {} : { details });
-export const invalidParameter = (message: string, details?: Record<string, unknown>): AppError =>
-  badRequest('invalid_parameter', message, details);
+export const badRequest = (code: string, message: string): AppError => new AppError('bad_request', code, message);
+export const invalidParameter = (message: string): AppError => badRequest('invalid_parameter', message);
 export const unauthorized = (code: string, message: string): AppError => new AppError('unauthorized', code, message);
 export const forbidden = (code: string, message: string): AppError => new AppError('forbidden', code, message);
 export const notFound = (what: string, code = 'not_found'): AppError => new AppError('not_found', code, `${what} not found`);
@@ -69,7 +65,7 @@ export function fromZodIssues(issues: ReadonlyArray<{ path: ReadonlyArray<Proper
   const path = [...(prefix ? [prefix] : []), ...first.path.map(String)].join('.');
   let msg = first.message;
   if (first.code === 'unrecognized_keys' && first.keys) msg = `unknown field(s): ${first.keys.join(', ')}`;
-  return invalidParameter(path ? `${path}: ${msg}` : msg, { issues: issues.slice(0, 10).map((i) => ({ path: i.path.map(String).join('.'), message: i.message })) });
+  return invalidParameter(path ? `${path}: ${msg}` : msg);
 }
 
 /**

@@ -11,7 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import { AppError, isAppError } from '../shared/errors.js';
 import { keyProblem } from './port.js';
-import { Q_DISPOSITION, Q_PART_NUMBER, Q_UPLOAD_ID } from './local.js';
+import { Q_DISPOSITION, Q_PART_NUMBER, Q_UPLOAD_ID, RangeNotSatisfiable } from './local.js';
 import type { LocalObjectStore } from './local.js';
 
 export interface LocalStorageRequest {
@@ -70,7 +70,7 @@ function errorResponse(e: unknown, method: string, key: string | null): LocalSto
     status = SPECIAL_STATUS[e.code] ?? KIND_STATUS[e.kind] ?? 500;
     code = status === 500 ? 'InternalError' : s3Code(e.code);
     if (status !== 500) message = e.message;
-    if (e.code === 'invalid_range' && typeof e.details?.size === 'number') headers['Content-Range'] = `bytes */${e.details.size}`;
+    if (e instanceof RangeNotSatisfiable) headers['Content-Range'] = `bytes */${e.size}`;
   }
   if (method === 'HEAD') return { status, headers };
   const body =

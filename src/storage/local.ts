@@ -86,6 +86,12 @@ export interface ReadResult {
 }
 
 const s3err = (kind: AppError['kind'], code: string, message: string): AppError => new AppError(kind, code, message);
+/** 416: the requested range lies outside the object; the answer's Content-Range names the object's size. */
+export class RangeNotSatisfiable extends AppError {
+  constructor(readonly size: number) {
+    super('bad_request', 'invalid_range', 'The requested range is not satisfiable');
+  }
+}
 const noSuchKey = (): AppError => s3err('not_found', 'no_such_key', 'The specified key does not exist.');
 const noSuchUpload = (): AppError =>
   s3err('not_found', 'no_such_upload', 'The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.');
@@ -418,7 +424,7 @@ export class LocalObjectStore implements ObjectStore {
       let partial = false;
       const r = range === undefined ? null : parseRange(range, st.size);
       if (r === 'unsatisfiable') {
-        throw new AppError('bad_request', 'invalid_range', 'The requested range is not satisfiable', { details: { size: st.size } });
+        throw new RangeNotSatisfiable(st.size);
       }
       if (r) {
         [start, end] = r;

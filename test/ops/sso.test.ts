@@ -116,7 +116,7 @@ test('login through the redirect flow: user created, team role from the group cl
   assert.ok(teams.body.team_list.some((x: any) => x.is_personal), 'and a personal team');
   // the admin role works: an admin-only route of that team
   assert.equal((await t.http.get('/audit-log', { token: tokens.body.access_token, team: TEAM })).status, 200);
-  const grant = await q(t.node.db)(`select * from audit_log where team_id = ? and action = 'member.sso_grant' and actor_user_id = ?`, [TEAM, me.body.id]);
+  const grant = await q(t.node.db)<{ details: Record<string, unknown> }>(`select * from audit_log where team_id = ? and action = 'member.sso_grant' and actor_user_id = ?`, [TEAM, me.body.id]);
   assert.equal(grant.length, 1);
   assert.equal(grant[0]!.details.member_role, 'admin');
   assert.equal(grant[0]!.details.provider, 'corp');

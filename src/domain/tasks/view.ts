@@ -2,9 +2,57 @@
  * Task presentation: the API's Task read shape built from a `tasks` row. Pure (no SQL, no I/O):
  * the stores read rows, the routes present them through these functions.
  */
+import type { TaskStatus } from './record.js';
+import { iso } from '../../shared/time.js';
 
-/** A row of `tasks` as the driver returns it (snake_case columns; timestamps as Date or string). */
-export type TaskRow = Record<string, any>;
+/** A timestamptz as a driver returns it: text (PostgreSQL) or a Date (embedded PGlite). */
+type Timestamp = Date | string;
+
+/**
+ * A row of `tasks` as the driver returns it (`select *`: snake_case columns; bigint seq as text or
+ * a number; jsonb columns parsed, typed unknown until narrowed).
+ */
+export interface TaskRow {
+  id: string;
+  team_id: string;
+  seq: string | number;
+  workflow_id: string;
+  workflow_slug: string;
+  workflow_version: number;
+  snapshot_id: string | null;
+  task_status: TaskStatus;
+  dispatch_target: string;
+  tool_type: string;
+  agent_id: string | null;
+  parameters: unknown;
+  resolved_workflow: unknown;
+  input_files: unknown;
+  progress: unknown;
+  output: unknown;
+  task_error: string | null;
+  attempt: number;
+  max_retries: number;
+  parent_task_id: string | null;
+  retry_task_id: string | null;
+  lease_epoch: number;
+  task_timeout_s: number;
+  required_labels: unknown;
+  min_vram_gb: number;
+  required_models: unknown;
+  preferred_gpu: string | null;
+  created_by_user_id: string | null;
+  created_by_credential_id: string | null;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+  queued_at: Timestamp | null;
+  started_at: Timestamp | null;
+  finished_at: Timestamp | null;
+  output_expires_at: Timestamp | null;
+  not_before: Timestamp | null;
+  trace_parent: string | null;
+  checkpoint_key: string | null;
+  checkpoint_step: number | null;
+}
 
 export interface TaskProgressView {
   progress: number;
@@ -34,11 +82,13 @@ export interface TaskView {
   finished_at: string | null;
 }
 
-const isoOf = (v: Date | string | number | null | undefined): string | null => (v === null || v === undefined ? null : new Date(v).toISOString());
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const numberOr0 = (v: unknown): number => (typeof v === 'number' ? v : 0);
 
 /** The progress shown for a task: the last persisted tick, or 100% once completed, else null. */
 export function progressView(r: TaskRow): TaskProgressView | null {
-  if (r.progress) return { progress: r.progress.progress, step_current: r.progress.step_current, step_total: r.progress.step_total, current_node: r.progress.current_node };
+  const p = r.progress;
+  if (isObject(p)) return { progress: numberOr0(p.progress), step_current: numberOr0(p.step_current), step_total: numberOr0(p.step_total), current_node: typeof p.current_node === 'string' ? p.current_node : '' };
   return r.task_status === 'completed' ? { progress: 1, step_current: 0, step_total: 0, current_node: '' } : null;
 }
 
@@ -50,15 +100,15 @@ export const taskView = (r: TaskRow): TaskView => ({
   task_status: r.task_status,
   dispatch_target: r.dispatch_target,
   agent_id: r.agent_id ?? null,
-  parameters: r.parameters ?? {},
+  parameters: isObject(r.parameters) ? r.parameters : {},
   progress: progressView(r),
   attempt: Number(r.attempt),
   parent_task_id: r.parent_task_id ?? null,
   retry_task_id: r.retry_task_id ?? null,
   task_error: r.task_error ?? null,
-  created_at: isoOf(r.created_at),
-  updated_at: isoOf(r.updated_at),
-  queued_at: isoOf(r.queued_at),
-  started_at: isoOf(r.started_at),
-  finished_at: isoOf(r.finished_at),
+  created_at: iso(r.created_at),
+  updated_at: iso(r.updated_at),
+  queued_at: iso(r.queued_at),
+  started_at: iso(r.started_at),
+  finished_at: iso(r.finished_at),
 });

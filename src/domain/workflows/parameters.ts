@@ -60,7 +60,7 @@ export interface ResolvedRun {
 }
 
 const q = (s: string): string => JSON.stringify(s.length > 120 ? `${s.slice(0, 120)}…` : s);
-const fail = (key: string, message: string): AppError => invalidParameter(`parameters.${key}: ${message}`, { parameter: key });
+const fail = (key: string, message: string): AppError => invalidParameter(`parameters.${key}: ${message}`);
 
 /** The file_key values the input gives to parameters of type file (deduplicated), for the lookup. */
 export function collectFileKeys(defs: readonly NormalizedParameterDef[], input: unknown): string[] {

@@ -252,6 +252,5 @@ export function decodeRequest<S extends z.ZodType>(schema: S, raw: z.input<S>): 
 export function decodeAgentMessage(raw: AgentMessage__Output): { ok: true; msg: AgentStreamMessage } | { ok: false; error: AppError } {
   const r = AgentStreamMessage.safeParse(raw);
   if (r.success) return { ok: true, msg: r.data };
-  const e = fromZodIssues(r.error.issues);
-  return { ok: false, error: new AppError('bad_request', 'invalid_message', e.message, e.details === undefined ? {} : { details: e.details }) };
+  return { ok: false, error: new AppError('bad_request', 'invalid_message', fromZodIssues(r.error.issues).message) };
 }
