@@ -110,7 +110,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     registerAll(actors, { config, settings, stores, metrics, cloudRunner: cloud.cloudRunner, transport: agents.transport, events: bus.events, containers: containerStore, containerChanges: containers.containerChanges });
     const limits = createRequestLimits({ config, redis: bus.redis, clock, logger });
     await life.start(limits.participant);
-    if (cluster) await life.start(clusterJoin(cluster, config));
+    if (cluster) await life.start(clusterJoin(cluster, settings));
     await life.start(actorsParticipant({ actors, cluster, stores, containers: containerStore, settings, logger }));
     await life.start(cloud.participant);
     const leases = createLeases(bus.redis, settings, logger);

@@ -63,8 +63,8 @@ export function createCluster(d: { config: Config; settings: NodeSettings; redis
   const leaseMs = d.settings.clusterLeaseMs;
   return new Cluster<Protocols>({
     nodeId: d.settings.nodeId,
-    host: config.GANTRY_CLUSTER_HOST,
-    port: config.GANTRY_CLUSTER_PORT,
+    host: d.settings.cluster.host,
+    port: d.settings.cluster.port,
     advertise: config.GANTRY_CLUSTER_ADVERTISE,
     leaseMs,
     system: d.actors,
@@ -81,9 +81,10 @@ export function createCluster(d: { config: Config; settings: NodeSettings; redis
 }
 
 /** Joins the cluster (remoting port, member fence, membership); a node that cannot refuses to start. */
-export function clusterJoin(c: Cluster<Protocols>, config: Config): Participant {
+export function clusterJoin(c: Cluster<Protocols>, settings: NodeSettings): Participant {
+  const { host, port } = settings.cluster;
   return {
-    failure: `cannot join the cluster (cluster port ${config.GANTRY_CLUSTER_HOST}:${config.GANTRY_CLUSTER_PORT})`,
+    failure: `cannot join the cluster (cluster port ${host}:${port})`,
     start: () => c.start(),
     stop: () => c.stop(),
   };

@@ -34,6 +34,8 @@ export interface NodeSettings {
   s3Endpoint: string | undefined;
   /** GANTRY_MAX_BODY_BYTES (the edge, MCP). */
   maxBodyBytes: number;
+  /** GANTRY_CLUSTER_HOST/PORT: the remoting port (the cluster, its start failure). */
+  cluster: { host: string; port: number };
   grpc: { host: string; port: number };
   http: { host: string; port: number };
 }
@@ -55,6 +57,7 @@ export function nodeSettings(config: Config): NodeSettings {
     nodeId: config.GANTRY_NODE_ID,
     s3Endpoint: config.S3_ENDPOINT,
     maxBodyBytes: config.GANTRY_MAX_BODY_BYTES,
+    cluster: { host: config.GANTRY_CLUSTER_HOST, port: config.GANTRY_CLUSTER_PORT },
     grpc: { host: config.GANTRY_GRPC_HOST, port: config.GANTRY_GRPC_PORT },
     http: { host: config.GANTRY_HTTP_HOST, port: config.GANTRY_HTTP_PORT },
   };
