@@ -13,6 +13,9 @@ import type { Identity } from '../identity/index.js';
 import type { Files } from '../files/index.js';
 import type { CloudProviderStore } from '../cloud/store.js';
 import { AgentGrpcServer, type AgentContainerHooks } from '../edge/agents/grpc-server.js';
+import { AGENT_WS_OPTIONS, AgentWebSocketTransport } from '../edge/agents/ws-transport.js';
+import { AGENT_WS_PATH } from '../protocol/agent-wire.js';
+import type { HttpEdge } from '../edge/http.js';
 import { SyncAwareSessions, agentTransport, type LocalAgentStreams } from '../edge/agents/sessions.js';
 import { clusterPresence } from './cluster.js';
 import type { RegistryChanges } from './files.js';
@@ -29,6 +32,8 @@ export interface Agents {
   grpc: Participant;
   /** Node shutdown: no more needsSync rechecks (the database is about to close). */
   sessionsStop: Participant;
+  /** Mounts the agent protocol's WebSocket transport on the HTTP edge. */
+  mountWebSocket(edge: HttpEdge): void;
 }
 
 export interface AgentsDeps {
@@ -108,6 +113,11 @@ export function createAgents(d: AgentsDeps): Agents {
       stop: () => agentGrpc.stop(),
     },
     sessionsStop: { stop: () => sessions.stop() },
+    mountWebSocket(edge) {
+      // the agent protocol over WebSocket on this port (ingresses that pass WebSocket but not gRPC): the same sessions as the gRPC port's
+      edge.addWebSocketRoute(AGENT_WS_PATH, new AgentWebSocketTransport(agentGrpc, logger).handler(), AGENT_WS_OPTIONS);
+      edge.onShutdown(() => agentGrpc.endTransport('ws'));
+    },
   };
 }
 

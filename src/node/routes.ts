@@ -39,8 +39,6 @@ import { auditRoutes } from '../edge/routes/audit.js';
 import { oidcRoutes } from '../edge/routes/oidc.js';
 import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
 import type { Gateway } from '../edge/routes/gateway.js';
-import { AGENT_WS_OPTIONS, AgentWebSocketTransport } from '../edge/agents/ws-transport.js';
-import { AGENT_WS_PATH } from '../protocol/agent-wire.js';
 import { McpEndpoint } from '../mcp/server.js';
 import { RuntimeCaller } from '../mcp/runtime.js';
 import { SessionTokens } from '../mcp/session.js';
@@ -148,7 +146,7 @@ function mountIdentityAndEvents(edge: HttpEdge, p: RouteParts): void {
 
 /** Agents (and their WebSocket transport), container services and the gateway, the vault, the audit log, cloud providers. */
 function mountAgentsAndServices(edge: HttpEdge, p: RouteParts): void {
-  const { config, actors, cluster, gateway, logger } = p;
+  const { config, actors, cluster, gateway } = p;
   const { sessions, agentGrpc } = p.agents;
   const { containerStore, containerChanges } = p.containers;
   const { vault, cloudStore, cloudGuard, cloudClient } = p.cloud;
@@ -173,9 +171,7 @@ function mountAgentsAndServices(edge: HttpEdge, p: RouteParts): void {
   );
   edge.addAll(gateway.routes());
   edge.setWebSocketHandler(gateway.webSocketHandler());
-  // the agent protocol over WebSocket on this port (ingresses that pass WebSocket but not gRPC): the same sessions as the gRPC port's
-  edge.addWebSocketRoute(AGENT_WS_PATH, new AgentWebSocketTransport(agentGrpc, logger).handler(), AGENT_WS_OPTIONS);
-  edge.onShutdown(() => agentGrpc.endTransport('ws'));
+  p.agents.mountWebSocket(edge);
   edge.addAll(withIdempotency(vaultRoutes({ vault }), idem));
   edge.addAll(auditRoutes({ audit: p.auditStore }));
   edge.addAll(cloudProviderRoutes({ store: cloudStore, guard: cloudGuard, client: cloudClient, defaultMaxConcurrentJobs: config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }));
