@@ -14,11 +14,6 @@ export interface AgentSession {
   end(reason: string): void;
 }
 
-/**
- * The live agent streams on this node, keyed by agent id: the AgentTransportPort the agent actors
- * use. The gRPC stream server (and in-process fake agents in tests) open and close sessions here
- * and feed what the agent says into its actor.
- */
 /** Cluster: where agent streams are (the agent directory); absent on a single node. */
 export interface AgentPresence {
   /** This node holds the agent's stream now. */
@@ -29,18 +24,67 @@ export interface AgentPresence {
   elsewhere(agentId: string): boolean;
 }
 
-export class AgentSessions implements AgentTransportPort {
-  private sessions = new Map<string, AgentSession>();
-  /** Set by the composition root in cluster mode. */
-  presence: AgentPresence | null = null;
-  /** Ends a stream for good (the gRPC server's kickAgent; set by the composition root). */
-  kicker: ((agentId: string) => void) | null = null;
+/**
+ * The agent streams held on this node, keyed by agent id: the sessions' table. The cluster reads
+ * it (an agent's actor lives where its stream is; the streams to re-assert in the directory) and
+ * is built before the sessions, which need the cluster's directory (AgentPresence): this table is
+ * the one port that breaks the cluster <-> sessions cycle. Only AgentSessions writes it.
+ */
+export class LocalAgentStreams {
+  private readonly byAgent = new Map<string, AgentSession>();
 
-  kick(agentId: string): void {
-    if (this.sessions.has(agentId)) this.kicker?.(agentId);
+  has(agentId: string): boolean {
+    return this.byAgent.has(agentId);
   }
 
-  constructor(private readonly actors: ActorSystemPort) {}
+  agentIds(): string[] {
+    return [...this.byAgent.keys()];
+  }
+
+  get(agentId: string): AgentSession | undefined {
+    return this.byAgent.get(agentId);
+  }
+
+  set(s: AgentSession): void {
+    this.byAgent.set(s.agentId, s);
+  }
+
+  delete(agentId: string): void {
+    this.byAgent.delete(agentId);
+  }
+
+  get size(): number {
+    return this.byAgent.size;
+  }
+
+  all(): AgentSession[] {
+    return [...this.byAgent.values()];
+  }
+}
+
+export interface SessionLinks {
+  /** The table of this node's streams, shared with the cluster (a fresh one when absent). */
+  streams?: LocalAgentStreams;
+  /** Cluster mode: the agent directory (absent on a single node). */
+  presence?: AgentPresence | null;
+}
+
+/**
+ * The live agent streams on this node: the agent actors' transport (with agentTransport below).
+ * The gRPC stream server (and in-process fake agents in tests) open and close sessions here and
+ * feed what the agent says into its actor.
+ */
+export class AgentSessions {
+  private readonly sessions: LocalAgentStreams;
+  private readonly presence: AgentPresence | null;
+
+  constructor(
+    private readonly actors: ActorSystemPort,
+    links: SessionLinks = {},
+  ) {
+    this.sessions = links.streams ?? new LocalAgentStreams();
+    this.presence = links.presence ?? null;
+  }
 
   connectedElsewhere(agentId: string): boolean {
     return !this.sessions.has(agentId) && (this.presence?.elsewhere(agentId) ?? false);
@@ -59,7 +103,7 @@ export class AgentSessions implements AgentTransportPort {
   open(agentId: string, info: AgentInfo, deliver: (m: ServerToAgent) => boolean, end: (reason: string) => void, running: Array<{ taskId: string; attempt: number; epoch: number }> = []): string {
     const old = this.sessions.get(agentId);
     const sessionId = uuidv7();
-    this.sessions.set(agentId, { sessionId, agentId, info, deliver, end });
+    this.sessions.set({ sessionId, agentId, info, deliver, end });
     if (old) old.end('replaced by a newer connection of the same agent');
     this.presence?.opened(agentId);
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'connected', sessionId, info, running });
@@ -100,15 +144,30 @@ export class AgentSessions implements AgentTransportPort {
   }
 
   all(): AgentSession[] {
-    return [...this.sessions.values()];
+    return this.sessions.all();
   }
+}
+
+/**
+ * The AgentTransportPort the agent actors use: this node's sessions, and the stream server that
+ * ends a stream for good (kick: the agent was deleted through another node). Built once both exist.
+ */
+export function agentTransport(sessions: AgentSessions, streams: { kickAgent(agentId: string): void }): AgentTransportPort {
+  return {
+    send: (agentId, msg) => sessions.send(agentId, msg),
+    session: (agentId) => sessions.session(agentId),
+    connectedElsewhere: (agentId) => sessions.connectedElsewhere(agentId),
+    kick: (agentId) => {
+      if (sessions.session(agentId)) streams.kickAgent(agentId);
+    },
+  };
 }
 
 /**
  * AgentSessions that keep AgentInfo.needsSync current: open() and update() pass through, then the
  * flag is recomputed (from the session's models and the agent record's custom nodes) and, when it
  * differs, the session is updated again (the agent actor tells the scheduler). The check itself is
- * a callback (files.sync.needsSync, wired in main.ts): the files module does not import the edge.
+ * a callback (files.sync.needsSync, wired in src/node/agents.ts): the files module does not import the edge.
  */
 export class SyncAwareSessions extends AgentSessions {
   constructor(
@@ -118,8 +177,9 @@ export class SyncAwareSessions extends AgentSessions {
       customNodes(agentId: string): Promise<string[]>;
       logger: Logger;
     },
+    links: SessionLinks = {},
   ) {
-    super(actors);
+    super(actors, links);
   }
 
   override open(agentId: string, info: AgentInfo, deliver: (m: ServerToAgent) => boolean, end: (reason: string) => void, running: Array<{ taskId: string; attempt: number; epoch: number }> = []): string {

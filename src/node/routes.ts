@@ -1,0 +1,217 @@
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Clock } from '../shared/clock.js';
+import type { Config } from '../shared/config.js';
+import type { Logger } from '../shared/logger.js';
+import type { Database } from '../persistence/db.js';
+import type { AuditStore } from '../persistence/audit.js';
+import type { Cluster } from '../cluster/index.js';
+import type { LocalEventBus } from '../cluster/event-bus.js';
+import type { LocalActorSystem } from '../actors/runtime/system.js';
+import { AGENT } from '../actors/index.js';
+import type { Protocols } from '../actors/ports.js';
+import type { HttpEdge } from '../edge/http.js';
+import { withIdempotency } from '../edge/idempotency.js';
+import { metricsRoute, type NodeMetrics } from '../edge/metrics.js';
+import { openApiRoutes } from '../edge/routes/openapi.js';
+import { API_DESCRIPTION_VERSION } from '../edge/openapi/build.js';
+import { systemRoutes } from '../edge/routes/system.js';
+import { debugRoutes } from '../edge/routes/debug.js';
+import { identityRoutes, identityDebugRoutes } from '../edge/routes/identity.js';
+import { teamRoutes } from '../edge/routes/teams.js';
+import { workflowRoutes } from '../edge/routes/workflows.js';
+import { taskRoutes } from '../edge/routes/tasks.js';
+import { pageRoutes } from '../edge/routes/pages.js';
+import { consoleRoutes } from '../edge/routes/console.js';
+import { storageRoutes } from '../edge/routes/storage.js';
+import { fileRoutes } from '../edge/routes/files.js';
+import { uploadRoutes } from '../edge/routes/uploads.js';
+import { modelRoutes } from '../edge/routes/models.js';
+import { nodeRoutes } from '../edge/routes/nodes.js';
+import { agentRoutes } from '../edge/routes/agents.js';
+import { eventRoutes } from '../edge/routes/events.js';
+import { webhookRoutes } from '../edge/routes/webhooks.js';
+import { notificationRoutes } from '../edge/routes/notifications.js';
+import { containerRoutes, runtimeServiceBySlug } from '../edge/routes/containers.js';
+import { mcpRoutes } from '../edge/routes/mcp.js';
+import { vaultRoutes } from '../edge/routes/vault.js';
+import { auditRoutes } from '../edge/routes/audit.js';
+import { oidcRoutes } from '../edge/routes/oidc.js';
+import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
+import type { Gateway } from '../edge/routes/gateway.js';
+import { McpEndpoint } from '../mcp/server.js';
+import { RuntimeCaller } from '../mcp/runtime.js';
+import { SessionTokens } from '../mcp/session.js';
+import { OidcLogin } from '../identity/oidc.js';
+import type { Identity } from '../identity/index.js';
+import { endStreamsOnInvalidation } from '../events/stream-revocation.js';
+import type { LiveEvents } from '../events/index.js';
+import { stagedInputProblem } from '../cloud/limits.js';
+import type { Files } from '../files/index.js';
+import { LocalObjectStore, type ObjectStore } from '../storage/index.js';
+import type { Stores } from './actors.js';
+import type { Agents } from './agents.js';
+import type { CloudModule } from './cloud.js';
+import type { Containers } from './gateway.js';
+import type { NodeSettings, PublicUrl } from './settings.js';
+
+/** /readyz waits at most this long for the database's answer. */
+const READY_DB_BOUND_MS = 600;
+
+/** What the routes are built on: every module's public parts. */
+export interface RouteParts {
+  config: Config;
+  settings: NodeSettings;
+  publicUrl: PublicUrl;
+  db: Database;
+  objectStore: ObjectStore;
+  stores: Stores;
+  actors: LocalActorSystem<Protocols>;
+  cluster: Cluster<Protocols> | null;
+  events: LocalEventBus;
+  identity: Identity;
+  files: Files;
+  agents: Agents;
+  liveEvents: LiveEvents;
+  containers: Containers;
+  gateway: Gateway;
+  cloud: CloudModule;
+  auditStore: AuditStore;
+  metrics: NodeMetrics;
+  clock: Clock;
+  logger: Logger;
+}
+
+/** Mounts every route, WebSocket route and shutdown hook on the edge, in the edge's order. */
+export async function mountRoutes(edge: HttpEdge, p: RouteParts): Promise<void> {
+  mountRuntime(edge, p);
+  mountIdentityAndEvents(edge, p);
+  mountAgentsAndServices(edge, p);
+  await mountMcp(edge, p);
+  mountSite(edge, p);
+}
+
+/** Health, workflows, runs, files, uploads, models and custom nodes. */
+function mountRuntime(edge: HttpEdge, p: RouteParts): void {
+  const { config, db, stores, files, clock } = p;
+  const idem = stores.taskQueries.idempotency;
+  edge.addAll(
+    systemRoutes({
+      config,
+      ready: async () => {
+        // answered within READY_DB_BOUND_MS whatever the database does (a hung one is "not ready")
+        const dbOk = await db.ping(READY_DB_BOUND_MS);
+        return { ready: dbOk && !edge.isDraining(), checks: { database: dbOk, accepting: !edge.isDraining() } };
+      },
+    }),
+  );
+  edge.addAll(withIdempotency(workflowRoutes({ workflows: stores.workflowStore }), idem));
+  edge.addAll(
+    taskRoutes({
+      actors: p.actors,
+      tasks: stores.taskQueries,
+      workflows: stores.workflowStore,
+      files: files.staging,
+      outputs: files.outputs,
+      events: p.events,
+      outputRetentionS: p.settings.outputRetentionS,
+      now: () => clock.now(),
+      cloudConfigured: async (teamId, provider) => (await p.cloud.cloudStore.get(teamId, provider)) !== null,
+      cloudInputProblem: (fileKey, what) => stagedInputProblem(p.objectStore, fileKey, what),
+    }),
+  );
+  edge.addAll(fileRoutes({ staging: files.staging }));
+  edge.addAll(uploadRoutes({ multipart: files.multipart }));
+  edge.addAll(withIdempotency(modelRoutes({ models: files.models, staging: files.staging }), idem));
+  edge.addAll(withIdempotency(nodeRoutes({ nodes: files.nodes, staging: files.staging }), idem));
+}
+
+/** Identity, teams, single sign-on, live events (SSE, webhooks, notifications). */
+function mountIdentityAndEvents(edge: HttpEdge, p: RouteParts): void {
+  const { config, identity, liveEvents, publicUrl, clock } = p;
+  const idem = p.stores.taskQueries.idempotency;
+  edge.addAll(withIdempotency(identityRoutes(identity.service), idem));
+  edge.addAll(withIdempotency(teamRoutes(identity.service), idem));
+  // single sign-on (GANTRY_OAUTH_PROVIDERS); the redirect URI is built on the public URL known after listen
+  const oidcLogin = new OidcLogin({ config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: p.logger.child({ component: 'oidc' }), publicUrl: () => publicUrl.origin() });
+  if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ oidc: oidcLogin, secureCookies: () => publicUrl.origin().startsWith('https:'), rateLimit: (ip) => identity.service.rateLimit('login', ip) }));
+  edge.addAll(eventRoutes({ sse: liveEvents.sse }));
+  // open SSE streams end with their credential, session or membership (on every node: the same port)
+  const stopStreamRevocation = endStreamsOnInvalidation({ hub: liveEvents.sse, invalidation: identity.invalidation, isMember: async (t, u) => (await identity.store.memberRole(t, u)) !== null, logger: p.logger.child({ component: 'events' }) });
+  edge.onShutdown(stopStreamRevocation);
+  edge.addAll(withIdempotency(webhookRoutes(liveEvents, () => clock.now()), idem));
+  edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
+  edge.onShutdown(() => liveEvents.sse.closeAll());
+}
+
+/** Agents (and their WebSocket transport), container services and the gateway, the vault, the audit log, cloud providers. */
+function mountAgentsAndServices(edge: HttpEdge, p: RouteParts): void {
+  const { config, actors, cluster, gateway } = p;
+  const { sessions, agentGrpc } = p.agents;
+  const { containerStore, containerChanges } = p.containers;
+  const { vault, cloudStore, cloudGuard, cloudClient } = p.cloud;
+  const idem = p.stores.taskQueries.idempotency;
+  edge.addAll(
+    agentRoutes({
+      agents: p.stores.agentStore,
+      // the stream may be on another node of the cluster (the agent directory knows)
+      session: (id) => sessions.session(id) ?? (sessions.connectedElsewhere(id) ? { sessionId: '' } : null),
+      kick: (id) => {
+        if (sessions.session(id)) agentGrpc.kickAgent(id);
+        else if (cluster) actors.tell({ kind: AGENT, id }, { type: 'kick' });
+      },
+      publicUrl: () => p.publicUrl.origin(),
+    }),
+  );
+  edge.addAll(
+    withIdempotency(
+      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway, guard: p.liveEvents.guard }),
+      idem,
+    ),
+  );
+  edge.addAll(gateway.routes());
+  edge.setWebSocketHandler(gateway.webSocketHandler());
+  p.agents.mountWebSocket(edge);
+  edge.addAll(withIdempotency(vaultRoutes({ vault }), idem));
+  edge.addAll(auditRoutes({ audit: p.auditStore }));
+  edge.addAll(cloudProviderRoutes({ store: cloudStore, guard: cloudGuard, client: cloudClient, defaultMaxConcurrentJobs: config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }));
+}
+
+/**
+ * MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the runtime routes above
+ * through the edge's router
+ */
+async function mountMcp(edge: HttpEdge, p: RouteParts): Promise<void> {
+  if (!p.config.GANTRY_MCP_ENABLED) return;
+  const { containerStore } = p.containers;
+  const mcp = new McpEndpoint({
+    runtime: new RuntimeCaller((m, path) => edge.lookup(m, path), '/api/v1', p.logger.child({ component: 'mcp' })),
+    bus: p.events,
+    containerBySlug: (teamId, slug) => runtimeServiceBySlug(containerStore, teamId, slug, true),
+    readObject: (key) => p.objectStore.get(key),
+    logger: p.logger.child({ component: 'mcp' }),
+    sessions: new SessionTokens(await p.db.secret('mcp-session'), () => p.clock.now()),
+    version: p.settings.version,
+  });
+  edge.addAll(mcpRoutes({ endpoint: mcp, maxBodyBytes: p.settings.maxBodyBytes, publicUrl: () => p.publicUrl.origin() }));
+}
+
+/** The local object store's URLs, metrics, pages, the API description, the web console, debug routes. */
+function mountSite(edge: HttpEdge, p: RouteParts): void {
+  const { config, objectStore } = p;
+  if (objectStore instanceof LocalObjectStore) edge.addAll(storageRoutes(objectStore));
+  edge.add(metricsRoute([p.metrics.registry]));
+  edge.addAll(pageRoutes('/api/v1'));
+  edge.addAll(openApiRoutes({ routes: () => edge.routes(), basePath: '/api/v1', version: API_DESCRIPTION_VERSION }));
+  // the web console (console/dist, built by `npm run build:console`) at `/`; it may fetch from and
+  // show images of the object store's URLs (the public URL's /storage, or the S3 endpoint)
+  const s3Endpoint = p.settings.s3Endpoint;
+  if (config.GANTRY_CONSOLE_ENABLED)
+    edge.addAll(
+      consoleRoutes({
+        dir: resolve(fileURLToPath(new URL('.', import.meta.url)), '../../console/dist'),
+        extraOrigins: () => [p.publicUrl.origin(), ...(s3Endpoint ? [s3Endpoint] : objectStore instanceof LocalObjectStore ? [] : ['https://*.amazonaws.com'])].map((u) => (u.startsWith('https://*.') ? u : new URL(u).origin)),
+      }),
+    );
+  if (config.GANTRY_DEBUG_ROUTES) edge.addAll([...debugRoutes(), ...identityDebugRoutes()]);
+}
