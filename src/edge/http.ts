@@ -1,4 +1,3 @@
-import { Readable } from 'node:stream';
 import uWS from 'uWebSockets.js';
 import type { HttpResponse, HttpRequest, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
 import type { Logger } from '../shared/logger.js';
@@ -7,15 +6,19 @@ import { AppError, badRequest, notFound } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import { contextFrom, endSpan, SpanKind, spanLogFields, startSpan, tracingEnabled, withActive, type Span } from '../shared/tracing.js';
 import { Router, type Method } from './router.js';
-import { toHttpError, statusLine } from './error-map.js';
+import { toHttpError } from './error-map.js';
 import { checkPairs, parseJsonBody, parseQuery } from '../shared/input-hygiene.js';
-import { createBodyChannel } from '../storage/local-http.js';
 import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
 import { refusalResponse, type RequestRateLimits } from './rate-limits.js';
 import type { RouteDoc } from './openapi/types.js';
+import { StreamResponse } from './http-stream.js';
+import { registerWebSocket, type WebSocketHandler, type WebSocketRouteOptions } from './http-ws.js';
+import { readRequestHeaders } from './http-framing.js';
+
+export { StreamResponse } from './http-stream.js';
+export { upgradeAfterAwait, type UpgradeRequest, type WebSocketHandler, type WebSocketRouteOptions } from './http-ws.js';
 
 const EMPTY = Buffer.alloc(0);
-/** Control characters other than HTAB are invalid in a field value (RFC 9110 §5.5). */
 /**
  * Pipelining (issue 29): this uWebSockets.js build answers pipelined requests only while each is
  * answered synchronously; when a request arrives on a connection whose previous answer is still
@@ -34,9 +37,6 @@ async function pipelinedAway(method: string, sr: StreamResponse): Promise<boolea
   return sr.aborted;
 }
 
-const CTL_IN_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
-/** uri-host [":" port] (RFC 9112 §3.2, RFC 3986 §3.2.2); empty is allowed. */
-const HOST_VALUE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?$/;
 /** uWS listen option: fail instead of sharing a port another process listens on (no SO_REUSEPORT). */
 const LIBUS_LISTEN_EXCLUSIVE_PORT = 1;
 
@@ -104,302 +104,6 @@ export interface EdgeOptions {
   rateLimits?: RequestRateLimits | null;
   /** Called once per routed request when its response ended (or it was aborted): metrics. */
   observe?: (route: RouteDef, status: number, seconds: number) => void;
-}
-
-/**
- * A response that a stream route drives itself. Every write is corked; write() returns false under
- * backpressure and onWritable() tells when to continue, so a slow client never balloons memory.
- */
-export class StreamResponse {
-  aborted = false;
-  ended = false;
-  private abortHandlers: Array<() => void> = [];
-  private writableWaiters: Array<() => void> = [];
-  private headersSent = false;
-  private pendingBody: Readable | null = null;
-
-  constructor(
-    readonly raw: HttpResponse,
-    private readonly requestId: string,
-    private readonly onDone: () => void,
-  ) {}
-
-  /** @internal */
-  _abort(): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    this.pendingBody?.destroy();
-    for (const h of this.abortHandlers.splice(0)) h();
-    for (const w of this.writableWaiters.splice(0)) w();
-    this.finish();
-  }
-
-  onAbort(h: () => void): void {
-    if (this.aborted) h();
-    else this.abortHandlers.push(h);
-  }
-
-  /** The status written (0 until the head is sent): the access log and metrics of stream routes. */
-  statusCode = 0;
-
-  writeHead(status: number, headers: Record<string, string> = {}): void {
-    if (this.aborted || this.headersSent) return;
-    this.headersSent = true;
-    this.statusCode = status;
-    this.raw.cork(() => {
-      this.raw.writeStatus(statusLine(status));
-      this.raw.writeHeader('X-Request-ID', this.requestId);
-      for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
-    });
-  }
-
-  /** Like writeHead, with a header list (a name may repeat, e.g. Set-Cookie). */
-  writeHeadList(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
-    if (this.aborted || this.headersSent) return;
-    this.headersSent = true;
-    this.statusCode = status;
-    this.raw.cork(() => {
-      this.raw.writeStatus(statusLine(status));
-      this.raw.writeHeader('X-Request-ID', this.requestId);
-      for (const [k, v] of headers) this.raw.writeHeader(k, v);
-    });
-  }
-
-  /** A whole response (status, a header list, the body) in one corked write. */
-  sendWhole(status: number, headers: ReadonlyArray<readonly [string, string]>, body: Uint8Array | string): void {
-    if (this.aborted || this.ended || this.headersSent) return;
-    this.headersSent = true;
-    this.ended = true;
-    this.raw.cork(() => {
-      this.raw.writeStatus(statusLine(status));
-      this.raw.writeHeader('X-Request-ID', this.requestId);
-      for (const [k, v] of headers) this.raw.writeHeader(k, v);
-      this.raw.end(body);
-    });
-    this.finish();
-  }
-
-  /** Writes a chunk; false means the socket buffer is full: wait for drained() before the next. */
-  write(chunk: string | Uint8Array): boolean {
-    if (this.aborted || this.ended) return false;
-    let ok = true;
-    this.raw.cork(() => {
-      ok = this.raw.write(chunk);
-    });
-    return ok;
-  }
-
-  /** Resolves when the socket can take more (or the client went away). */
-  drained(): Promise<void> {
-    if (this.aborted) return Promise.resolve();
-    return new Promise((resolve) => {
-      const first = this.writableWaiters.length === 0;
-      this.writableWaiters.push(resolve);
-      if (first)
-        this.raw.onWritable(() => {
-          for (const w of this.writableWaiters.splice(0)) w();
-          return true;
-        });
-    });
-  }
-
-  /** Bytes uWS holds for this socket beyond what the kernel took (for a slow-reader cap). */
-  bufferedAmount(): number {
-    return this.aborted ? 0 : this.raw.getWriteOffset();
-  }
-
-  end(chunk?: string | Uint8Array): void {
-    if (this.aborted || this.ended) return;
-    this.ended = true;
-    this.raw.cork(() => {
-      if (chunk === undefined) this.raw.end();
-      else this.raw.end(chunk);
-    });
-    this.finish();
-  }
-
-  /** Closes the connection abruptly (slow SSE reader, shutdown). */
-  close(): void {
-    if (this.aborted || this.ended) return;
-    this.ended = true;
-    this.raw.close();
-    this.finish();
-  }
-
-  /** Sends a full JSON reply (errors of stream routes go through here). */
-  json(status: number, body: unknown, headers: Record<string, string> = {}): void {
-    if (this.aborted || this.ended) return;
-    const payload = JSON.stringify(body);
-    this.raw.cork(() => {
-      if (!this.headersSent) {
-        this.raw.writeStatus(statusLine(status));
-        this.raw.writeHeader('X-Request-ID', this.requestId);
-        this.raw.writeHeader('Content-Type', 'application/json');
-        for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
-      }
-      this.raw.end(payload);
-    });
-    this.headersSent = true;
-    this.ended = true;
-    this.finish();
-  }
-
-  /**
-   * Streams a Node readable to the client with backpressure, then ends. With totalSize the body is
-   * sent with Content-Length through tryEnd (uWS's VideoStreamer pattern), else chunked.
-   */
-  async pipeFrom(src: NodeJS.ReadableStream, totalSize?: number): Promise<void> {
-    const readable = src instanceof Readable ? src : Readable.from(src as AsyncIterable<Buffer>);
-    this.pendingBody = readable;
-    try {
-      for await (const chunk of readable) {
-        if (this.aborted) break;
-        const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
-        if (totalSize === undefined) {
-          if (!this.write(buf)) await this.drained();
-          continue;
-        }
-        const lastOffset = this.raw.getWriteOffset();
-        let ok = false;
-        let done = false;
-        this.raw.cork(() => {
-          [ok, done] = this.raw.tryEnd(buf, totalSize);
-        });
-        if (done) break;
-        if (!ok) done = await this.retryTail(buf, lastOffset, totalSize);
-        if (done) break;
-      }
-      if (totalSize === undefined) this.end();
-      else if (!this.aborted && !this.ended) {
-        this.ended = true;
-        this.finish();
-      }
-    } finally {
-      this.pendingBody = null;
-    }
-  }
-
-  /** Waits for writability and resends the unsent tail of buf; resolves done when the response ended. */
-  private retryTail(buf: Buffer, lastOffset: number, totalSize: number): Promise<boolean> {
-    return new Promise((resolve) => {
-      if (this.aborted) return resolve(true);
-      const onAbort = (): void => resolve(true);
-      this.writableWaiters.push(onAbort);
-      this.raw.onWritable((offset) => {
-        let ok = false;
-        let done = false;
-        this.raw.cork(() => {
-          [ok, done] = this.raw.tryEnd(buf.subarray(offset - lastOffset), totalSize);
-        });
-        if (ok || done) {
-          const i = this.writableWaiters.indexOf(onAbort);
-          if (i >= 0) this.writableWaiters.splice(i, 1);
-          resolve(done);
-        }
-        return ok;
-      });
-    });
-  }
-
-  private bodyIter: AsyncIterable<Buffer> | null = null;
-
-  /**
-   * @internal Attaches the body reader synchronously (uWS drops chunks that arrive before onData
-   * is registered); the socket is paused while the consumer is behind.
-   */
-  _prepareBody(maxBytes: number): void {
-    const raw = this.raw;
-    const ch = createBodyChannel({ pause: () => raw.pause(), resume: () => raw.resume() });
-    let received = 0;
-    raw.onData((ab, isLast) => {
-      received += ab.byteLength;
-      if (received > maxBytes) {
-        ch.fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${maxBytes} bytes`));
-        return;
-      }
-      ch.push(ab, isLast);
-    });
-    this.onAbort(() => ch.fail(new Error('client aborted')));
-    this.bodyIter = ch.iterable;
-  }
-
-  /** The request body (stream routes), consumed once; empty when the request has none. */
-  body(): AsyncIterable<Buffer> | null {
-    return this.bodyIter;
-  }
-
-  /** HEAD responses and other body-less replies with a declared length. */
-  endWithoutBody(contentLength?: number): void {
-    if (this.aborted || this.ended) return;
-    this.ended = true;
-    this.raw.cork(() => {
-      // no length: call without the argument (uWS turns an explicit undefined into a bogus
-      // Content-Length that breaks the next request on a kept-alive connection)
-      if (contentLength === undefined) this.raw.endWithoutBody();
-      else this.raw.endWithoutBody(contentLength);
-    });
-    this.finish();
-  }
-
-  /** Ends and closes the connection (e.g. an error sent before the request body was read). */
-  endAndClose(chunk: string | Uint8Array): void {
-    if (this.aborted || this.ended) return;
-    this.ended = true;
-    this.raw.cork(() => {
-      this.raw.end(chunk, true);
-    });
-    this.finish();
-  }
-
-  private finish(): void {
-    this.onDone();
-  }
-}
-
-/** A WebSocket upgrade request, read synchronously from uWS (the request object dies after the callback). */
-export interface UpgradeRequest {
-  method: string;
-  path: string;
-  rawQuery: string;
-  /** Lower-cased header names. */
-  headers: Record<string, string>;
-  ip: string;
-  requestId: string;
-  res: HttpResponse;
-  context: uWS.us_socket_context_t;
-}
-
-/**
- * Completes a WebSocket upgrade decided after an await (authentication, a tunnel to a container).
- * Deliberately NOT inside res.cork(): in the uWebSockets build we can install (npm uwebsockets@3.0.6),
- * cork() tells that its handler upgraded the socket only by comparing socket pointers, but
- * us_socket_context_adopt_socket() reallocates the poll in place when the WebSocket's extension is
- * not larger than the HTTP response's, so the pointer stays the same; cork() then ran its HTTP
- * "connection close" logic on memory that is now the WebSocket's and, depending on what that memory
- * held, shut the new WebSocket down right after open (the client sees 1006; measured: 2 of 12 fresh
- * nodes dropped one of their first three agent connections). Fixed upstream in uWebSockets
- * fe7c01a (#1929, "Fix cork() closing a WebSocket that was upgraded asynchronously"), which no npm
- * build carries yet. Uncorked, uWS writes the 101 as it goes and prints its "writes must be made
- * from within a corked callback" warning on stderr once per such upgrade (README, Operations).
- */
-export function upgradeAfterAwait<U>(r: UpgradeRequest, userData: U, protocol = ''): void {
-  r.res.upgrade<U>(userData, r.headers['sec-websocket-key'] ?? '', protocol, '', r.context);
-}
-
-/** uWS settings of a WebSocket route. */
-export interface WebSocketRouteOptions {
-  maxPayloadLength: number;
-  maxBackpressure: number;
-  idleTimeout: number;
-}
-
-/** WebSocket handling (the gateway): upgrade decides (answers or upgrades with userData), the rest relays. */
-export interface WebSocketHandler<U = unknown> {
-  upgrade(r: UpgradeRequest): void;
-  open(ws: uWS.WebSocket<U>): void;
-  message(ws: uWS.WebSocket<U>, data: ArrayBuffer, isBinary: boolean): void;
-  drain(ws: uWS.WebSocket<U>): void;
-  close(ws: uWS.WebSocket<U>, code: number, message: ArrayBuffer): void;
 }
 
 export interface HttpServerHandle {
@@ -479,8 +183,8 @@ export class HttpEdge {
     this.app = app;
     app.any('/*', (res, req) => this.onRequest(res, req));
     // exact paths first (uWS prefers a static pattern over the wildcard anyway)
-    for (const r of this.wsRoutes) this.registerWs(app, r.path, r.h, r.opts);
-    if (this.ws) this.registerWs(app, '/*', this.ws, { maxPayloadLength: 16 * 1024 * 1024, maxBackpressure: 4 * 1024 * 1024, idleTimeout: 120 });
+    for (const r of this.wsRoutes) registerWebSocket(app, r.path, r.h, r.opts);
+    if (this.ws) registerWebSocket(app, '/*', this.ws, { maxPayloadLength: 16 * 1024 * 1024, maxBackpressure: 4 * 1024 * 1024, idleTimeout: 120 });
     await new Promise<void>((resolve, reject) => {
       // the typings lack the (host, port, options, cb) overload the addon implements
       const listen = app.listen.bind(app) as unknown as (host: string, port: number, options: number, cb: (s: us_listen_socket | false) => void) => void;
@@ -494,37 +198,6 @@ export class HttpEdge {
     });
     const port = uWS.us_socket_local_port(this.listenSocket as unknown as uWS.us_socket);
     return { port, shutdown: (t) => this.shutdown(t), routes: () => this.defs };
-  }
-
-  private registerWs(app: TemplatedApp, pattern: string, wsh: WebSocketHandler<never>, opts: WebSocketRouteOptions): void {
-    app.ws<never>(pattern, {
-      compression: uWS.DISABLED,
-      maxPayloadLength: opts.maxPayloadLength,
-      maxBackpressure: opts.maxBackpressure,
-      idleTimeout: opts.idleTimeout,
-      sendPingsAutomatically: true,
-      upgrade: (res, req, context) => {
-        const headers: Record<string, string> = {};
-        req.forEach((k, v) => {
-          headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
-        });
-        const rid = headers['x-request-id'];
-        wsh.upgrade({
-          method: req.getCaseSensitiveMethod().toUpperCase(),
-          path: req.getUrl(),
-          rawQuery: req.getQuery() ?? '',
-          headers,
-          ip: Buffer.from(res.getRemoteAddressAsText()).toString(),
-          requestId: rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7(),
-          res,
-          context,
-        });
-      },
-      open: (ws) => wsh.open(ws),
-      message: (ws, data, isBinary) => wsh.message(ws, data, isBinary),
-      drain: (ws) => wsh.drain(ws),
-      close: (ws, code, message) => wsh.close(ws, code, message),
-    });
   }
 
   private async shutdown(timeoutMs: number): Promise<void> {
@@ -563,29 +236,7 @@ export class HttpEdge {
     const method = req.getCaseSensitiveMethod().toUpperCase();
     const path = req.getUrl();
     const qs = req.getQuery() ?? '';
-    const headers: Record<string, string> = {};
-    // framing checks (RFC 9112 §3.2, §6.3; RFC 9110 §5.5): uWS passes these through to us
-    let framing: [code: string, message: string] | null = null;
-    let hosts = 0;
-    let contentLength: string | undefined;
-    req.forEach((k, v) => {
-      if (CTL_IN_VALUE.test(v)) framing ??= ['invalid_header_value', `header ${k} contains a control character`];
-      if (k === 'host') hosts++;
-      else if (k === 'content-length') {
-        if (contentLength !== undefined && contentLength !== v) framing ??= ['conflicting_content_length', 'conflicting Content-Length headers'];
-        contentLength = v;
-        headers[k] = v;
-        return;
-      }
-      headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
-    });
-    // RFC 9112 §6.1: chunked must be the final coding, applied once; the node decodes no other coding, so
-    // anything but exactly `chunked` (`chunked, identity`, `gzip, chunked`, chunked twice) is refused
-    const te = headers['transfer-encoding'];
-    if (te !== undefined && te.trim().toLowerCase() !== 'chunked')
-      framing ??= ['invalid_transfer_encoding', 'Transfer-Encoding must be exactly "chunked" (the only coding this server decodes, once and last)'];
-    if (hosts !== 1) framing ??= ['invalid_host_header', hosts === 0 ? 'missing Host header' : 'more than one Host header'];
-    else if (!HOST_VALUE.test(headers.host ?? '')) framing ??= ['invalid_host_header', 'invalid Host header'];
+    const { headers, framing } = readRequestHeaders(req);
     const ip = Buffer.from(res.getRemoteAddressAsText()).toString();
     const rid = headers['x-request-id'];
     const requestId = rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7();
@@ -691,28 +342,38 @@ export class HttpEdge {
         parent: contextFrom(headers.traceparent),
         attributes: { 'http.request.method': method, 'http.route': def.path, 'url.path': path, 'gantry.request_id': requestId },
       });
-
     if (def.stream) {
-      const hasBody = method !== 'GET' && method !== 'HEAD' && (Number(headers['content-length'] ?? '0') > 0 || headers['transfer-encoding'] !== undefined);
-      if (hasBody) sr._prepareBody(def.maxBodyBytes ?? this.o.maxBodyBytes);
-      this.streams.add(sr);
-      sr.onAbort(() => this.streams.delete(sr));
-      const run = async (): Promise<void> => {
-        try {
-          if (await pipelinedAway(method, sr)) return;
-          ctx.principal = await this.o.authenticator.authenticate({ headers, ip }, def.auth);
-          if (this.o.rateLimits && this.refused(ctx, sr, (s) => (statusSent = s))) return;
-          await def.stream?.(ctx, sr);
-        } catch (e) {
-          if (!sr.aborted && !sr.ended) fail(e);
-        } finally {
-          this.streams.delete(sr);
-        }
-      };
-      void withActive(span, run);
+      this.runStream(def, ctx, sr, span, fail, (s) => (statusSent = s));
       return;
     }
+    this.runJson(res, def, ctx, sr, span, fail, (s) => (statusSent = s));
+  }
 
+  /** A stream route: the handler owns the response and may read the body as a stream. */
+  private runStream(def: RouteDef, ctx: Ctx, sr: StreamResponse, span: Span | null, fail: (e: unknown) => void, setStatus: (s: number) => void): void {
+    const { method, headers, ip } = ctx;
+    const hasBody = method !== 'GET' && method !== 'HEAD' && (Number(headers['content-length'] ?? '0') > 0 || headers['transfer-encoding'] !== undefined);
+    if (hasBody) sr._prepareBody(def.maxBodyBytes ?? this.o.maxBodyBytes);
+    this.streams.add(sr);
+    sr.onAbort(() => this.streams.delete(sr));
+    const run = async (): Promise<void> => {
+      try {
+        if (await pipelinedAway(method, sr)) return;
+        ctx.principal = await this.o.authenticator.authenticate({ headers, ip }, def.auth);
+        if (this.o.rateLimits && this.refused(ctx, sr, setStatus)) return;
+        await def.stream?.(ctx, sr);
+      } catch (e) {
+        if (!sr.aborted && !sr.ended) fail(e);
+      } finally {
+        this.streams.delete(sr);
+      }
+    };
+    void withActive(span, run);
+  }
+
+  /** A json route: the body is read (with the cap), then handleJson parses it and runs the handler. */
+  private runJson(res: HttpResponse, def: RouteDef, ctx: Ctx, sr: StreamResponse, span: Span | null, fail: (e: unknown) => void, setStatus: (s: number) => void): void {
+    const { method, headers } = ctx;
     const cap = def.maxBodyBytes ?? this.o.maxBodyBytes;
     const declared = headers['content-length'];
     if (declared !== undefined && Number(declared) > cap) {
@@ -722,7 +383,7 @@ export class HttpEdge {
     }
     if ((method === 'GET' || method === 'HEAD') && declared === undefined && headers['transfer-encoding'] === undefined) {
       // no body to read: straight to the handler (no data callback, no buffers)
-      void withActive(span, () => this.handleJson(def, ctx, EMPTY, sr, fail, (s) => (statusSent = s)));
+      void withActive(span, () => this.handleJson(def, ctx, EMPTY, sr, fail, setStatus));
       return;
     }
     const chunks: Buffer[] = [];
@@ -738,7 +399,7 @@ export class HttpEdge {
       }
       chunks.push(Buffer.from(new Uint8Array(ab.slice(0))));
       if (!isLast) return;
-      void withActive(span, () => this.handleJson(def, ctx, Buffer.concat(chunks), sr, fail, (s) => (statusSent = s)));
+      void withActive(span, () => this.handleJson(def, ctx, Buffer.concat(chunks), sr, fail, setStatus));
     });
   }
 

@@ -2,10 +2,10 @@ import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import type { Principal, TeamPrincipal, TeamRole } from './principal.js';
 import { ROLE_RANK } from './principal.js';
-import { AppError, badRequest, conflict, forbidden, gone, notFound, unauthorized } from '../shared/errors.js';
+import { type AppError, badRequest, conflict, forbidden, gone, notFound, unauthorized } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import { paged, type PageRequest } from '../shared/pagination.js';
-import { generateCredential, generateUserCode, maskEmail, normalizeUserCode, randomToken, sha256Hex } from './credentials.js';
+import { generateCredential, maskEmail, normalizeUserCode, randomToken, sha256Hex } from './credentials.js';
 import { dummyHash, hashPassword, verifyPassword } from './passwords.js';
 import type { IdentityStore, Q } from './store.js';
 import type { JwtService } from './tokens.js';
@@ -13,12 +13,14 @@ import type { Mailer } from './mailer.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { LastUsedTracker } from './authenticator.js';
 import type { CacheInvalidationPort, Invalidation } from './invalidation.js';
-import { timingSafeEqual } from 'node:crypto';
 import type { AuditNote } from '../shared/audit.js';
 import { recorderOn } from '../persistence/audit.js';
 import { iso } from '../shared/time.js';
+import { profile } from './profile.js';
+import { pairPoll, pairStart } from './pairing.js';
 
-export const PAIRING_TTL_S = 600;
+export { PAIRING_TTL_S } from './pairing.js';
+
 const RESET_TTL_S = 3600;
 const VERIFY_TTL_S = 48 * 3600;
 const INVITATION_TTL_S = 7 * 86_400;
@@ -226,43 +228,8 @@ export class IdentityService {
   async me(p: Principal): Promise<Record<string, unknown>> {
     const user = p.userId ? await this.d.store.userById(p.userId) : null;
     if (!user) throw unauthorized('credential_invalid', 'the account no longer exists');
-    const c = this.d.config;
     const { rows } = await this.d.store.teamsOfUser(user.id);
-    const teams: Record<string, unknown> = {};
-    for (const t of rows)
-      teams[t.id] = {
-        member_role: t.member_role,
-        is_personal: t.is_personal,
-        features: { mcp_server: c.GANTRY_MCP_ENABLED, notifications: true, manage_members: ROLE_RANK[t.member_role] >= ROLE_RANK.admin, transfer_ownership: t.member_role === 'owner' },
-        quotas: { max_agents: c.quotas.maxAgents, max_concurrent_tasks: c.quotas.maxConcurrentTasks },
-      };
-    return {
-      id: user.id,
-      first_name: user.first_name,
-      last_name: user.last_name,
-      display_name: user.display_name,
-      email_address: user.email_address,
-      team_list: rows.map((t) => ({ id: t.id, display_name: t.display_name })),
-      feature_flags: {
-        global: {
-          features: {
-            registration: c.GANTRY_REGISTRATION_ENABLED,
-            oauth: c.oauthProviders.length > 0,
-            email: Boolean(c.SMTP_URL),
-            oidc_provider: false,
-            mcp_server: c.GANTRY_MCP_ENABLED,
-            auto_team: c.GANTRY_AUTO_TEAM,
-            notifications: true,
-          },
-          quotas: { max_users: c.quotas.maxUsers, max_teams: c.quotas.maxTeams, max_agents: c.quotas.maxAgents, max_concurrent_tasks: c.quotas.maxConcurrentTasks },
-        },
-        account: {
-          features: { manual_team_creation: c.GANTRY_MANUAL_TEAM_CREATION, team_invitation_accept: true },
-          quotas: { max_owned_teams: c.quotas.maxOwnedTeams },
-        },
-        teams,
-      },
-    };
+    return profile(this.d.config, user, rows);
   }
 
   // ---- teams ---------------------------------------------------------------------------------
@@ -477,15 +444,7 @@ export class IdentityService {
   // ---- device pairing (RFC 8628 style) -------------------------------------------------------
 
   async pairStart(b: { device_name: string }): Promise<Record<string, unknown>> {
-    const now = new Date();
-    const pollSecret = randomToken();
-    for (let i = 0; i < 5; i++) {
-      const id = uuidv7();
-      const userCode = generateUserCode();
-      if (await this.d.store.insertPairing({ id, userCode, pollSecretHash: sha256Hex(pollSecret), deviceName: b.device_name.trim(), expiresAt: new Date(now.getTime() + PAIRING_TTL_S * 1000), now }))
-        return { pairing_id: id, user_code: userCode, poll_secret: pollSecret, expires_in: PAIRING_TTL_S, poll_interval: this.d.pollIntervalS };
-    }
-    throw new AppError('internal', 'pairing_code_exhausted', 'could not allocate a pairing code');
+    return pairStart(this.d, b);
   }
 
   async pairConfirm(p: TeamPrincipal, b: { user_code: string }, audit?: AuditNote): Promise<void> {
@@ -497,31 +456,7 @@ export class IdentityService {
   }
 
   async pairPoll(b: { pairing_id: string; poll_secret: string }): Promise<Record<string, unknown>> {
-    const p = await this.d.store.pairing(b.pairing_id);
-    const secretOk = p !== null && timingSafeEqual(Buffer.from(sha256Hex(b.poll_secret)), Buffer.from(p.poll_secret_hash));
-    if (!p || !secretOk) throw notFound('pairing', 'pairing_not_found');
-    const now = new Date();
-    const touched = await this.d.store.touchPoll(p.id, now, this.d.pollIntervalS);
-    if (!touched.ok) {
-      const waitS = Math.max(1, Math.ceil(this.d.pollIntervalS - (now.getTime() - touched.last.getTime()) / 1000));
-      throw new AppError('rate_limited', 'slow_down', `poll at most every ${this.d.pollIntervalS} s`, { retryAfterS: waitS });
-    }
-    const expired = p.expires_at.getTime() <= now.getTime();
-    if (p.pairing_status === 'pending') return { pairing_status: expired ? 'expired' : 'pending' };
-    if (p.pairing_status === 'delivered' || expired) return { pairing_status: 'expired' };
-    let minted: { dk: string; ak: string } | null = null;
-    const delivered = await this.d.store.deliverPairing(p.id, now, async (q, row) => {
-      if (!row.user_id || !row.team_id) throw new AppError('internal', 'pairing_incomplete', 'confirmed pairing without user or team');
-      const dk = generateCredential('device');
-      const ak = generateCredential('agent');
-      const base = { teamId: row.team_id, userId: row.user_id, displayName: row.device_name, linkedTo: row.id, expiresAt: null, now };
-      await this.d.store.insertCredential({ ...base, id: uuidv7(), type: 'device', prefix: dk.prefix, hash: dk.hash }, q);
-      await this.d.store.insertCredential({ ...base, id: uuidv7(), type: 'agent', prefix: ak.prefix, hash: ak.hash }, q);
-      minted = { dk: dk.value, ak: ak.value };
-    });
-    const m = minted as { dk: string; ak: string } | null;
-    if (!delivered || !m) return { pairing_status: 'expired' };
-    return { pairing_status: 'confirmed', device_credential: m.dk, agent_credential: m.ak, team_id: delivered.team_id };
+    return pairPoll(this.d, b);
   }
 
   /** Revokes the calling dk- and the agent credential minted with it. */

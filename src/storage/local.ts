@@ -12,34 +12,41 @@
  *   uploads/<uploadId>/upload.json        multipart uploads: key, content type
  *   uploads/<uploadId>/<n>.part|<n>.json  part bytes and {etag,size}
  *
- * Signing (query parameters, all covered by the signature):
- *   X-Gantry-Expires        expiry, epoch seconds
- *   X-Gantry-SignedHeaders  lowercase header names, `;`-separated, sorted
- *   uploadId, partNumber    for part uploads
- *   response-content-disposition  for GET with a download name
- *   X-Gantry-Signature      hex HMAC-SHA256(secret, canonical)
- * canonical = "GANTRY1-HMAC-SHA256\n<METHOD>\n<key>\n<sorted k=v of every other query param, &-joined>\n"
- *           + "<name>:<trimmed value>\n" for each signed header, in SignedHeaders order.
+ * The parts, each in its module: URL signing (local-signing.ts), object I/O primitives (local-io.ts),
+ * multipart upload files (local-multipart.ts).
  */
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
 import { dirname, join, relative, sep } from 'node:path';
 import type { Readable } from 'node:stream';
-import { AppError } from '../shared/errors.js';
 import {
   MAX_PART_BYTES,
   MAX_SINGLE_PUT_BYTES,
-  MIN_PART_BYTES,
   assertContentType,
   assertExpiry,
   assertKey,
   assertLength,
   assertPartNumber,
   assertPrefix,
-  stripQuotes,
 } from './port.js';
 import type { ObjectInfo, ObjectStore, PresignedRequest } from './port.js';
+import { Q_DISPOSITION, Q_PART_NUMBER, Q_UPLOAD_ID, contentDisposition, presign, verifySignature } from './local-signing.js';
+import { RangeNotSatisfiable, exists, isErrno, noSuchKey, noSuchUpload, parseRange, s3err, writeExactly } from './local-io.js';
+import { UPLOAD_ID_RE, concatParts, multipartEtag, readParts, readUpload, type PartMeta } from './local-multipart.js';
+
+export {
+  LOCAL_STORAGE_PATH,
+  Q_DISPOSITION,
+  Q_EXPIRES,
+  Q_PART_NUMBER,
+  Q_SIGNATURE,
+  Q_SIGNED_HEADERS,
+  Q_UPLOAD_ID,
+  SIG_ALGO,
+  contentDisposition,
+  encodeKeyPath,
+} from './local-signing.js';
+export { RangeNotSatisfiable, parseRange } from './local-io.js';
 
 export interface LocalObjectStoreOptions {
   rootDir: string;
@@ -50,30 +57,13 @@ export interface LocalObjectStoreOptions {
   clock?: { now(): number };
 }
 
-export const SIG_ALGO = 'GANTRY1-HMAC-SHA256';
-export const Q_EXPIRES = 'X-Gantry-Expires';
-export const Q_SIGNED_HEADERS = 'X-Gantry-SignedHeaders';
-export const Q_SIGNATURE = 'X-Gantry-Signature';
-export const Q_UPLOAD_ID = 'uploadId';
-export const Q_PART_NUMBER = 'partNumber';
-export const Q_DISPOSITION = 'response-content-disposition';
-/** Path prefix the edge mounts handleLocalStorageRequest at. */
-export const LOCAL_STORAGE_PATH = '/storage/';
-
 const DATA_SUFFIX = '#data';
 const META_SUFFIX = '#meta.json';
-const UPLOAD_ID_RE = /^[a-f0-9]{32}$/;
-const WRITE_CHUNK = 1024 * 1024;
 
 interface MetaFile {
   size: number;
   etag: string;
   contentType?: string;
-}
-
-interface PartMeta {
-  size: number;
-  etag: string;
 }
 
 export interface ReadResult {
@@ -83,31 +73,6 @@ export interface ReadResult {
   start: number;
   end: number;
   partial: boolean;
-}
-
-const s3err = (kind: AppError['kind'], code: string, message: string): AppError => new AppError(kind, code, message);
-/** 416: the requested range lies outside the object; the answer's Content-Range names the object's size. */
-export class RangeNotSatisfiable extends AppError {
-  constructor(readonly size: number) {
-    super('bad_request', 'invalid_range', 'The requested range is not satisfiable');
-  }
-}
-const noSuchKey = (): AppError => s3err('not_found', 'no_such_key', 'The specified key does not exist.');
-const noSuchUpload = (): AppError =>
-  s3err('not_found', 'no_such_upload', 'The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.');
-
-function isErrno(e: unknown, ...codes: string[]): boolean {
-  return typeof e === 'object' && e !== null && 'code' in e && codes.includes(String((e as { code: unknown }).code));
-}
-
-/** Encodes a key for a URL path, segment by segment. */
-export function encodeKeyPath(key: string): string {
-  return key.split('/').map(encodeURIComponent).join('/');
-}
-
-export function contentDisposition(name: string): string {
-  const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '_');
-  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name).replace(/['()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase())}`;
 }
 
 export class LocalObjectStore implements ObjectStore {
@@ -135,63 +100,15 @@ export class LocalObjectStore implements ObjectStore {
     this.base = url.replace(/\/+$/, '');
   }
 
-
   // ---------------------------------------------------------------- signing
 
-  private sign(method: string, key: string, query: URLSearchParams, headerLines: string[]): string {
-    const entries: Array<[string, string]> = [];
-    for (const [k, v] of query) if (k !== Q_SIGNATURE) entries.push([k, v]);
-    entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0));
-    const q = entries.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&');
-    const canonical = `${SIG_ALGO}\n${method}\n${key}\n${q}\n${headerLines.map((l) => l + '\n').join('')}`;
-    return createHmac('sha256', this.secret).update(canonical).digest('hex');
-  }
-
   private presign(method: 'PUT' | 'GET', key: string, expiresInS: number, headers: Record<string, string>, extra: Record<string, string>): PresignedRequest {
-    const expires = Math.floor(this.clock.now() / 1000) + expiresInS;
-    const names = Object.keys(headers).map((n) => n.toLowerCase()).sort();
-    const lower: Record<string, string> = {};
-    for (const [n, v] of Object.entries(headers)) lower[n.toLowerCase()] = v;
-    const query = new URLSearchParams();
-    for (const [k, v] of Object.entries(extra)) query.set(k, v);
-    query.set(Q_EXPIRES, String(expires));
-    query.set(Q_SIGNED_HEADERS, names.join(';'));
-    query.set(Q_SIGNATURE, this.sign(method, key, query, names.map((n) => `${n}:${(lower[n] ?? '').trim()}`)));
-    return { url: `${this.base}${LOCAL_STORAGE_PATH}${encodeKeyPath(key)}?${query.toString()}`, headers, expiresAt: expires * 1000 };
+    return presign({ secret: this.secret, base: this.base, nowMs: this.clock.now() }, method, key, expiresInS, headers, extra);
   }
 
-  /**
-   * Checks a request against its URL signature (used by local-http). HEAD is accepted on a GET
-   * URL. Throws AppError forbidden with code access_denied / signature_does_not_match.
-   */
+  /** Checks a request against its URL signature (used by local-http; verifySignature). */
   verifyRequest(method: string, key: string, query: URLSearchParams, headers: Record<string, string>): void {
-    const sig = query.get(Q_SIGNATURE);
-    const expiresRaw = query.get(Q_EXPIRES);
-    const signedRaw = query.get(Q_SIGNED_HEADERS);
-    if (sig === null || expiresRaw === null || signedRaw === null) {
-      throw s3err('forbidden', 'access_denied', `Query-string authentication requires the ${Q_SIGNATURE}, ${Q_EXPIRES} and ${Q_SIGNED_HEADERS} parameters`);
-    }
-    if (!/^\d{1,12}$/.test(expiresRaw)) throw s3err('forbidden', 'access_denied', `${Q_EXPIRES} is not a valid epoch time`);
-    if (this.clock.now() > Number(expiresRaw) * 1000) throw s3err('forbidden', 'access_denied', 'Request has expired');
-    const names = signedRaw === '' ? [] : signedRaw.split(';');
-    const lines: string[] = [];
-    for (const n of names) {
-      const v = headers[n];
-      if (v === undefined) {
-        throw s3err('forbidden', 'signature_does_not_match', `There were headers signed in the request which were not present: ${n}. Send every header of the presigned request verbatim.`);
-      }
-      lines.push(`${n}:${v.trim()}`);
-    }
-    const m = method === 'HEAD' ? 'GET' : method;
-    const want = Buffer.from(this.sign(m, key, query, lines), 'hex');
-    const got = /^[0-9a-f]{64}$/.test(sig) ? Buffer.from(sig, 'hex') : Buffer.alloc(0);
-    if (got.length !== want.length || !timingSafeEqual(got, want)) {
-      throw s3err(
-        'forbidden',
-        'signature_does_not_match',
-        `The request signature we calculated does not match the signature you provided. Check the method and that the signed headers (${names.join(';') || 'none'}) are sent with their presigned values.`,
-      );
-    }
+    verifySignature(this.secret, this.clock.now(), method, key, query, headers);
   }
 
   // ---------------------------------------------------------------- paths
@@ -231,56 +148,10 @@ export class LocalObjectStore implements ObjectStore {
 
   // ---------------------------------------------------------------- streaming write
 
-  /**
-   * Writes exactly `length` bytes from `body` to a fresh temp file, chunk by chunk (each write is
-   * awaited, so a fast producer is held back by the disk). Returns the temp path, md5 hex, size.
-   * On any failure (short body, long body, I/O) the temp file is removed.
-   */
+  /** A fresh temp file with exactly `length` bytes of `body` (writeExactly): its path and md5 hex. */
   private async writeTemp(body: AsyncIterable<Buffer | Uint8Array | string> | Buffer | null, length: number): Promise<{ tmp: string; md5: string }> {
     const tmp = await this.tmpFile();
-    const fh = await fsp.open(tmp, 'wx', 0o644);
-    const hash = createHash('md5');
-    let size = 0;
-    let ok = false;
-    try {
-      // small chunks (node:http gives 64 KiB) are gathered into ~1 MiB writev calls; at most
-      // WRITE_CHUNK bytes are held, and the producer waits for each write to finish.
-      let pending: Uint8Array[] = [];
-      let pendingBytes = 0;
-      const flush = async (): Promise<void> => {
-        if (pendingBytes === 0) return;
-        const bufs = pending;
-        const total = pendingBytes;
-        pending = [];
-        pendingBytes = 0;
-        let done = 0;
-        while (done < total) {
-          const { bytesWritten } = await fh.writev(done === 0 ? bufs : sliceAll(bufs, done));
-          done += bytesWritten;
-        }
-      };
-      const write = async (b: Buffer | Uint8Array): Promise<void> => {
-        if (size + b.length > length) {
-          throw s3err('bad_request', 'invalid_request', `The request body is longer than its Content-Length (${length} bytes).`);
-        }
-        hash.update(b);
-        size += b.length;
-        pending.push(b);
-        pendingBytes += b.length;
-        if (pendingBytes >= WRITE_CHUNK) await flush();
-      };
-      if (Buffer.isBuffer(body)) await write(body);
-      else if (body !== null) for await (const c of body) await write(typeof c === 'string' ? Buffer.from(c) : c);
-      await flush();
-      if (size !== length) {
-        throw s3err('bad_request', 'incomplete_body', `You did not provide the number of bytes specified by the Content-Length HTTP header (${size} of ${length}).`);
-      }
-      ok = true;
-    } finally {
-      await fh.close().catch(() => undefined);
-      if (!ok) await fsp.rm(tmp, { force: true }).catch(() => undefined);
-    }
-    return { tmp, md5: hash.digest('hex') };
+    return { tmp, md5: await writeExactly(tmp, body, length) };
   }
 
   /** Moves a finished temp file to the key; with ifNoneMatch the key must not exist (atomic via link()). */
@@ -359,7 +230,7 @@ export class LocalObjectStore implements ObjectStore {
     assertPartNumber(partNumber);
     assertLength(contentLength, MAX_PART_BYTES, 'Content-Length');
     const dir = this.uploadDir(uploadId);
-    await this.readUpload(dir, key);
+    await readUpload(dir, key);
     const { tmp, md5 } = await this.writeTemp(body, contentLength);
     try {
       await fsp.rename(tmp, join(dir, `${partNumber}.part`));
@@ -370,18 +241,6 @@ export class LocalObjectStore implements ObjectStore {
     }
     await this.writeJson(join(dir, `${partNumber}.json`), { size: contentLength, etag: md5 } satisfies PartMeta);
     return md5;
-  }
-
-  private async readUpload(dir: string, key: string): Promise<{ key: string; contentType?: string }> {
-    let u: { key: string; contentType?: string };
-    try {
-      u = JSON.parse(await fsp.readFile(join(dir, 'upload.json'), 'utf8')) as { key: string; contentType?: string };
-    } catch (e) {
-      if (isErrno(e, 'ENOENT')) throw noSuchUpload();
-      throw e;
-    }
-    if (u.key !== key) throw noSuchUpload();
-    return u;
   }
 
   // ---------------------------------------------------------------- reads
@@ -564,7 +423,7 @@ export class LocalObjectStore implements ObjectStore {
     assertKey(key);
     assertPartNumber(partNumber);
     assertExpiry(o.expiresInS);
-    await this.readUpload(this.uploadDir(uploadId), key);
+    await readUpload(this.uploadDir(uploadId), key);
     const headers: Record<string, string> = {};
     if (o.contentLength !== undefined) {
       assertLength(o.contentLength, MAX_PART_BYTES, 'contentLength');
@@ -576,41 +435,12 @@ export class LocalObjectStore implements ObjectStore {
   async completeMultipart(key: string, uploadId: string, parts: Array<{ partNumber: number; etag: string }>): Promise<ObjectInfo> {
     assertKey(key);
     const dir = this.uploadDir(uploadId);
-    const upload = await this.readUpload(dir, key);
+    const upload = await readUpload(dir, key);
     if (parts.length === 0) throw s3err('bad_request', 'malformed_xml', 'You must specify at least one part.');
-    const metas: PartMeta[] = [];
-    let prev = 0;
-    for (const p of parts) {
-      assertPartNumber(p.partNumber);
-      if (p.partNumber <= prev) throw s3err('bad_request', 'invalid_part_order', 'The list of parts was not in ascending order. The parts list must be specified in order by part number.');
-      prev = p.partNumber;
-      let m: PartMeta;
-      try {
-        m = JSON.parse(await fsp.readFile(join(dir, `${p.partNumber}.json`), 'utf8')) as PartMeta;
-      } catch (e) {
-        if (isErrno(e, 'ENOENT')) throw s3err('bad_request', 'invalid_part', `One or more of the specified parts could not be found (part ${p.partNumber}).`);
-        throw e;
-      }
-      if (stripQuotes(p.etag) !== m.etag) {
-        throw s3err('bad_request', 'invalid_part', `One or more of the specified parts could not be found or the specified entity tag might not have matched the part's entity tag (part ${p.partNumber}).`);
-      }
-      metas.push(m);
-    }
-    for (let i = 0; i < metas.length - 1; i++) {
-      if ((metas[i]?.size ?? 0) < MIN_PART_BYTES) {
-        throw s3err('bad_request', 'entity_too_small', `Your proposed upload is smaller than the minimum allowed object size: every part but the last must be at least ${MIN_PART_BYTES} bytes (part ${parts[i]?.partNumber}).`);
-      }
-    }
+    const metas = await readParts(dir, parts);
     const total = metas.reduce((a, m) => a + m.size, 0);
-    async function* concat(): AsyncGenerator<Buffer> {
-      for (const p of parts) {
-        for await (const c of createReadStream(join(dir, `${p.partNumber}.part`), { highWaterMark: WRITE_CHUNK })) yield c as Buffer;
-      }
-    }
-    const { tmp } = await this.writeTemp(concat(), total);
-    const md5s = createHash('md5');
-    for (const m of metas) md5s.update(Buffer.from(m.etag, 'hex'));
-    const etag = `${md5s.digest('hex')}-${metas.length}`;
+    const { tmp } = await this.writeTemp(concatParts(dir, parts), total);
+    const etag = multipartEtag(metas);
     const meta: MetaFile = { size: total, etag, ...(upload.contentType ? { contentType: upload.contentType } : {}) };
     await this.commit(tmp, key, meta, false);
     await fsp.rm(dir, { recursive: true, force: true });
@@ -621,7 +451,7 @@ export class LocalObjectStore implements ObjectStore {
   async abortMultipart(key: string, uploadId: string): Promise<void> {
     assertKey(key);
     const dir = this.uploadDir(uploadId);
-    await this.readUpload(dir, key);
+    await readUpload(dir, key);
     await fsp.rm(dir, { recursive: true, force: true });
   }
 
@@ -663,47 +493,4 @@ export class LocalObjectStore implements ObjectStore {
   async close(): Promise<void> {
     /* nothing to release */
   }
-}
-
-/** The buffers after skipping `skip` bytes (after a partial writev). */
-function sliceAll(bufs: Uint8Array[], skip: number): Uint8Array[] {
-  const out: Uint8Array[] = [];
-  for (const b of bufs) {
-    if (skip >= b.length) {
-      skip -= b.length;
-      continue;
-    }
-    out.push(skip > 0 ? b.subarray(skip) : b);
-    skip = 0;
-  }
-  return out;
-}
-
-async function exists(p: string): Promise<boolean> {
-  try {
-    await fsp.access(p);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** Parses a single `bytes=` range. null: ignore (serve all); 'unsatisfiable': 416. */
-export function parseRange(h: string, size: number): [number, number] | null | 'unsatisfiable' {
-  const m = /^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$/i.exec(h);
-  if (!m) return null; // malformed or multiple ranges
-  const a = m[1] ?? '';
-  const b = m[2] ?? '';
-  if (a === '' && b === '') return null;
-  if (a === '') {
-    const n = Number(b);
-    if (n === 0) return 'unsatisfiable';
-    if (size === 0) return 'unsatisfiable';
-    return [Math.max(0, size - n), size - 1];
-  }
-  const start = Number(a);
-  if (start >= size) return 'unsatisfiable';
-  const end = b === '' ? size - 1 : Math.min(Number(b), size - 1);
-  if (end < start) return null;
-  return [start, end];
 }

@@ -78,6 +78,102 @@ function isResponseDoc(v: unknown): v is ResponseDoc {
   return typeof v === 'object' && v !== null && !(v instanceof z.ZodType);
 }
 
+const uri = (id: string): string => `#/components/schemas/${id}`;
+
+/** The operation object of one documented route (its parameters, responses and request body). */
+function operation(def: RouteDef, doc: RouteDoc, path: string, schemaOf: (s: z.ZodType) => Json, inputOf: (s: z.ZodType) => Json): Json {
+  const parameters: Json[] = [];
+  for (const m of path.matchAll(/\{([^}]+)\}/g)) {
+    const name = m[1] as string;
+    const p: Json = { name, in: 'path', required: true, schema: { type: 'string' } };
+    if (name === 'proxyPath') p.description = 'the rest of the path, forwarded as is';
+    else if (/Id$/.test(name)) (p.schema as Json).format = 'uuid';
+    parameters.push(p);
+  }
+  if (doc.query) {
+    const q = inputOf(doc.query);
+    const req = new Set((q.required as string[] | undefined) ?? []);
+    for (const [name, s] of Object.entries((q.properties ?? {}) as Record<string, Json>)) {
+      const { description, ...schema } = s;
+      parameters.push({ name, in: 'query', required: req.has(name), schema, ...(typeof description === 'string' ? { description } : {}) });
+    }
+  }
+  if (doc.paged) {
+    parameters.push({ name: 'current_page', in: 'query', required: false, schema: { type: 'integer', minimum: 1, default: 1 } });
+    parameters.push({ name: 'per_page', in: 'query', required: false, schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 } });
+  }
+  for (const [name, description] of Object.entries(doc.headers ?? {})) parameters.push({ name, in: 'header', required: false, description, schema: { type: 'string' } });
+
+  const responses: Record<string, Json> = {};
+  for (const [status, r] of Object.entries(doc.responses)) {
+    if (!r) continue;
+    const rd: ResponseDoc = isResponseDoc(r) ? r : { schema: r };
+    const resp: Json = { description: rd.description ?? STATUS_TEXT[Number(status)] ?? 'Response' };
+    if (rd.sse) {
+      resp.content = {
+        'text/event-stream': {
+          schema: { type: 'string', description: 'Server-Sent Events: each message has id:, event: and data: (JSON) lines; `: keep-alive` comments every 15 s' },
+          'x-sse-events': Object.fromEntries(Object.entries(rd.sse).map(([ev, c]) => [ev, { $ref: uri(c) }])),
+        },
+      };
+    } else if (rd.schema) resp.content = { [rd.contentType ?? 'application/json']: { schema: schemaOf(rd.schema) } };
+    else if (rd.contentType) resp.content = { [rd.contentType]: { schema: { type: 'string' } } };
+    if (rd.headers) resp.headers = Object.fromEntries(Object.entries(rd.headers).map(([h, d]) => [h, { description: d, schema: { type: 'string' } }]));
+    responses[status] = resp;
+  }
+  const errs = new Set(doc.errors ?? []);
+  if (def.auth.kinds !== 'public') errs.add(401).add(403);
+  if (doc.body || doc.query || doc.paged || parameters.some((p) => p.in === 'path')) errs.add(400);
+  if (parameters.some((p) => p.in === 'path' && p.name !== 'proxyPath')) errs.add(404);
+  if (errs.size === 0) errs.add(400);
+  for (const e of [...errs].sort()) if (!responses[String(e)]) responses[String(e)] = { $ref: `#/components/responses/E${e}` };
+  responses.default = { $ref: '#/components/responses/Error' };
+
+  const op: Json = {
+    operationId: doc.operationId ?? operationId(def.method === 'ANY' ? 'any' : def.method, path),
+    summary: doc.summary,
+    tags: doc.tags,
+    security: security(def.auth),
+    responses,
+  };
+  if (doc.description) op.description = doc.description;
+  if (parameters.length) op.parameters = parameters;
+  if (doc.body) op.requestBody = { required: true, content: { 'application/json': { schema: inputOf(doc.body) } } };
+  else if (doc.rawBodyType) op.requestBody = { required: false, content: { [doc.rawBodyType]: { schema: { type: 'string', contentMediaType: doc.rawBodyType } } } };
+  return op;
+}
+
+/** The shared error responses the operations refer to (Error, and E<status> per status). */
+function errorResponses(): Record<string, Json> {
+  const responses: Record<string, Json> = { Error: { description: 'Error', content: { 'application/json': { schema: { $ref: uri('Error') } } } } };
+  for (const s of [400, 401, 403, 404, 405, 409, 410, 412, 413, 429, 500, 502, 503])
+    responses[`E${s}`] = {
+      description: STATUS_TEXT[s] as string,
+      content: { 'application/json': { schema: { $ref: uri('Error') } } },
+      ...(s === 429 || s === 503 ? { headers: { 'Retry-After': { description: 'seconds to wait', schema: { type: 'string' } } } } : {}),
+    };
+  return responses;
+}
+
+/** The webhooks entry of one event: the POST a subscriber receives. */
+const webhook = (event: string): Json => ({
+  post: {
+    operationId: `webhook${event === 'task.completed' ? 'TaskCompleted' : 'TaskFailed'}`,
+    summary: `${event} delivery`,
+    security: [],
+    description:
+      'An HTTP POST to the webhook_url of each active webhook subscribed to the event. The X-Webhook-Signature-256 header carries `sha256=` and the hex HMAC-SHA256 of the raw body keyed with the webhook\'s signing_secret; recompute and compare in constant time. A non-2xx answer or a timeout is a failure: retried up to 4 times (immediately, then after 5 s, 30 s, 2 min).',
+    parameters: [
+      { name: 'X-Webhook-Signature-256', in: 'header', required: true, description: 'sha256= and the hex HMAC-SHA256 of the raw body keyed with the signing_secret', schema: { type: 'string', pattern: '^sha256=[0-9a-f]{64}$' } },
+      { name: 'X-Webhook-Event', in: 'header', required: true, description: 'the event_type', schema: { type: 'string', enum: ['task.completed', 'task.failed'] } },
+      { name: 'X-Webhook-Delivery', in: 'header', required: true, description: 'the delivery id (the same on every attempt of one delivery)', schema: { type: 'string', format: 'uuid' } },
+      { name: 'X-Webhook-Attempt', in: 'header', required: true, description: '1 for the first attempt', schema: { type: 'string' } },
+    ],
+    requestBody: { required: true, content: { 'application/json': { schema: { $ref: uri('WebhookPayload') } } } },
+    responses: { '200': { description: 'Any 2xx acknowledges the delivery' } },
+  },
+});
+
 /** Builds the document from the routes the edge serves (full paths, as HttpEdge.routes() returns them). */
 export function buildOpenApi(routes: ReadonlyArray<RouteDef>, o: OpenApiOptions): Json {
   // one registry conversion for every response schema: named components become $refs, the routes'
@@ -134,7 +230,6 @@ export function buildOpenApi(routes: ReadonlyArray<RouteDef>, o: OpenApiOptions)
     if (def.doc.body) inId(def.doc.body);
     if (def.doc.query) inId(def.doc.query);
   }
-  const uri = (id: string): string => `#/components/schemas/${id}`;
   const outSchemas = (z.toJSONSchema(out, { target: 'draft-2020-12', io: 'output', unrepresentable: 'any', uri }) as { schemas: Record<string, Json> }).schemas;
   // inputs are inlined whole (named components are not in this registry): what a client sends
   const inSchemas = (z.toJSONSchema(inputs, { target: 'draft-2020-12', io: 'input', unrepresentable: 'any', uri }) as { schemas: Record<string, Json> }).schemas;
@@ -152,95 +247,13 @@ export function buildOpenApi(routes: ReadonlyArray<RouteDef>, o: OpenApiOptions)
   for (const { def, doc, path, relative } of ops) {
     const item = (paths[path] ??= {}) as Json;
     if (!relative) item.servers = [{ url: '/', description: 'outside the API base path' }];
-    const parameters: Json[] = [];
-    for (const m of path.matchAll(/\{([^}]+)\}/g)) {
-      const name = m[1] as string;
-      const p: Json = { name, in: 'path', required: true, schema: { type: 'string' } };
-      if (name === 'proxyPath') p.description = 'the rest of the path, forwarded as is';
-      else if (/Id$/.test(name)) (p.schema as Json).format = 'uuid';
-      parameters.push(p);
-    }
-    if (doc.query) {
-      const q = inputOf(doc.query);
-      const req = new Set((q.required as string[] | undefined) ?? []);
-      for (const [name, s] of Object.entries((q.properties ?? {}) as Record<string, Json>)) {
-        const { description, ...schema } = s;
-        parameters.push({ name, in: 'query', required: req.has(name), schema, ...(typeof description === 'string' ? { description } : {}) });
-      }
-    }
-    if (doc.paged) {
-      parameters.push({ name: 'current_page', in: 'query', required: false, schema: { type: 'integer', minimum: 1, default: 1 } });
-      parameters.push({ name: 'per_page', in: 'query', required: false, schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 } });
-    }
-    for (const [name, description] of Object.entries(doc.headers ?? {})) parameters.push({ name, in: 'header', required: false, description, schema: { type: 'string' } });
-
-    const responses: Record<string, Json> = {};
-    for (const [status, r] of Object.entries(doc.responses)) {
-      if (!r) continue;
-      const rd: ResponseDoc = isResponseDoc(r) ? r : { schema: r };
-      const resp: Json = { description: rd.description ?? STATUS_TEXT[Number(status)] ?? 'Response' };
-      if (rd.sse) {
-        resp.content = {
-          'text/event-stream': {
-            schema: { type: 'string', description: 'Server-Sent Events: each message has id:, event: and data: (JSON) lines; `: keep-alive` comments every 15 s' },
-            'x-sse-events': Object.fromEntries(Object.entries(rd.sse).map(([ev, c]) => [ev, { $ref: uri(c) }])),
-          },
-        };
-      } else if (rd.schema) resp.content = { [rd.contentType ?? 'application/json']: { schema: schemaOf(rd.schema) } };
-      else if (rd.contentType) resp.content = { [rd.contentType]: { schema: { type: 'string' } } };
-      if (rd.headers) resp.headers = Object.fromEntries(Object.entries(rd.headers).map(([h, d]) => [h, { description: d, schema: { type: 'string' } }]));
-      responses[status] = resp;
-    }
-    const errs = new Set(doc.errors ?? []);
-    if (def.auth.kinds !== 'public') errs.add(401).add(403);
-    if (doc.body || doc.query || doc.paged || parameters.some((p) => p.in === 'path')) errs.add(400);
-    if (parameters.some((p) => p.in === 'path' && p.name !== 'proxyPath')) errs.add(404);
-    if (errs.size === 0) errs.add(400);
-    for (const e of [...errs].sort()) if (!responses[String(e)]) responses[String(e)] = { $ref: `#/components/responses/E${e}` };
-    responses.default = { $ref: '#/components/responses/Error' };
-
-    const op: Json = {
-      operationId: doc.operationId ?? operationId(def.method === 'ANY' ? 'any' : def.method, path),
-      summary: doc.summary,
-      tags: doc.tags,
-      security: security(def.auth),
-      responses,
-    };
+    const op = operation(def, doc, path, schemaOf, inputOf);
     for (const t of doc.tags) tags.add(t);
-    if (doc.description) op.description = doc.description;
-    if (parameters.length) op.parameters = parameters;
-    if (doc.body) op.requestBody = { required: true, content: { 'application/json': { schema: inputOf(doc.body) } } };
-    else if (doc.rawBodyType) op.requestBody = { required: false, content: { [doc.rawBodyType]: { schema: { type: 'string', contentMediaType: doc.rawBodyType } } } };
     if (def.method === 'ANY') {
       for (const m of METHODS_OF_ANY) item[m] = { ...op, operationId: `${op.operationId as string}${m[0]!.toUpperCase()}${m.slice(1)}`, 'x-any-method': true };
     } else item[def.method.toLowerCase()] = op;
   }
 
-  const errorResponses: Record<string, Json> = { Error: { description: 'Error', content: { 'application/json': { schema: { $ref: uri('Error') } } } } };
-  for (const s of [400, 401, 403, 404, 405, 409, 410, 412, 413, 429, 500, 502, 503])
-    errorResponses[`E${s}`] = {
-      description: STATUS_TEXT[s] as string,
-      content: { 'application/json': { schema: { $ref: uri('Error') } } },
-      ...(s === 429 || s === 503 ? { headers: { 'Retry-After': { description: 'seconds to wait', schema: { type: 'string' } } } } : {}),
-    };
-
-  const webhook = (event: string): Json => ({
-    post: {
-      operationId: `webhook${event === 'task.completed' ? 'TaskCompleted' : 'TaskFailed'}`,
-      summary: `${event} delivery`,
-      security: [],
-      description:
-        'An HTTP POST to the webhook_url of each active webhook subscribed to the event. The X-Webhook-Signature-256 header carries `sha256=` and the hex HMAC-SHA256 of the raw body keyed with the webhook\'s signing_secret; recompute and compare in constant time. A non-2xx answer or a timeout is a failure: retried up to 4 times (immediately, then after 5 s, 30 s, 2 min).',
-      parameters: [
-        { name: 'X-Webhook-Signature-256', in: 'header', required: true, description: 'sha256= and the hex HMAC-SHA256 of the raw body keyed with the signing_secret', schema: { type: 'string', pattern: '^sha256=[0-9a-f]{64}$' } },
-        { name: 'X-Webhook-Event', in: 'header', required: true, description: 'the event_type', schema: { type: 'string', enum: ['task.completed', 'task.failed'] } },
-        { name: 'X-Webhook-Delivery', in: 'header', required: true, description: 'the delivery id (the same on every attempt of one delivery)', schema: { type: 'string', format: 'uuid' } },
-        { name: 'X-Webhook-Attempt', in: 'header', required: true, description: '1 for the first attempt', schema: { type: 'string' } },
-      ],
-      requestBody: { required: true, content: { 'application/json': { schema: { $ref: uri('WebhookPayload') } } } },
-      responses: { '200': { description: 'Any 2xx acknowledges the delivery' } },
-    },
-  });
   void WebhookPayload;
 
   return {
@@ -259,7 +272,7 @@ export function buildOpenApi(routes: ReadonlyArray<RouteDef>, o: OpenApiOptions)
     webhooks: { 'task.completed': webhook('task.completed'), 'task.failed': webhook('task.failed') },
     components: {
       schemas: components,
-      responses: errorResponses,
+      responses: errorResponses(),
       securitySchemes: {
         bearerJwt: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'User session JWT from POST /auth/login; team-scoped endpoints also need X-Team-ID' },
         teamId: { type: 'apiKey', in: 'header', name: 'X-Team-ID', description: 'The team a JWT caller acts in (ignored for sk- and dk-)' },
