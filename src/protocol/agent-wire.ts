@@ -284,6 +284,9 @@ export type ServerMsg =
   /** No member we know is set (a newer server's message). */
   | { msg: 'unknown' };
 
+/** What the agent program handles (the stream client keeps welcome, credit, error and tunnel frames): each is credited once processed. */
+export type ServerCommandMsg = Exclude<ServerMsg, { msg: 'welcome' | 'credit' | 'error' | 'tunnels' }>;
+
 const isJsonObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Parses an Assign's workflow_json and parameters_json: both must be JSON objects. */
