@@ -9,7 +9,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../shared/logger.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, TunnelBatcher, clampWindow, decodeServerMessage, type AgentMessage, type ServerCommandMsg, type ServerMessage__Output } from '../protocol/agent-wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, TunnelBatcher, clampWindow, decodeServerMessage, tunnelMessage, type AgentMessage, type ServerCommandMsg, type ServerMessage__Output } from '../protocol/agent-wire.js';
 import { transportFor, type AgentStream, type AgentTransport, type CallError, type StreamStatus } from './transport.js';
 import type { Hello } from '../gen/gantry/agent/v1/Hello.js';
 import type { Welcome__Output } from '../gen/gantry/agent/v1/Welcome.js';
@@ -175,7 +175,7 @@ export class AgentClient {
   private readonly tunnelBatch = new TunnelBatcher<TunnelFrame>((frames) => {
     const call = this.call;
     if (!call || !this.sessionId) return;
-    call.write(frames.length === 1 ? { tunnel: frames[0] as TunnelFrame } : { tunnels: { frames } });
+    call.write(tunnelMessage(frames));
   });
 
   /** Queues a message (see the class comment for what is coalesced). */

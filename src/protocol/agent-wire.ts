@@ -155,6 +155,13 @@ export const clampWindow = (w: number | undefined, def = DEFAULT_WINDOW): number
  * it holds BATCH_MAX_BYTES of payload (messages stay well under the 4 MiB receive default).
  */
 type Sized = { length: number } | null | undefined;
+
+/** The stream message carrying a batch: a lone frame as `tunnel`, several as `tunnels`. */
+export function tunnelMessage<F>(frames: F[]): { tunnel: F } | { tunnels: { frames: F[] } } {
+  const [first, ...rest] = frames;
+  return first !== undefined && rest.length === 0 ? { tunnel: first } : { tunnels: { frames } };
+}
+
 export class TunnelBatcher<F extends { data?: { data?: Sized } | null; open?: { body?: Sized } | null; head?: { body?: Sized } | null; ws?: { data?: Sized } | null }> {
   static readonly BATCH_MAX_BYTES = 1024 * 1024;
   private pending: F[] = [];

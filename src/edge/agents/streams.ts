@@ -11,7 +11,7 @@ import { AppError, conflict, deadlineExceeded, forbidden, invalidParameter, isAp
 import type { Logger } from '../../shared/logger.js';
 import { toGrpcError } from '../error-map.js';
 import { outputPrefix } from '../../files/keys.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, TunnelBatcher, clampWindow, encodeServerCommand, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, TunnelBatcher, clampWindow, encodeServerCommand, tunnelMessage, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
 import type { TunnelFrame } from '../../gen/gantry/agent/v1/TunnelFrame.js';
 import { decodeAgentMessage, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
 import { TunnelMux, type TunnelChannel, type TunnelHandlers, type TunnelOpenInfo } from '../../gateway/tunnel.js';
@@ -285,7 +285,7 @@ export class AgentStreams {
     );
     c.sessionId = sessionId;
     this.bySession.set(sessionId, c);
-    const batch = new TunnelBatcher<TunnelFrame>((frames) => this.write(c, frames.length === 1 ? { tunnel: frames[0] as TunnelFrame } : { tunnels: { frames } }));
+    const batch = new TunnelBatcher<TunnelFrame>((frames) => this.write(c, tunnelMessage(frames)));
     c.tunnels = new TunnelMux((f) => {
       if (c.closed) return false;
       batch.push(f);
