@@ -1,15 +1,15 @@
 import type { LocalActorSystem } from './runtime/system.js';
 import type { AgentStorePort, AgentTransportPort, CloudJobsPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from './ports.js';
-import { AgentMsg } from './agent/protocol.js';
-import { SchedulerMsg } from './scheduler/protocol.js';
-import { TaskMsg } from './task/protocol.js';
-import { envelopeCodec, type MessageSchemas } from './runtime/envelope.js';
+import { AgentMsg, AgentReplySchemas } from './agent/protocol.js';
+import { SchedulerMsg, SchedulerReplySchemas } from './scheduler/protocol.js';
+import { TaskMsg, TaskReplySchemas } from './task/protocol.js';
+import { envelopeCodec, type MessageSchemas, type ReplySchemas } from './runtime/envelope.js';
 import { TaskActor, TASK, parseTaskMsg } from './task/task.actor.js';
 import { TeamSchedulerActor, SCHEDULER, parseSchedulerMsg } from './scheduler/scheduler.actor.js';
 import { AgentActor, AGENT, parseAgentMsg } from './agent/agent.actor.js';
-import { ContainerServiceMsg } from './container/protocol.js';
+import { ContainerServiceMsg, ContainerServiceReplySchemas } from './container/protocol.js';
 import { ContainerServiceActor, CONTAINER_SERVICE, parseContainerServiceMsg } from './container/container.actor.js';
-import { CloudDispatcherMsg } from './cloud/protocol.js';
+import { CloudDispatcherMsg, CloudDispatcherReplySchemas } from './cloud/protocol.js';
 import { CloudDispatcherActor, CLOUD_DISPATCHER, parseCloudDispatcherMsg } from './cloud/cloud.actor.js';
 import { cloudDispatcherId } from '../domain/tasks/record.js';
 
@@ -44,8 +44,17 @@ export interface ActorDeps {
 /** Each kind's zod message union: what the envelope codec (remoting) and wire decoders validate with. */
 export const messageSchemas: MessageSchemas<Protocols> = { task: TaskMsg, 'team-scheduler': SchedulerMsg, agent: AgentMsg, 'container-service': ContainerServiceMsg, 'cloud-dispatcher': CloudDispatcherMsg };
 
-/** The one JSON codec for envelopes of this service's actors. */
-export const envelopes = envelopeCodec<Protocols>(messageSchemas);
+/** Each kind's reply schemas: what remoting validates a remote node's answer with. */
+export const replySchemas: ReplySchemas<Protocols> = {
+  task: TaskReplySchemas,
+  'team-scheduler': SchedulerReplySchemas,
+  agent: AgentReplySchemas,
+  'container-service': ContainerServiceReplySchemas,
+  'cloud-dispatcher': CloudDispatcherReplySchemas,
+};
+
+/** The one JSON codec for envelopes of this service's actors (and the replies to their asks). */
+export const envelopes = envelopeCodec<Protocols>(messageSchemas, replySchemas);
 
 /** Registers every actor kind with its protocol parser. */
 export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): void {

@@ -7,26 +7,13 @@
  */
 import { z } from 'zod';
 import { TaskRecordSchema } from '../domain/tasks/record.js';
+import type { TaskAssignment } from '../protocol/agent-wire.js';
+
+/** What an agent needs to run a task: the agent wire's assignment (src/protocol/agent-wire.ts). */
+export type { TaskAssignment };
 
 /** A task record as it travels in messages (see TaskRecordSchema). */
 export const TaskRecordMsg = TaskRecordSchema;
-
-/** What an agent needs to run a task. */
-export interface TaskAssignment {
-  taskId: string;
-  attempt: number;
-  toolType: 'comfyui' | 'nerfstudio';
-  workflow: unknown;
-  parameters: Record<string, unknown>;
-  inputFiles: Array<{ key: string; fileKey: string; fileName: string; nodeId?: string; field?: string; targetPath?: string }>;
-  timeoutS: number;
-  /** The workflow's required_models: provisioning fails only when one of these cannot be synced. */
-  requiredModels?: string[];
-  /** W3C traceparent the agent's span of the run is parented on (tracing on; absent or null otherwise). */
-  traceParent?: string | null;
-  /** The latest checkpoint an earlier attempt uploaded (nerfstudio resume); absent or null: none. */
-  checkpoint?: { key: string; step: number } | null;
-}
 
 /**
  * The assignment as carried by the dispatch message. It comes from our own statement's RETURNING,

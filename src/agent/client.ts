@@ -9,7 +9,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../shared/logger.js';
-import { CreditGate, CreditReturner, DEFAULT_WINDOW, TunnelBatcher, clampWindow, type AgentMessage, type ServerMessage__Output } from '../protocol/agent-wire.js';
+import { CreditGate, CreditReturner, DEFAULT_WINDOW, TunnelBatcher, clampWindow, decodeServerMessage, tunnelMessage, type AgentMessage, type ServerCommandMsg, type ServerMessage__Output } from '../protocol/agent-wire.js';
 import { transportFor, type AgentStream, type AgentTransport, type CallError, type StreamStatus } from './transport.js';
 import type { Hello } from '../gen/gantry/agent/v1/Hello.js';
 import type { Welcome__Output } from '../gen/gantry/agent/v1/Welcome.js';
@@ -54,8 +54,8 @@ export interface AgentClientOptions {
   window?: number;
   /** Built on every (re)connect: current inventory and the tasks still held. */
   hello(): Hello;
-  /** assign, cancel, drain (after welcome). */
-  onMessage(m: ServerMessage__Output): void;
+  /** assign, cancel, drain, sync, container (after welcome), decoded by the agent-wire codec. */
+  onMessage(m: ServerCommandMsg): void;
   onWelcome?(w: Welcome__Output): void;
   /** A gateway tunnel frame (outside the message window). */
   onTunnel?(f: TunnelFrame__Output): void;
@@ -175,7 +175,7 @@ export class AgentClient {
   private readonly tunnelBatch = new TunnelBatcher<TunnelFrame>((frames) => {
     const call = this.call;
     if (!call || !this.sessionId) return;
-    call.write(frames.length === 1 ? { tunnel: frames[0] as TunnelFrame } : { tunnels: { frames } });
+    call.write(tunnelMessage(frames));
   });
 
   /** Queues a message (see the class comment for what is coalesced). */
@@ -305,26 +305,25 @@ export class AgentClient {
   private connect(): void {
     if (this.closing || this.fatal) return;
     let serverError: { code: string; message: string; fatal: boolean } | null = null;
-    const onData = (m: ServerMessage__Output): void => {
+    const onData = (raw: ServerMessage__Output): void => {
       if (this.call !== call) return; // an abandoned stream
+      // every message is decoded once, by the agent-wire codec, before anything looks at it
+      const m = decodeServerMessage(raw);
       switch (m.msg) {
         case 'welcome':
-          this.onWelcome(m.welcome as Welcome__Output);
+          this.onWelcome(m.welcome);
           return;
         case 'credit':
-          this.gate?.grant(m.credit?.grant ?? 0);
+          this.gate?.grant(m.grant);
           this.confirm();
           this.pump();
           return;
         case 'error':
-          serverError = { code: m.error?.code ?? '', message: m.error?.message ?? '', fatal: Boolean(m.error?.fatal) };
-          return;
-        case 'tunnel':
-          // outside the window: no credit for it
-          if (m.tunnel) this.o.onTunnel?.(m.tunnel);
+          serverError = { code: m.error.code, message: m.error.message, fatal: m.error.fatal };
           return;
         case 'tunnels':
-          for (const f of m.tunnels?.frames ?? []) this.o.onTunnel?.(f);
+          // outside the window: no credit for it
+          for (const f of m.frames) this.o.onTunnel?.(f);
           return;
         default:
           try {

@@ -11,8 +11,7 @@ import { endSpan, inSpan, markSpanError, SpanKind, startSpan, traceparentOfSpan,
 import type { AgentClient, TaskRef } from './client.js';
 import { ExecutorError, isExecutorError, type CheckpointStore, type ExecOutput, type Executor, type InputFile, type ProgressTick } from './executors/index.js';
 import { downloadTo, uploadFile } from './transfer.js';
-import type { ServerMessage__Output } from '../protocol/agent-wire.js';
-import type { Assign__Output } from '../gen/gantry/agent/v1/Assign.js';
+import type { AssignMessage, ServerCommandMsg } from '../protocol/agent-wire.js';
 import type { OutputFile } from '../gen/gantry/agent/v1/OutputFile.js';
 
 export interface RunnerOptions {
@@ -46,14 +45,14 @@ interface Running {
 
 /** The server's default task timeout when the assignment says 0 (GANTRY_TASK_TIMEOUT_MAX_S's default). */
 const DEFAULT_TASK_TIMEOUT_S = 86_400;
-const assignedAt = new WeakMap<Assign__Output, number>();
+const assignedAt = new WeakMap<AssignMessage, number>();
 
 /**
  * When the task's time is up (its assignment's timeout_s, counted from when this agent got it): the
  * calls a task makes to the server retry UNAVAILABLE until then (the server cancels it at its own
  * deadline, which aborts them sooner).
  */
-function taskDeadline(a: Assign__Output): number {
+function taskDeadline(a: AssignMessage): number {
   let at = assignedAt.get(a);
   if (at === undefined) assignedAt.set(a, (at = Date.now()));
   return at + (a.timeout_s > 0 ? a.timeout_s : DEFAULT_TASK_TIMEOUT_S) * 1000;
@@ -89,7 +88,7 @@ export class AgentRunner {
    * task, a moment before this agent's executor has wound the cancelled run down): started in order
    * as slots free up. The server's ACK deadline bounds how long one may wait here.
    */
-  private waitingForSlot: Assign__Output[] = [];
+  private waitingForSlot: AssignMessage[] = [];
   private client: AgentClient | null = null;
   private idleWaiters: Array<() => void> = [];
   draining = false;
@@ -118,10 +117,10 @@ export class AgentRunner {
     return [...out.values()];
   }
 
-  onMessage(m: ServerMessage__Output): void {
+  onMessage(m: ServerCommandMsg): void {
     switch (m.msg) {
       case 'assign':
-        this.onAssign(m.assign as Assign__Output);
+        this.onAssign(m.assign);
         return;
       case 'cancel': {
         const c = m.cancel;
@@ -176,7 +175,7 @@ export class AgentRunner {
     await this.idle(30_000);
   }
 
-  private onAssign(a: Assign__Output): void {
+  private onAssign(a: AssignMessage): void {
     const ref: TaskRef = { task_id: a.task_id, attempt: a.attempt, epoch: a.epoch };
     const have = this.tasks.get(a.task_id);
     if (have) {
@@ -243,7 +242,7 @@ export class AgentRunner {
    * node's assigning transition), with child spans for provisioning, inputs, the executor and the
    * upload; the result or failure carries this span's traceparent back to the node.
    */
-  private run(a: Assign__Output, t: Running): Promise<void> {
+  private run(a: AssignMessage, t: Running): Promise<void> {
     if (!tracingEnabled()) return this.runTask(a, t, null);
     const span = startSpan('agent run task', {
       kind: SpanKind.CONSUMER,
@@ -253,7 +252,7 @@ export class AgentRunner {
     return withActive(span, () => this.runTask(a, t, span)).finally(() => endSpan(span));
   }
 
-  private async runTask(a: Assign__Output, t: Running, span: Span | null): Promise<void> {
+  private async runTask(a: AssignMessage, t: Running, span: Span | null): Promise<void> {
     const traceparent = span ? (traceparentOfSpan(span) ?? '') : '';
     const c = this.client as AgentClient;
     const ref = t.ref;
@@ -275,14 +274,9 @@ export class AgentRunner {
       dir = await mkdtemp(path.join(this.o.workDir, `${safeName(ref.task_id, 'task')}-`));
       const workDir = path.join(dir, 'work');
       await mkdir(workDir);
-      let workflow: unknown;
-      let parameters: Record<string, unknown>;
-      try {
-        workflow = JSON.parse(a.workflow_json || 'null');
-        parameters = JSON.parse(a.parameters_json || '{}') as Record<string, unknown>;
-      } catch {
-        throw new ExecutorError('bad_input', 'the assignment carried invalid JSON');
-      }
+      // parsed where the assignment arrived (the agent-wire codec); a bad payload fails the task here
+      if (!a.payload.ok) throw new ExecutorError('bad_input', a.payload.error);
+      const { workflow, parameters } = a.payload;
       const isNerf = a.tool_type === 'nerfstudio';
       const taskDir = dir;
       const inputFiles = await inSpan('agent fetch inputs', { attributes: { 'gantry.input_files': a.input_files.length } }, () => this.fetchInputs(a, taskDir, t.abort.signal, (p) => isNerf && this.progress(ref, p)));
@@ -337,7 +331,7 @@ export class AgentRunner {
   }
 
   /** Checkpoints kept by the node across attempts (PresignCheckpoint / CommitCheckpoint). */
-  private checkpointStore(a: Assign__Output, ref: TaskRef): CheckpointStore {
+  private checkpointStore(a: AssignMessage, ref: TaskRef): CheckpointStore {
     const c = this.client as AgentClient;
     return {
       resumeStep: a.checkpoint_key ? a.checkpoint_step : null,
@@ -373,7 +367,7 @@ export class AgentRunner {
     });
   }
 
-  private async fetchInputs(a: Assign__Output, dir: string, signal: AbortSignal, onProgress: (p: ProgressTick) => void): Promise<InputFile[]> {
+  private async fetchInputs(a: AssignMessage, dir: string, signal: AbortSignal, onProgress: (p: ProgressTick) => void): Promise<InputFile[]> {
     const wanted = a.input_files ?? [];
     if (wanted.length === 0) return [];
     const c = this.client as AgentClient;

@@ -57,7 +57,8 @@ export class ClusterRouter<P extends ProtocolMap<P>> {
         stats.sent++;
         const reply = newReplyId();
         const deadline = opts.deadlineMs ?? now() + 30_000;
-        return peer.ask(codec.encode({ target: ref, msg, deadline_ms: deadline, reply }), reply, 0, deadline, `${ref.kind}/${ref.id}`) as Promise<ReplyOf<P, K, M['type']>>;
+        // the remote answer is validated at this boundary, with the kind's reply schema for this message type
+        return peer.ask(codec.encode({ target: ref, msg, deadline_ms: deadline, reply }), reply, 0, deadline, `${ref.kind}/${ref.id}`).then((v) => codec.decodeReply(ref.kind, msg.type, v));
       },
     };
   }

@@ -6,6 +6,7 @@
  *   teams/<team>/models/<uuid>/<file_name>        model files (POST /models/presign)
  *   teams/<team>/nodes/<uuid>/<file_name>         custom node packages (POST /nodes/presign)
  *   teams/<team>/outputs/<task>/<attempt>/<name>  task outputs (the agent stream presigns them)
+ *   teams/<team>/outputs/<task>/checkpoints/<attempt>/step-<step>.tar  training checkpoints (kept across attempts)
  *
  * The <uuid> is a fresh random v7 UUID per presign (74 random bits), so a key is never guessable,
  * and it keeps two uploads of the same file name apart.
@@ -48,6 +49,12 @@ export function stagedKey(teamId: string, purpose: StagePurpose, fileName: strin
 
 export const teamPrefix = (teamId: string): string => `teams/${teamId}/`;
 export const outputPrefix = (teamId: string, taskId: string): string => `teams/${teamId}/outputs/${taskId}/`;
+/** Every task output of a team (checkpoints included) lies under this prefix. */
+export const teamOutputsPrefix = (teamId: string): string => `teams/${teamId}/outputs/`;
+/** One output file of a task's attempt (the name is checked by the caller: a plain file name). */
+export const outputKey = (teamId: string, taskId: string, attempt: number, name: string): string => `${outputPrefix(teamId, taskId)}${attempt}/${name}`;
+/** One checkpoint per attempt and step (objects are write-once), under the task's output prefix (swept with its outputs). */
+export const checkpointKey = (teamId: string, taskId: string, attempt: number, step: number): string => `${outputPrefix(teamId, taskId)}checkpoints/${attempt}/step-${step}.tar`;
 
 /** True when the key is well-formed and lies under the team's prefix. */
 export function isTeamKey(teamId: string, key: unknown): key is string {

@@ -53,3 +53,24 @@ export interface AgentView {
 
 export type AgentReplies = { [T in AgentMsgType]: T extends 'get' ? AgentView : { ok: boolean } };
 export type AgentReply = AgentReplies[AgentMsgType];
+
+const Ok = z.object({ ok: z.boolean() });
+
+/** Each message type's reply as a schema: a reply from another cluster node is validated with it. */
+export const AgentReplySchemas: { [T in AgentMsgType]: z.ZodType<AgentReplies[T]> } = {
+  get: z.object({ agentId: z.string(), connected: z.boolean(), info: AgentInfoMsg.nullable(), tasks: z.array(z.string()) }),
+  connected: Ok,
+  disconnected: Ok,
+  update: Ok,
+  ack: Ok,
+  provisioned: Ok,
+  progress: Ok,
+  finished: Ok,
+  failed: Ok,
+  dispatch: Ok,
+  server_msg: Ok,
+  revoke: Ok,
+  kick: Ok,
+  lost: Ok,
+  holds: Ok,
+};

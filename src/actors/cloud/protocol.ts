@@ -24,3 +24,14 @@ export interface CloudDispatcherStats {
 
 export type CloudDispatcherReplies = { [T in CloudDispatcherMsgType]: T extends 'stats' ? CloudDispatcherStats : { ok: true } };
 export type CloudDispatcherReply = CloudDispatcherReplies[CloudDispatcherMsgType];
+
+const Ok = z.object({ ok: z.literal(true) });
+
+/** Each message type's reply as a schema: a reply from another cluster node is validated with it. */
+export const CloudDispatcherReplySchemas: { [T in CloudDispatcherMsgType]: z.ZodType<CloudDispatcherReplies[T]> } = {
+  stats: z.object({ queued: z.number(), running: z.number(), capacity: z.number() }),
+  enqueue: Ok,
+  resume: Ok,
+  cancel: Ok,
+  kick: Ok,
+};

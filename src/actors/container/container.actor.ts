@@ -6,6 +6,7 @@ import { OPERATION_FROM, type InstanceState, type ServiceInstance, type ServiceR
 import { conflict, notFound } from '../../shared/errors.js';
 import { uuidv7 } from '../../shared/ids.js';
 import type { AuditNote } from '../../shared/audit.js';
+import { containerStartOf } from '../../protocol/container-start.js';
 import { detailOf, isLive, place, runningStatus } from './decide.js';
 
 export const CONTAINER_SERVICE = CONTAINER_SERVICE_KIND;
@@ -287,27 +288,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
 
   private startInstance(i: ServiceInstance): void {
     const svc = this.svc as ServiceRecord;
-    this.ctx.system.tell(
-      { kind: AGENT_KIND, id: i.agentId },
-      {
-        type: 'server_msg',
-        msg: {
-          type: 'container',
-          cmd: {
-            op: 'start',
-            instanceId: i.id,
-            serviceId: svc.id,
-            serviceSlug: svc.slug,
-            image: svc.image,
-            exposedPort: svc.exposedPort,
-            env: svc.env.map((e) => ({ name: e.env_name, value: e.env_value })),
-            volumes: svc.volumes.map((v) => ({ hostPath: v.host_path, containerPath: v.container_path })),
-            gpuCount: svc.gpuCount,
-            healthPath: svc.healthPath,
-          },
-        },
-      },
-    );
+    this.ctx.system.tell({ kind: AGENT_KIND, id: i.agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op: 'start', ...containerStartOf(svc, i.id) } } });
   }
 
   private command(i: ServiceInstance, op: 'stop' | 'remove'): void {

@@ -33,3 +33,20 @@ export interface ContainerServiceView {
 }
 
 export type ContainerServiceReplies = { [T in ContainerServiceMsgType]: T extends 'get' ? ContainerServiceView : T extends 'op' ? { status: string } : { ok: boolean } };
+
+const Ok = z.object({ ok: z.boolean() });
+
+/** Each message type's reply as a schema: a reply from another cluster node is validated with it. */
+export const ContainerServiceReplySchemas: { [T in ContainerServiceMsgType]: z.ZodType<ContainerServiceReplies[T]> } = {
+  get: z.object({
+    serviceId: z.string(),
+    status: z.string().nullable(),
+    instances: z.array(z.object({ id: z.string(), agentId: z.string(), status: z.string(), healthy: z.boolean() })),
+  }),
+  op: z.object({ status: z.string() }),
+  changed: Ok,
+  report: Ok,
+  agent_down: Ok,
+  agent_up: Ok,
+  tick: Ok,
+};

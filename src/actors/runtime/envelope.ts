@@ -6,7 +6,7 @@
  * a message of another kind is rejected at the door.
  */
 import { AppError, ERROR_KINDS, type ErrorKind } from '../../shared/errors.js';
-import type { ActorRef, KindOf, MsgOf, ProtocolMap } from '../ports.js';
+import type { ActorRef, KindOf, MsgOf, ProtocolMap, ReplyOf } from '../ports.js';
 
 /** What the codec needs of a message schema (a zod schema has it). */
 export interface MessageSchema<M> {
@@ -14,6 +14,9 @@ export interface MessageSchema<M> {
 }
 
 export type MessageSchemas<P extends ProtocolMap<P>> = { [K in KindOf<P>]: MessageSchema<MsgOf<P, K>> };
+
+/** Each kind's reply schema per message type (what an ask of that type is answered with). */
+export type ReplySchemas<P extends ProtocolMap<P>> = { [K in KindOf<P>]: { [T in MsgOf<P, K>['type']]: MessageSchema<ReplyOf<P, K, T>> } };
 
 /** A message addressed to one actor, as it travels between nodes. */
 export interface Envelope<P extends ProtocolMap<P>, K extends KindOf<P> = KindOf<P>> {
@@ -49,18 +52,30 @@ export interface EnvelopeCodec<P extends ProtocolMap<P>> {
   decode(text: string): AnyEnvelope<P>;
   /** Validates a message for a kind (the wire side of tell/ask, e.g. an agent's stream). */
   decodeMsg<K extends KindOf<P>>(kind: K, raw: unknown): MsgOf<P, K>;
+  /** Validates the reply to an ask of this type that another node answered (an invalid one is an internal error). */
+  decodeReply<K extends KindOf<P>, T extends MsgOf<P, K>['type']>(kind: K, type: T, raw: unknown): ReplyOf<P, K, T>;
 }
 
-export function envelopeCodec<P extends ProtocolMap<P>>(schemas: MessageSchemas<P>): EnvelopeCodec<P> {
+/**
+ * replies: the kinds' reply schemas (this service's codec always has them); a codec built without
+ * them (a test protocol) passes remote replies through as they came.
+ */
+export function envelopeCodec<P extends ProtocolMap<P>>(schemas: MessageSchemas<P>, replies?: ReplySchemas<P>): EnvelopeCodec<P> {
   const isKind = (k: unknown): k is KindOf<P> => typeof k === 'string' && Object.prototype.hasOwnProperty.call(schemas, k);
   const decodeMsg = <K extends KindOf<P>>(kind: K, raw: unknown): MsgOf<P, K> => {
     try {
       return schemas[kind].parse(raw);
     } catch (e) {
-      const issues = (e as { issues?: Array<{ path: PropertyKey[]; message: string }> }).issues;
-      const first = issues?.[0];
-      const where = first && first.path.length > 0 ? `${first.path.map(String).join('.')}: ` : '';
-      throw bad('invalid_message', `not a ${kind} message: ${where}${first?.message ?? 'invalid'}`);
+      throw bad('invalid_message', `not a ${kind} message: ${firstIssue(e)}`);
+    }
+  };
+  const decodeReply = <K extends KindOf<P>, T extends MsgOf<P, K>['type']>(kind: K, type: T, raw: unknown): ReplyOf<P, K, T> => {
+    if (!replies) return raw as ReplyOf<P, K, T>;
+    const schema: MessageSchema<ReplyOf<P, K, T>> = replies[kind][type];
+    try {
+      return schema.parse(raw);
+    } catch (e) {
+      throw new AppError('internal', 'invalid_reply', `a cluster node answered ${kind} ${type} with an invalid reply: ${firstIssue(e)}`);
     }
   };
   return {
@@ -88,7 +103,16 @@ export function envelopeCodec<P extends ProtocolMap<P>>(schemas: MessageSchemas<
       return env as AnyEnvelope<P>;
     },
     decodeMsg,
+    decodeReply,
   };
+}
+
+/** The first issue of a zod error, as `path: message`. */
+function firstIssue(e: unknown): string {
+  const issues = (e as { issues?: Array<{ path: PropertyKey[]; message: string }> }).issues;
+  const first = issues?.[0];
+  const where = first && first.path.length > 0 ? `${first.path.map(String).join('.')}: ` : '';
+  return `${where}${first?.message ?? 'invalid'}`;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,77 +2,9 @@ import type { Clock, TimerHandle } from '../../shared/clock.js';
 import { AppError } from '../../shared/errors.js';
 import type { ActorRef, ActorSystemPort, AnyReplyOf, AskOptions, KindOf, MsgOf, ProtocolMap, ReplyOf } from '../ports.js';
 import { withoutSpan } from '../../shared/tracing.js';
+import type { ActorContext, ActorFactory, KindOptions, ReplyHandle, RuntimeLogger, RuntimeMetrics, Settled } from './actor.js';
 
-/** The outcome of I/O started by a turn, handed to its continuation. */
-export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
-
-/** The reply of an ask answered after its turn (see ActorContext.deferReply). */
-export interface ReplyHandle<R> {
-  resolve(v: R): void;
-  reject(e: unknown): void;
-}
-
-/** What an actor of kind K sees of the runtime. */
-export interface ActorContext<P extends ProtocolMap<P>, K extends KindOf<P>> {
-  readonly self: ActorRef<K>;
-  readonly system: ActorSystemPort<P>;
-  readonly clock: Clock;
-  readonly log: RuntimeLogger;
-  /** (Re)arms a named timer that delivers msg to self; timers keep the actor active. */
-  setTimer(name: string, ms: number, msg: MsgOf<P, K>): void;
-  cancelTimer(name: string): void;
-  /**
-   * Passivates once the current turn has ended and no I/O started with reenterAfter is pending
-   * (state is in PostgreSQL; the next message re-activates).
-   */
-  stop(): void;
-  /**
-   * Proto.Actor's ReenterAfter: the turn starts I/O and returns; when the promise settles, `then`
-   * runs as a later turn of this same activation (one turn at a time, so it may touch state). It is
-   * dropped if the actor crashed or passivated meanwhile. Pending I/O keeps the actor active.
-   */
-  reenterAfter<T>(work: Promise<T>, then: (r: Settled<T>) => void): void;
-  /** Akka's stash: sets the current message (and its reply) aside until unstashAll(). */
-  stash(): void;
-  /** Puts every stashed message back at the front of the mailbox, in arrival order. */
-  unstashAll(): void;
-  /** The current message is answered later through the handle (the turn's return value is ignored). */
-  deferReply(): ReplyHandle<AnyReplyOf<P, K>>;
-}
-
-/**
- * One actor. receive() is one mailbox turn and is synchronous: a turn never awaits I/O (it starts
- * it with ctx.reenterAfter). The return value answers an ask, unless the turn stashed the message
- * or deferred its reply.
- */
-export interface Actor<P extends ProtocolMap<P>, K extends KindOf<P>> {
-  /** Loads state (from PostgreSQL) before the first message. */
-  onActivate?(): Promise<void>;
-  receive(msg: MsgOf<P, K>): AnyReplyOf<P, K> | undefined;
-  onPassivate?(): Promise<void>;
-}
-
-export type ActorFactory<P extends ProtocolMap<P>, K extends KindOf<P>> = (id: string, ctx: ActorContext<P, K>) => Actor<P, K>;
-
-export interface KindOptions<P extends ProtocolMap<P>, K extends KindOf<P>> {
-  /** Passivate after this long without a message (and no timers, no pending I/O). */
-  idleMs?: number;
-  /** Validates/normalises each message (the kind's zod union); throws to reject. */
-  parse?: (msg: MsgOf<P, K>) => MsgOf<P, K>;
-}
-
-export interface RuntimeLogger {
-  info(o: object, m?: string): void;
-  warn(o: object, m?: string): void;
-  error(o: object, m?: string): void;
-  debug(o: object, m?: string): void;
-}
-
-export interface RuntimeMetrics {
-  turn(kind: string, ms: number, ok: boolean): void;
-  depth(kind: string, delta: number): void;
-  activations(kind: string, delta: number): void;
-}
+export type { Actor, ActorContext, ActorFactory, KindOptions, ReplyHandle, RuntimeLogger, RuntimeMetrics, Settled } from './actor.js';
 
 /** A message in a mailbox (kind-agnostic here: typed at tell/ask and in each actor). */
 interface MsgEnvelope {
@@ -156,13 +88,29 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
     });
   }
 
+  /** A caller's message (its kind's parser checks it once, here). */
   tell<K extends KindOf<P>>(ref: ActorRef<K>, msg: MsgOf<P, K>): void {
-    const r = this.remote?.(ref);
-    if (r) return r.tell(ref, msg);
-    this.enqueue(ref, { msg });
+    this.send(ref, msg, true);
   }
 
+  /** A caller's question (its kind's parser checks it once, here). */
   ask<K extends KindOf<P>, M extends MsgOf<P, K>>(ref: ActorRef<K>, msg: M, opts: AskOptions = {}): Promise<ReplyOf<P, K, M['type']>> {
+    return this.request(ref, msg, opts, true);
+  }
+
+  /** What actors send each other: typed at compile time and not parsed again (a remote target still decodes it). */
+  private readonly internal: ActorSystemPort<P> = {
+    tell: (ref, msg) => this.send(ref, msg, false),
+    ask: (ref, msg, opts = {}) => this.request(ref, msg, opts, false),
+  };
+
+  private send<K extends KindOf<P>>(ref: ActorRef<K>, msg: MsgOf<P, K>, parse: boolean): void {
+    const r = this.remote?.(ref);
+    if (r) return r.tell(ref, msg);
+    this.enqueue(ref, { msg }, parse);
+  }
+
+  private request<K extends KindOf<P>, M extends MsgOf<P, K>>(ref: ActorRef<K>, msg: M, opts: AskOptions, parse: boolean): Promise<ReplyOf<P, K, M['type']>> {
     type R = ReplyOf<P, K, M['type']>;
     const r = this.remote?.(ref);
     if (r) return r.ask(ref, msg, opts);
@@ -189,13 +137,13 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
           timer.cancel();
           reject(e);
         },
-      });
+      }, parse);
     });
   }
 
-  /** Local deliveries only (the cluster's inbound side calls this with a decoded envelope). */
+  /** Local deliveries only (the cluster's inbound side calls this with an envelope the codec decoded: not parsed again). */
   deliverLocal<K extends KindOf<P>>(ref: ActorRef<K>, msg: MsgOf<P, K>, reply?: { resolve: (v: AnyReplyOf<P, K>) => void; reject: (e: unknown) => void; deadline?: number }): void {
-    this.enqueue(ref, { msg, ...((reply ?? {}) as Omit<MsgEnvelope, 'msg'>) });
+    this.enqueue(ref, { msg, ...((reply ?? {}) as Omit<MsgEnvelope, 'msg'>) }, false);
   }
 
   /**
@@ -232,7 +180,7 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
     return n;
   }
 
-  private enqueue(ref: ActorRef, env: MsgEnvelope): void {
+  private enqueue(ref: ActorRef, env: MsgEnvelope, parse: boolean): void {
     if (this.stopped) {
       env.reject?.(shuttingDown());
       return;
@@ -243,7 +191,7 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
       this.log.error({ actor: key(ref) }, 'message for unknown actor kind dropped');
       return;
     }
-    if (kind.parse) {
+    if (parse && kind.parse) {
       try {
         env.msg = kind.parse(env.msg);
       } catch (e) {
@@ -292,7 +240,7 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
     };
     return {
       self: a.ref as ActorRef<KindOf<P>>,
-      system: this,
+      system: this.internal,
       clock: this.clock,
       log: this.log,
       setTimer: (name, ms, msg) => {
@@ -301,7 +249,7 @@ export class LocalActorSystem<P extends ProtocolMap<P>> implements ActorSystemPo
           name,
           this.clock.setTimeout(() => {
             a.timers.delete(name);
-            this.enqueue(a.ref, { msg });
+            this.enqueue(a.ref, { msg }, false);
           }, ms),
         );
       },

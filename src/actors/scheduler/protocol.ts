@@ -31,3 +31,19 @@ export interface SchedulerStats {
 
 export type SchedulerReplies = { [T in SchedulerMsgType]: T extends 'stats' ? SchedulerStats : { ok: true } };
 export type SchedulerReply = SchedulerReplies[SchedulerMsgType];
+
+const Ok = z.object({ ok: z.literal(true) });
+
+/** Each message type's reply as a schema: a reply from another cluster node is validated with it. */
+export const SchedulerReplySchemas: { [T in SchedulerMsgType]: z.ZodType<SchedulerReplies[T]> } = {
+  stats: z.object({ queued: z.number(), active: z.number(), agents: z.array(z.object({ agentId: z.string(), free: z.number() })) }),
+  task_submitted: Ok,
+  task_requeued: Ok,
+  task_removed: Ok,
+  slot_freed: Ok,
+  agent_up: Ok,
+  agent_down: Ok,
+  assign_rejected: Ok,
+  kick: Ok,
+  resync: Ok,
+};

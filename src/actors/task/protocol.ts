@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { TaskProgressSchema, type TaskRecord, type TaskStatus } from '../../domain/tasks/record.js';
+import { TASK_STATUSES, TaskProgressSchema, type TaskRecord, type TaskStatus } from '../../domain/tasks/record.js';
 import { TaskRecordMsg } from '../task-record.js';
 
 const epoch = z.number().int().nonnegative();
@@ -48,3 +48,30 @@ export type CloudAcceptReply = { ok: true; epoch: number } | { ok: false; status
 
 export type TaskReplies = { [T in TaskMsgType]: T extends 'get' ? TaskRecord : T extends 'assign' ? AssignReply : T extends 'cloud_accept' ? CloudAcceptReply : TaskAck };
 export type TaskReply = TaskReplies[TaskMsgType];
+
+const TaskStatusOrMissing = z.enum([...TASK_STATUSES, 'missing']);
+const TaskAckSchema = z.object({ ok: z.boolean(), status: TaskStatusOrMissing.optional() });
+const EpochReply = z.object({ ok: z.literal(true), epoch });
+
+/** Each message type's reply as a schema: a reply from another cluster node is validated with it. */
+export const TaskReplySchemas: { [T in TaskMsgType]: z.ZodType<TaskReplies[T]> } = {
+  assign: z.union([EpochReply, z.object({ ok: z.literal(false), status: TaskStatusOrMissing })]),
+  cloud_accept: z.union([EpochReply, z.object({ ok: z.literal(false), status: TaskStatusOrMissing.optional() })]),
+  get: TaskRecordMsg,
+  mark_waiting: TaskAckSchema,
+  provisioned: TaskAckSchema,
+  ack: TaskAckSchema,
+  ack_timeout: TaskAckSchema,
+  progress: TaskAckSchema,
+  flush_progress: TaskAckSchema,
+  finish: TaskAckSchema,
+  fail: TaskAckSchema,
+  timeout: TaskAckSchema,
+  agent_lost: TaskAckSchema,
+  reattach: TaskAckSchema,
+  grace_expired: TaskAckSchema,
+  cancel: TaskAckSchema,
+  recover: TaskAckSchema,
+  cloud_start: TaskAckSchema,
+  cloud_reject: TaskAckSchema,
+};

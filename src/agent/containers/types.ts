@@ -5,31 +5,10 @@
  * reports instance state and health on the agent's stream.
  */
 import type { Logger } from '../../shared/logger.js';
+import type { ContainerStart } from '../../protocol/container-start.js';
 
-export interface ContainerSpec {
-  /** Unique per placed replica (chosen by the server). */
-  instanceId: string;
-  serviceId: string;
-  serviceSlug: string;
-  /**
-   * docker: an image reference (pulled when missing).
-   * exec: the command to run: a JSON array of argv strings, or a command line split on whitespace.
-   */
-  image: string;
-  /** docker: the in-container listening port (published on a free 127.0.0.1 port). exec: see PORT below. */
-  exposedPort: number;
-  /**
-   * Environment of the process/container. exec also gets PORT=<a free local port the runtime
-   * chose> (the process must listen on it; exposedPort is not used by exec).
-   */
-  env: Array<{ name: string; value: string }>;
-  /** docker: bind mounts. exec: ignored. */
-  volumes: Array<{ hostPath: string; containerPath: string }>;
-  /** -1 all GPUs, 0 none, N that many (docker device requests; exec: CUDA_VISIBLE_DEVICES is not touched). */
-  gpuCount: number;
-  /** '' = no HTTP check (a TCP connect decides). */
-  healthPath: string;
-}
+/** What an instance needs to run: the start command as the wire protocol defines it (src/protocol/container-start.ts). */
+export type ContainerSpec = ContainerStart;
 
 /** Where the instance is reachable from the agent (always loopback or a local address). */
 export interface InstanceAddress {

@@ -150,19 +150,19 @@ export class AgentWebSocketTransport {
     };
     switch (rq.call) {
       case 'presign_outputs':
-        if (rq.presign_outputs) return done(this.server.callPresignOutputs(s.token, rq.presign_outputs), 'presign_outputs');
+        if (rq.presign_outputs) return done(this.server.calls.callPresignOutputs(s.token, rq.presign_outputs), 'presign_outputs');
         break;
       case 'presign_inputs':
-        if (rq.presign_inputs) return done(this.server.callPresignInputs(s.token, rq.presign_inputs), 'presign_inputs');
+        if (rq.presign_inputs) return done(this.server.calls.callPresignInputs(s.token, rq.presign_inputs), 'presign_inputs');
         break;
       case 'presign_checkpoint':
-        if (rq.presign_checkpoint) return done(this.server.callPresignCheckpoint(s.token, rq.presign_checkpoint), 'presign_checkpoint');
+        if (rq.presign_checkpoint) return done(this.server.calls.callPresignCheckpoint(s.token, rq.presign_checkpoint), 'presign_checkpoint');
         break;
       case 'commit_checkpoint':
-        if (rq.commit_checkpoint) return done(this.server.callCommitCheckpoint(s.token, rq.commit_checkpoint), 'commit_checkpoint');
+        if (rq.commit_checkpoint) return done(this.server.calls.callCommitCheckpoint(s.token, rq.commit_checkpoint), 'commit_checkpoint');
         break;
       case 'get_sync_manifest':
-        return done(this.server.callGetSyncManifest(s.token), 'sync_manifest');
+        return done(this.server.calls.callGetSyncManifest(s.token), 'sync_manifest');
       default:
         break;
     }
