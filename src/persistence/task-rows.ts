@@ -104,7 +104,7 @@ export const rowToAssignment = (r: AssignmentRow): TaskAssignment => ({
   taskId: r.id,
   attempt: Number(r.attempt),
   toolType: r.tool_type,
-  workflow: r.resolved_workflow,
+  workflow: jsonObject(r.resolved_workflow),
   parameters: jsonObject(r.parameters),
   inputFiles: jsonArrayOf(r.input_files, isInputFile),
   timeoutS: Number(r.task_timeout_s),
