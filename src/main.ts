@@ -67,10 +67,16 @@ import { Balancer } from './gateway/balancer.js';
 import { closeExternalAgents, externalRequest } from './gateway/external.js';
 import type { OpenTunnel } from './gateway/tunnel.js';
 import { Gateway } from './edge/routes/gateway.js';
-import { containerRoutes, runtimeServiceBySlug } from './edge/routes/containers.js';
+import { containerRoutes } from './edge/routes/containers.js';
+import { gatewayInvoker } from './edge/routes/container-invoker.js';
 import { mcpRoutes } from './edge/routes/mcp.js';
 import { McpEndpoint } from './mcp/server.js';
-import { RuntimeCaller } from './mcp/runtime.js';
+import { TaskUseCases } from './app/tasks.js';
+import { WorkflowUseCases } from './app/workflows.js';
+import { AgentUseCases } from './app/agents.js';
+import { AuditUseCases } from './app/audit.js';
+import { UploadUseCases } from './app/uploads.js';
+import { ContainerUseCases } from './app/containers.js';
 import { SessionTokens } from './mcp/session.js';
 import { VaultKeyring } from './vault/keyring.js';
 import { VaultStore } from './vault/store.js';
@@ -499,22 +505,23 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
       },
     }),
   );
-  edge.addAll(withIdempotency(workflowRoutes({ workflows: workflowStore }), taskQueries.idempotency));
-  edge.addAll(
-    taskRoutes({
-      actors,
-      tasks: taskQueries,
-      workflows: workflowStore,
-      files: files.staging,
-      outputs: files.outputs,
-      events,
-      outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
-      now: () => clock.now(),
-      cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
-      cloudInputProblem: (fileKey, what) => stagedInputProblem(objectStore, fileKey, what),
-    }),
-  );
-  edge.addAll(fileRoutes({ staging: files.staging }));
+  const workflowApp = new WorkflowUseCases(workflowStore);
+  edge.addAll(withIdempotency(workflowRoutes(workflowApp), taskQueries.idempotency));
+  const taskApp = new TaskUseCases({
+    actors,
+    tasks: taskQueries,
+    workflows: workflowStore,
+    files: files.staging,
+    outputs: files.outputs,
+    events,
+    outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
+    now: () => clock.now(),
+    cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
+    cloudInputProblem: (fileKey, what) => stagedInputProblem(objectStore, fileKey, what),
+  });
+  edge.addAll(taskRoutes(taskApp));
+  const uploadApp = new UploadUseCases(files.staging);
+  edge.addAll(fileRoutes(uploadApp));
   edge.addAll(uploadRoutes({ multipart: files.multipart }));
   edge.addAll(withIdempotency(modelRoutes({ models: files.models, staging: files.staging }), taskQueries.idempotency));
   edge.addAll(withIdempotency(nodeRoutes({ nodes: files.nodes, staging: files.staging }), taskQueries.idempotency));
@@ -531,18 +538,17 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
   edge.onShutdown(() => liveEvents.sse.closeAll());
   sessions.kicker = (id) => agentGrpc.kickAgent(id);
-  edge.addAll(
-    agentRoutes({
-      agents: agentStore,
-      // the stream may be on another node of the cluster (the agent directory knows)
-      session: (id) => sessions.session(id) ?? (sessions.presence?.elsewhere(id) ? { sessionId: '' } : null),
-      kick: (id) => {
-        if (sessions.session(id)) agentGrpc.kickAgent(id);
-        else if (cluster) actors.tell({ kind: AGENT, id }, { type: 'kick' });
-      },
-      publicUrl: () => publicUrlOf(),
-    }),
-  );
+  const agentApp = new AgentUseCases({
+    agents: agentStore,
+    // the stream may be on another node of the cluster (the agent directory knows)
+    session: (id) => sessions.session(id) ?? (sessions.presence?.elsewhere(id) ? { sessionId: '' } : null),
+    kick: (id) => {
+      if (sessions.session(id)) agentGrpc.kickAgent(id);
+      else if (cluster) actors.tell({ kind: AGENT, id }, { type: 'kick' });
+    },
+    publicUrl: () => publicUrlOf(),
+  });
+  edge.addAll(agentRoutes(agentApp));
   let publicUrlOf = (): string => config.publicUrl;
   const outboundCaList = outboundCa(config.GANTRY_OUTBOUND_CA_FILE);
   const gateway = new Gateway({
@@ -567,9 +573,10 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     invokeMaxResponseBytes: config.GANTRY_INVOKE_MAX_RESPONSE_BYTES,
     logger: logger.child({ component: 'gateway' }),
   });
+  const containerApp = new ContainerUseCases({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), guard: liveEvents.guard, invoker: gatewayInvoker(gateway, '/api/v1', logger.child({ component: 'mcp' })) });
   edge.addAll(
     withIdempotency(
-      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway, guard: liveEvents.guard }),
+      containerRoutes({ containers: containerApp, gateway }),
       taskQueries.idempotency,
     ),
   );
@@ -580,15 +587,18 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
   edge.onShutdown(() => agentGrpc.endTransport('ws'));
   edge.addAll(withIdempotency(vaultRoutes({ vault }), taskQueries.idempotency));
   const auditStore = new AuditStore(db);
-  edge.addAll(auditRoutes({ audit: auditStore }));
+  edge.addAll(auditRoutes(new AuditUseCases(auditStore)));
   edge.addAll(cloudProviderRoutes({ store: cloudStore, guard: cloudGuard, client: cloudClient, defaultMaxConcurrentJobs: config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }));
-  // MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the runtime routes above
-  // through the edge's router
+  // MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the use cases of the
+  // runtime routes above
   if (config.GANTRY_MCP_ENABLED) {
     const mcp = new McpEndpoint({
-      runtime: new RuntimeCaller((m, p) => edge.lookup(m, p), '/api/v1', logger.child({ component: 'mcp' })),
-      bus: events,
-      containerBySlug: (teamId, slug) => runtimeServiceBySlug(containerStore, teamId, slug, true),
+      tasks: taskApp,
+      workflows: workflowApp,
+      agents: agentApp,
+      uploads: uploadApp,
+      containers: containerApp,
+      basePath: '/api/v1',
       readObject: (key) => objectStore.get(key),
       logger: logger.child({ component: 'mcp' }),
       sessions: new SessionTokens(await db.secret('mcp-session'), () => clock.now()),
