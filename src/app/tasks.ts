@@ -281,6 +281,8 @@ export class TaskUseCases {
         let timer: NodeJS.Timeout | undefined;
         const onAbort = (): void => wake();
         o.signal.addEventListener('abort', onAbort, { once: true });
+        // a caller that left while the task was read does not wait
+        if (o.signal.aborted) wake();
         await Promise.race([woke, new Promise<void>((resolve) => (timer = setTimeout(resolve, limitMs)))]);
         clearTimeout(timer);
         o.signal.removeEventListener('abort', onAbort);
