@@ -123,9 +123,7 @@ export function workflowRoutes(w: WorkflowUseCases): RouteDef[] {
       path: '/r/workflows/slug/{workflowSlug}',
       doc: { summary: 'Get a workflow by slug (slug or slug@version)', tags: ['runtime', 'workflows'], responses: { 200: D.Workflow } },
       auth: RUNTIME,
-      handler: async (ctx) => {
-        return w.getWorkflowBySlug(teamPrincipalOf(ctx), ctx.params.workflowSlug ?? '');
-      },
+      handler: async (ctx) => w.getWorkflowBySlug(teamPrincipalOf(ctx), ctx.params.workflowSlug ?? ''),
     },
   ];
 }
