@@ -151,15 +151,6 @@ export class HttpEdge {
     this.defs.push({ ...def, path: full });
   }
 
-  /**
-   * The route a method and path (the full path, base path included) resolve to, with its path
-   * parameters: the MCP tools call the runtime routes' own handlers through this (src/mcp/runtime.ts).
-   */
-  lookup(method: string, path: string): { def: RouteDef; params: Record<string, string> } | null {
-    const m = this.router.find(method, path);
-    return m === null || m === 'method_not_allowed' ? null : { def: m.route, params: m.params };
-  }
-
   addAll(defs: RouteDef[]): void {
     for (const d of defs) this.add(d);
   }

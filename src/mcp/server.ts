@@ -17,7 +17,7 @@ import { randomUUID } from 'node:crypto';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, type InitializeRequest, type JSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
-import type { TeamPrincipal } from '../edge/principal.js';
+import type { TeamPrincipal } from '../identity/principal.js';
 import { registerTools, type McpToolDeps } from './tools.js';
 import type { SessionTokens } from './session.js';
 

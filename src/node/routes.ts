@@ -8,7 +8,6 @@ import type { AuditStore } from '../persistence/audit.js';
 import type { Cluster } from '../cluster/index.js';
 import type { LocalEventBus } from '../cluster/event-bus.js';
 import type { LocalActorSystem } from '../actors/runtime/system.js';
-import { AGENT } from '../actors/index.js';
 import type { Protocols } from '../actors/ports.js';
 import type { HttpEdge } from '../edge/http.js';
 import { withIdempotency } from '../edge/idempotency.js';
@@ -32,7 +31,7 @@ import { agentRoutes } from '../edge/routes/agents.js';
 import { eventRoutes } from '../edge/routes/events.js';
 import { webhookRoutes } from '../edge/routes/webhooks.js';
 import { notificationRoutes } from '../edge/routes/notifications.js';
-import { containerRoutes, runtimeServiceBySlug } from '../edge/routes/containers.js';
+import { containerRoutes } from '../edge/routes/containers.js';
 import { mcpRoutes } from '../edge/routes/mcp.js';
 import { vaultRoutes } from '../edge/routes/vault.js';
 import { auditRoutes } from '../edge/routes/audit.js';
@@ -40,13 +39,11 @@ import { oidcRoutes } from '../edge/routes/oidc.js';
 import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
 import type { Gateway } from '../edge/routes/gateway.js';
 import { McpEndpoint } from '../mcp/server.js';
-import { RuntimeCaller } from '../mcp/runtime.js';
 import { SessionTokens } from '../mcp/session.js';
 import { OidcLogin } from '../identity/oidc.js';
 import type { Identity } from '../identity/index.js';
 import { endStreamsOnInvalidation } from '../events/stream-revocation.js';
 import type { LiveEvents } from '../events/index.js';
-import { stagedInputProblem } from '../cloud/limits.js';
 import type { Files } from '../files/index.js';
 import { LocalObjectStore, type ObjectStore } from '../storage/index.js';
 import type { Stores } from './actors.js';
@@ -54,6 +51,7 @@ import type { Agents } from './agents.js';
 import type { CloudModule } from './cloud.js';
 import type { Containers } from './gateway.js';
 import type { NodeSettings, PublicUrl } from './settings.js';
+import { createUseCases, type UseCases } from './app.js';
 
 /** /readyz waits at most this long for the database's answer. */
 const READY_DB_BOUND_MS = 600;
@@ -84,16 +82,17 @@ export interface RouteParts {
 
 /** Mounts every route, WebSocket route and shutdown hook on the edge, in the edge's order. */
 export async function mountRoutes(edge: HttpEdge, p: RouteParts): Promise<void> {
-  mountRuntime(edge, p);
+  const app = createUseCases(p);
+  mountRuntime(edge, p, app);
   mountIdentityAndEvents(edge, p);
-  mountAgentsAndServices(edge, p);
-  await mountMcp(edge, p);
+  mountAgentsAndServices(edge, p, app);
+  await mountMcp(edge, p, app);
   mountSite(edge, p);
 }
 
 /** Health, workflows, runs, files, uploads, models and custom nodes. */
-function mountRuntime(edge: HttpEdge, p: RouteParts): void {
-  const { config, db, stores, files, clock } = p;
+function mountRuntime(edge: HttpEdge, p: RouteParts, app: UseCases): void {
+  const { config, db, stores, files } = p;
   const idem = stores.taskQueries.idempotency;
   edge.addAll(
     systemRoutes({
@@ -105,22 +104,9 @@ function mountRuntime(edge: HttpEdge, p: RouteParts): void {
       },
     }),
   );
-  edge.addAll(withIdempotency(workflowRoutes({ workflows: stores.workflowStore }), idem));
-  edge.addAll(
-    taskRoutes({
-      actors: p.actors,
-      tasks: stores.taskQueries,
-      workflows: stores.workflowStore,
-      files: files.staging,
-      outputs: files.outputs,
-      events: p.events,
-      outputRetentionS: p.settings.outputRetentionS,
-      now: () => clock.now(),
-      cloudConfigured: async (teamId, provider) => (await p.cloud.cloudStore.get(teamId, provider)) !== null,
-      cloudInputProblem: (fileKey, what) => stagedInputProblem(p.objectStore, fileKey, what),
-    }),
-  );
-  edge.addAll(fileRoutes({ staging: files.staging }));
+  edge.addAll(withIdempotency(workflowRoutes(app.workflows), idem));
+  edge.addAll(taskRoutes(app.tasks));
+  edge.addAll(fileRoutes(app.uploads));
   edge.addAll(uploadRoutes({ multipart: files.multipart }));
   edge.addAll(withIdempotency(modelRoutes({ models: files.models, staging: files.staging }), idem));
   edge.addAll(withIdempotency(nodeRoutes({ nodes: files.nodes, staging: files.staging }), idem));
@@ -145,49 +131,30 @@ function mountIdentityAndEvents(edge: HttpEdge, p: RouteParts): void {
 }
 
 /** Agents (and their WebSocket transport), container services and the gateway, the vault, the audit log, cloud providers. */
-function mountAgentsAndServices(edge: HttpEdge, p: RouteParts): void {
-  const { config, actors, cluster, gateway } = p;
-  const { sessions, agentGrpc } = p.agents;
-  const { containerStore, containerChanges } = p.containers;
+function mountAgentsAndServices(edge: HttpEdge, p: RouteParts, app: UseCases): void {
+  const { config, gateway } = p;
   const { vault, cloudStore, cloudGuard, cloudClient } = p.cloud;
   const idem = p.stores.taskQueries.idempotency;
-  edge.addAll(
-    agentRoutes({
-      agents: p.stores.agentStore,
-      // the stream may be on another node of the cluster (the agent directory knows)
-      session: (id) => sessions.session(id) ?? (sessions.connectedElsewhere(id) ? { sessionId: '' } : null),
-      kick: (id) => {
-        if (sessions.session(id)) agentGrpc.kickAgent(id);
-        else if (cluster) actors.tell({ kind: AGENT, id }, { type: 'kick' });
-      },
-      publicUrl: () => p.publicUrl.origin(),
-    }),
-  );
-  edge.addAll(
-    withIdempotency(
-      containerRoutes({ store: containerStore, actors, credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null, changed: (teamId) => containerChanges.changed(teamId), gateway, guard: p.liveEvents.guard }),
-      idem,
-    ),
-  );
+  edge.addAll(agentRoutes(app.agents));
+  edge.addAll(withIdempotency(containerRoutes({ containers: app.containers, gateway }), idem));
   edge.addAll(gateway.routes());
   edge.setWebSocketHandler(gateway.webSocketHandler());
   p.agents.mountWebSocket(edge);
   edge.addAll(withIdempotency(vaultRoutes({ vault }), idem));
-  edge.addAll(auditRoutes({ audit: p.auditStore }));
+  edge.addAll(auditRoutes(app.audit));
   edge.addAll(cloudProviderRoutes({ store: cloudStore, guard: cloudGuard, client: cloudClient, defaultMaxConcurrentJobs: config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }));
 }
 
-/**
- * MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the runtime routes above
- * through the edge's router
- */
-async function mountMcp(edge: HttpEdge, p: RouteParts): Promise<void> {
+/** MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the same use cases as the routes. */
+async function mountMcp(edge: HttpEdge, p: RouteParts, app: UseCases): Promise<void> {
   if (!p.config.GANTRY_MCP_ENABLED) return;
-  const { containerStore } = p.containers;
   const mcp = new McpEndpoint({
-    runtime: new RuntimeCaller((m, path) => edge.lookup(m, path), '/api/v1', p.logger.child({ component: 'mcp' })),
-    bus: p.events,
-    containerBySlug: (teamId, slug) => runtimeServiceBySlug(containerStore, teamId, slug, true),
+    tasks: app.tasks,
+    workflows: app.workflows,
+    agents: app.agents,
+    uploads: app.uploads,
+    containers: app.containers,
+    basePath: '/api/v1',
     readObject: (key) => p.objectStore.get(key),
     logger: p.logger.child({ component: 'mcp' }),
     sessions: new SessionTokens(await p.db.secret('mcp-session'), () => p.clock.now()),

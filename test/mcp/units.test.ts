@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { SESSION_MAX_AGE_MS, SessionTokens } from '../../src/mcp/session.js';
-import { parametersJsonSchema } from '../../src/mcp/json-schema.js';
+import { parametersJsonSchema } from '../../src/domain/workflows/parameters.js';
 import type { NormalizedParameterDef } from '../../src/domain/workflows/schema.js';
 
 test('session tokens: verify what was issued; a changed byte, another secret or an old token does not verify', () => {

@@ -8,10 +8,10 @@
  */
 import { z } from 'zod';
 import * as D from '../openapi/schemas.js';
-import { auditView, type AuditStore } from '../../persistence/audit.js';
+import type { AuditUseCases } from '../../app/audit.js';
 import { AUDIT_ACTOR_KINDS } from '../../shared/audit.js';
 import { fromZodIssues } from '../../shared/errors.js';
-import { paged, parsePage } from '../../shared/pagination.js';
+import { parsePage } from '../../shared/pagination.js';
 import type { RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { teamPrincipalOf } from '../params.js';
@@ -61,7 +61,7 @@ export const AuditLogResponse = z.object({
   page_meta: z.object({ current_page: z.number().int(), per_page: z.number().int(), total_count: z.number().int() }),
 });
 
-export function auditRoutes(d: { audit: AuditStore }): RouteDef[] {
+export function auditRoutes(audit: AuditUseCases): RouteDef[] {
   return [
     {
       method: 'GET',
@@ -73,20 +73,14 @@ export function auditRoutes(d: { audit: AuditStore }): RouteDef[] {
         const parsed = AuditLogQuery.safeParse(Object.fromEntries(c.query));
         if (!parsed.success) throw fromZodIssues(parsed.error.issues);
         const f = parsed.data;
-        const r = await d.audit.list(
-          teamPrincipalOf(c).teamId,
-          {
-            action: f.action,
-            actor: f.actor?.toLowerCase(),
-            targetType: f.target_type,
-            targetId: f.target_id,
-            since: f.since ? new Date(f.since) : undefined,
-            until: f.until ? new Date(f.until) : undefined,
-          },
-          pg.perPage,
-          pg.offset,
-        );
-        return paged('audit_list', r.rows.map(auditView), pg, r.total);
+        return audit.listAudit(teamPrincipalOf(c), pg, {
+          action: f.action,
+          actor: f.actor?.toLowerCase(),
+          targetType: f.target_type,
+          targetId: f.target_id,
+          since: f.since ? new Date(f.since) : undefined,
+          until: f.until ? new Date(f.until) : undefined,
+        });
       },
     },
   ];

@@ -9,17 +9,18 @@
  *   GET    /cloud-providers                   {provider_list, page_meta} (status, base_url, key prefix, last check; never the key)
  *   GET    /cloud-providers/{provider_slug}   the record (provider_status shows a refused key or an inactive subscription)
  *   DELETE /cloud-providers/{provider_slug}   {is_success}
+ *
+ * The use cases are src/app/cloud-providers.ts.
  */
-import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { badGateway, badRequest, notFound } from '../../shared/errors.js';
-import { OutboundRefused, type OutboundGuard } from '../../events/outbound.js';
-import { CLOUD_PROVIDER_SLUGS, DEFAULT_BASE_URLS, PROVIDER_NAMES, type CloudProviderClient, type CloudProviderSlug } from '../../cloud/provider.js';
-import { cloudProviderRecord, PROVIDER_STATUSES, type CloudCredentials, type CloudProviderStore } from '../../cloud/store.js';
+import { notFound } from '../../shared/errors.js';
+import { CLOUD_PROVIDER_SLUGS, type CloudProviderSlug } from '../../cloud/provider.js';
+import { PROVIDER_STATUSES } from '../../cloud/store.js';
+import { CloudProviderUseCases, type CloudProviderDeps } from '../../app/cloud-providers.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, parseBody, teamPrincipalOf } from '../params.js';
-import { paged, parsePage } from '../../shared/pagination.js';
+import { parsePage } from '../../shared/pagination.js';
 import * as D from '../openapi/schemas.js';
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
@@ -61,35 +62,14 @@ export const cloudProviderView = D.named(
 
 export const cloudProviderListResponse = D.pageOf('provider_list', cloudProviderView);
 
-/**
- * A team has one key per provider (the row's key is (team, provider)): its id is a name-based UUID
- * (RFC 9562 version 8) of the two, so every PUT of the same provider answers the same {id}.
- */
-export function cloudProviderId(teamId: string, slug: string): string {
-  const h = createHash('sha256').update(`gantry:cloud-provider:${teamId}:${slug}`).digest();
-  h[6] = (h[6]! & 0x0f) | 0x80;
-  h[8] = (h[8]! & 0x3f) | 0x80;
-  const x = h.subarray(0, 16).toString('hex');
-  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20, 32)}`;
-}
-
-const view = (teamId: string, row: Parameters<typeof cloudProviderRecord>[0]) => ({ id: cloudProviderId(teamId, row.provider_slug), ...cloudProviderRecord(row) });
-
-export interface CloudProviderRouteDeps {
-  store: CloudProviderStore;
-  guard: OutboundGuard;
-  client: (provider: CloudProviderSlug, c: CloudCredentials) => CloudProviderClient;
-  /** GANTRY_CLOUD_MAX_CONCURRENT_JOBS: the default when the body does not say. */
-  defaultMaxConcurrentJobs: number;
-}
-
 function slugOf(c: Ctx): CloudProviderSlug {
   const s = c.params.provider_slug ?? '';
   if (!(CLOUD_PROVIDER_SLUGS as readonly string[]).includes(s)) throw notFound(`cloud provider ${JSON.stringify(s.slice(0, 64))} (known: ${CLOUD_PROVIDER_SLUGS.join(', ')})`, 'cloud_provider_unknown');
   return s as CloudProviderSlug;
 }
 
-export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
+export function cloudProviderRoutes(d: CloudProviderDeps): RouteDef[] {
+  const keys = new CloudProviderUseCases(d);
   return [
     {
       method: 'PUT',
@@ -99,36 +79,9 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
       handler: async (c) => {
         const slug = slugOf(c);
         const b = parseBody(cloudProviderPutBody, c.body);
-        const p = teamPrincipalOf(c);
-        const baseUrl = (b.base_url ?? DEFAULT_BASE_URLS[slug]).replace(/\/+$/, '');
-        try {
-          await d.guard.checkUrl(baseUrl);
-        } catch (e) {
-          if (e instanceof OutboundRefused) throw badRequest('invalid_parameter', `base_url: ${e.message}`);
-          throw e;
-        }
-        // one authenticated call: a key the provider refuses is never stored
-        const client = d.client(slug, { apiKey: b.api_key, baseUrl, maxConcurrentJobs: 1 });
-        let problem;
-        try {
-          problem = await client.check();
-        } finally {
-          client.close();
-        }
-        if (problem) {
-          if (problem.kind === 'unavailable') throw badGateway('cloud_provider_unreachable', `${PROVIDER_NAMES[slug]} could not check the key: ${problem.message}`);
-          // a working key of an account that cannot run jobs (waitlisted, subscription inactive: 429)
-          if (problem.kind === 'subscription') throw badRequest('cloud_provider_account_inactive', problem.message);
-          throw badRequest('cloud_provider_key_invalid', problem.message);
-        }
-        const created = await d.store.put(
-          { teamId: p.teamId, slug, apiKey: b.api_key, baseUrl, maxConcurrentJobs: b.max_concurrent_jobs ?? d.defaultMaxConcurrentJobs, partnerNodesOnAgents: b.partner_nodes_on_agents, createdBy: p.userId ?? null },
-          auditOf(c, 'cloud_provider.set', 'cloud_provider', slug),
-        );
-        c.log.info({ provider_slug: slug, created, ...(b.partner_nodes_on_agents !== undefined ? { partner_nodes_on_agents: b.partner_nodes_on_agents } : {}) }, 'cloud provider key set');
-        const row = await d.store.get(p.teamId, slug);
-        if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
-        return view(p.teamId, row);
+        const r = await keys.setKey(teamPrincipalOf(c), slug, { apiKey: b.api_key, baseUrl: b.base_url, maxConcurrentJobs: b.max_concurrent_jobs, partnerNodesOnAgents: b.partner_nodes_on_agents }, auditOf(c, 'cloud_provider.set', 'cloud_provider', slug));
+        c.log.info({ provider_slug: slug, created: r.created, ...(b.partner_nodes_on_agents !== undefined ? { partner_nodes_on_agents: b.partner_nodes_on_agents } : {}) }, 'cloud provider key set');
+        return r.record;
       },
     },
     {
@@ -136,25 +89,14 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
       path: '/cloud-providers',
       auth: READ,
       doc: { summary: "The team's cloud provider keys (status, base_url, key prefix; never the key)", tags: ['cloud providers'], paged: true, responses: { 200: cloudProviderListResponse } },
-      handler: async (c) => {
-        // at most one row per known provider: paged in memory, with the contract's page_meta
-        const pg = parsePage(c.query);
-        const teamId = teamPrincipalOf(c).teamId;
-        const rows = await d.store.list(teamId);
-        return paged('provider_list', rows.slice(pg.offset, pg.offset + pg.perPage).map((r) => view(teamId, r)), pg, rows.length);
-      },
+      handler: async (c) => keys.listKeys(teamPrincipalOf(c), parsePage(c.query)),
     },
     {
       method: 'GET',
       path: '/cloud-providers/{provider_slug}',
       auth: READ,
       doc: { summary: "The team's key record for one provider (provider_status: active, invalid, subscription_inactive; never the key)", tags: ['cloud providers'], responses: { 200: cloudProviderView }, errors: [404] },
-      handler: async (c) => {
-        const slug = slugOf(c);
-        const row = await d.store.get(teamPrincipalOf(c).teamId, slug);
-        if (!row) throw notFound('cloud provider', 'cloud_provider_not_found');
-        return view(teamPrincipalOf(c).teamId, row);
-      },
+      handler: async (c) => keys.getKey(teamPrincipalOf(c), slugOf(c)),
     },
     {
       method: 'DELETE',
@@ -163,9 +105,9 @@ export function cloudProviderRoutes(d: CloudProviderRouteDeps): RouteDef[] {
       doc: { summary: "Remove the team's key for a hosted cloud provider", tags: ['cloud providers'], responses: { 200: D.Success }, errors: [404] },
       handler: async (c) => {
         const slug = slugOf(c);
-        if (!(await d.store.delete(teamPrincipalOf(c).teamId, slug, auditOf(c, 'cloud_provider.delete', 'cloud_provider', slug)))) throw notFound('cloud provider', 'cloud_provider_not_found');
+        const r = await keys.deleteKey(teamPrincipalOf(c), slug, auditOf(c, 'cloud_provider.delete', 'cloud_provider', slug));
         c.log.info({ provider_slug: slug }, 'cloud provider key deleted');
-        return { is_success: true };
+        return r;
       },
     },
   ];

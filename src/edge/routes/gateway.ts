@@ -39,7 +39,8 @@ export interface GatewayDeps extends GatewayCoreDeps {
 }
 
 export class Gateway {
-  private readonly core: GatewayCore;
+  /** The gateway's use cases (src/gateway/core.ts); the application layer invokes services through it. */
+  readonly core: GatewayCore;
 
   constructor(private readonly d: GatewayDeps) {
     this.core = new GatewayCore(d);

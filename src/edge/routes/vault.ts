@@ -10,11 +10,12 @@
  *   GET    /vault/credentials/{vaultCredentialId}    the record (value_hint, key_id; never the value)
  *   PUT    /vault/credentials/{vaultCredentialId}    any of display_name, header_name, header_value -> {id}
  *   DELETE /vault/credentials/{vaultCredentialId}    {is_success}
+ *
+ * The use cases are src/app/vault.ts.
  */
 import { z } from 'zod';
-import { notFound } from '../../shared/errors.js';
-import { paged, parsePage } from '../../shared/pagination.js';
-import { vaultCredentialView, type VaultStore } from '../../vault/store.js';
+import { VaultUseCases, type VaultCredentials } from '../../app/vault.js';
+import { parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, parseBody, teamPrincipalOf, uuidParam } from '../params.js';
@@ -50,11 +51,8 @@ const updateBody = z
   .strict()
   .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one of display_name, header_name, header_value is required');
 
-export interface VaultRouteDeps {
-  vault: VaultStore;
-}
-
-export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
+export function vaultRoutes(d: { vault: VaultCredentials }): RouteDef[] {
+  const vault = new VaultUseCases(d.vault);
   const credentialId = (c: Ctx): string => uuidParam(c, 'vaultCredentialId');
   return [
     {
@@ -64,10 +62,9 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(createBody, c.body);
-        const p = teamPrincipalOf(c);
-        const id = await vault.create({ teamId: p.teamId, displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value, createdBy: p.userId ?? null }, auditOf(c, 'vault_credential.create', 'vault_credential'));
-        c.log.info({ vault_credential_id: id, header_name: b.header_name }, 'vault credential created');
-        return { id };
+        const r = await vault.createCredential(teamPrincipalOf(c), { displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value }, auditOf(c, 'vault_credential.create', 'vault_credential'));
+        c.log.info({ vault_credential_id: r.id, header_name: b.header_name }, 'vault credential created');
+        return r;
       },
     },
     {
@@ -77,8 +74,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       auth: READ,
       handler: async (c) => {
         const pg = parsePage(c.query);
-        const r = await vault.list(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
-        return paged('credential_list', r.rows.map(vaultCredentialView), pg, r.total);
+        return vault.listCredentials(teamPrincipalOf(c), pg);
       },
     },
     {
@@ -86,11 +82,7 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       path: '/vault/credentials/{vaultCredentialId}',
       doc: { summary: 'Get a vault credential (never the value)', tags: ['vault'], responses: { 200: D.VaultCredential } },
       auth: READ,
-      handler: async (c) => {
-        const r = await vault.get(teamPrincipalOf(c).teamId, credentialId(c));
-        if (!r) throw notFound('vault credential', 'vault_credential_not_found');
-        return vaultCredentialView(r);
-      },
+      handler: async (c) => vault.getCredential(teamPrincipalOf(c), credentialId(c)),
     },
     {
       method: 'PUT',
@@ -100,10 +92,9 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       handler: async (c) => {
         const id = credentialId(c);
         const b = parseBody(updateBody, c.body);
-        const ok = await vault.update(teamPrincipalOf(c).teamId, id, { displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value }, auditOf(c, 'vault_credential.update', 'vault_credential', id));
-        if (!ok) throw notFound('vault credential', 'vault_credential_not_found');
+        const r = await vault.updateCredential(teamPrincipalOf(c), id, { displayName: b.display_name, headerName: b.header_name, headerValue: b.header_value }, auditOf(c, 'vault_credential.update', 'vault_credential', id));
         c.log.info({ vault_credential_id: id, value_changed: b.header_value !== undefined }, 'vault credential updated');
-        return { id };
+        return r;
       },
     },
     {
@@ -113,9 +104,9 @@ export function vaultRoutes({ vault }: VaultRouteDeps): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const id = credentialId(c);
-        if (!(await vault.delete(teamPrincipalOf(c).teamId, id, auditOf(c, 'vault_credential.delete', 'vault_credential', id)))) throw notFound('vault credential', 'vault_credential_not_found');
+        const r = await vault.deleteCredential(teamPrincipalOf(c), id, auditOf(c, 'vault_credential.delete', 'vault_credential', id));
         c.log.info({ vault_credential_id: id }, 'vault credential deleted');
-        return { is_success: true };
+        return r;
       },
     },
   ];

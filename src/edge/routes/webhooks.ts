@@ -10,14 +10,16 @@
  *   DELETE /webhooks/{webhookId}                       {is_success}
  *   GET    /webhooks/{webhookId}/deliveries            {delivery_list, page_meta} (?delivery_status)
  *   POST   /webhooks/{webhookId}/deliveries/{deliveryId}/redeliver -> {id} of the new delivery
+ *
+ * The use cases are src/app/webhooks.ts.
  */
 import { z } from 'zod';
 import type { LiveEvents } from '../../events/index.js';
-import { OutboundRefused } from '../../events/outbound.js';
-import { DELIVERY_STATUSES, WEBHOOK_EVENTS, deliveryView, webhookView } from '../../events/store.js';
-import { badRequest, conflict, invalidParameter, notFound } from '../../shared/errors.js';
-import { paged, parsePage } from '../../shared/pagination.js';
-import type { Ctx, RouteDef } from '../http.js';
+import { DELIVERY_STATUSES, WEBHOOK_EVENTS } from '../../events/store.js';
+import { WebhookUseCases } from '../../app/webhooks.js';
+import { invalidParameter } from '../../shared/errors.js';
+import { parsePage } from '../../shared/pagination.js';
+import type { RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, parseBody, teamPrincipalOf, uuidParam } from '../params.js';
 import * as D from '../openapi/schemas.js';
@@ -39,22 +41,8 @@ const updateBody = z
   .strict()
   .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one of display_name, webhook_url, webhook_events, webhook_status is required');
 
-
-
 export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
-  const checkUrl = async (u: string): Promise<void> => {
-    try {
-      await live.guard.checkUrl(u);
-    } catch (e) {
-      if (e instanceof OutboundRefused) throw badRequest('webhook_url_not_allowed', `webhook_url: ${e.message}`);
-      throw e;
-    }
-  };
-  const load = async (c: Ctx) => {
-    const w = await live.store.getWebhook(teamPrincipalOf(c).teamId, uuidParam(c, 'webhookId'));
-    if (!w) throw notFound('webhook', 'webhook_not_found');
-    return w;
-  };
+  const hooks = new WebhookUseCases({ store: live.store, guard: live.guard, dispatcher: live.dispatcher, now });
   return [
     {
       method: 'POST',
@@ -63,10 +51,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const b = parseBody(createBody, c.body);
-        await checkUrl(b.webhook_url);
-        const p = teamPrincipalOf(c);
-        const id = await live.store.createWebhook({ teamId: p.teamId, displayName: b.display_name, url: b.webhook_url, events: [...new Set(b.webhook_events)], createdBy: p.userId ?? null }, auditOf(c, 'webhook.create', 'webhook'));
-        return { id };
+        return hooks.createWebhook(teamPrincipalOf(c), { displayName: b.display_name, url: b.webhook_url, events: b.webhook_events }, auditOf(c, 'webhook.create', 'webhook'));
       },
     },
     {
@@ -74,13 +59,9 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       path: '/webhooks',
       doc: { summary: 'List webhooks', tags: ['webhooks'], paged: true, responses: { 200: D.pageOf('webhook_list', D.Webhook) } },
       auth: READ,
-      handler: async (c) => {
-        const pg = parsePage(c.query);
-        const r = await live.store.listWebhooks(teamPrincipalOf(c).teamId, pg.perPage, pg.offset);
-        return paged('webhook_list', r.rows.map((w) => webhookView(w, false)), pg, r.total);
-      },
+      handler: async (c) => hooks.listWebhooks(teamPrincipalOf(c), parsePage(c.query)),
     },
-    { method: 'GET', path: '/webhooks/{webhookId}', auth: MANAGE, doc: { summary: 'Get a webhook (with signing_secret)', tags: ['webhooks'], responses: { 200: D.WebhookDetail } }, handler: async (c) => webhookView(await load(c), true) },
+    { method: 'GET', path: '/webhooks/{webhookId}', auth: MANAGE, doc: { summary: 'Get a webhook (with signing_secret)', tags: ['webhooks'], responses: { 200: D.WebhookDetail } }, handler: async (c) => hooks.getWebhook(teamPrincipalOf(c), uuidParam(c, 'webhookId')) },
     {
       method: 'PUT',
       path: '/webhooks/{webhookId}',
@@ -89,16 +70,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       handler: async (c) => {
         const id = uuidParam(c, 'webhookId');
         const b = parseBody(updateBody, c.body);
-        if (b.webhook_url !== undefined) await checkUrl(b.webhook_url);
-        const ok = await live.store.updateWebhook(
-          teamPrincipalOf(c).teamId,
-          id,
-          { displayName: b.display_name, url: b.webhook_url, events: b.webhook_events ? [...new Set(b.webhook_events)] : undefined, status: b.webhook_status },
-          now(),
-          auditOf(c, 'webhook.update', 'webhook', id),
-        );
-        if (!ok) throw notFound('webhook', 'webhook_not_found');
-        return { id };
+        return hooks.updateWebhook(teamPrincipalOf(c), id, { displayName: b.display_name, url: b.webhook_url, events: b.webhook_events, status: b.webhook_status }, auditOf(c, 'webhook.update', 'webhook', id));
       },
     },
     {
@@ -108,8 +80,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       auth: MANAGE,
       handler: async (c) => {
         const id = uuidParam(c, 'webhookId');
-        if (!(await live.store.deleteWebhook(teamPrincipalOf(c).teamId, id, auditOf(c, 'webhook.delete', 'webhook', id)))) throw notFound('webhook', 'webhook_not_found');
-        return { is_success: true };
+        return hooks.deleteWebhook(teamPrincipalOf(c), id, auditOf(c, 'webhook.delete', 'webhook', id));
       },
     },
     {
@@ -121,9 +92,7 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
         const pg = parsePage(c.query);
         const status = c.query.get('delivery_status') || undefined;
         if (status !== undefined && !(DELIVERY_STATUSES as readonly string[]).includes(status)) throw invalidParameter(`delivery_status: must be one of ${DELIVERY_STATUSES.join(', ')}`);
-        const w = await load(c);
-        const r = await live.store.listDeliveries(w.team_id, w.id, status, pg.perPage, pg.offset);
-        return paged('delivery_list', r.rows.map(deliveryView), pg, r.total);
+        return hooks.listDeliveries(teamPrincipalOf(c), uuidParam(c, 'webhookId'), status, pg);
       },
     },
     {
@@ -132,13 +101,8 @@ export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
       doc: { summary: 'Redeliver a delivery', tags: ['webhooks'], responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       handler: async (c) => {
-        const w = await load(c);
-        const d = await live.store.getDelivery(w.team_id, w.id, uuidParam(c, 'deliveryId'));
-        if (!d) throw notFound('delivery', 'delivery_not_found');
-        if (w.webhook_status !== 'active') throw conflict('webhook_disabled', 'the webhook is disabled; enable it before redelivering');
-        const id = await live.store.redeliver(d, now(), live.dispatcher.maxAttempts, auditOf(c, 'webhook.redeliver', 'webhook', w.id));
-        live.dispatcher.poke();
-        return { id };
+        const w = await hooks.loadWebhook(teamPrincipalOf(c), uuidParam(c, 'webhookId'));
+        return hooks.redeliver(w, uuidParam(c, 'deliveryId'), auditOf(c, 'webhook.redeliver', 'webhook', w.id));
       },
     },
   ];

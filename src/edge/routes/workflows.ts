@@ -1,7 +1,8 @@
-import { auditOf, teamOf, uuidParam } from '../params.js';
+import { auditOf, teamPrincipalOf, uuidParam } from '../params.js';
 /**
  * The workflow catalog over HTTP: the management surface (/workflows, user JWT or dk-) and the
- * runtime discovery surface (/r/workflows, also sk-). Run endpoints live with the tasks.
+ * runtime discovery surface (/r/workflows, also sk-). Run endpoints live with the tasks. The use
+ * cases are src/app/workflows.ts; these routes decode the request and encode the answer.
  *
  * Roles (docs/api.md): every team member reads (list, get, snapshots, export); creating,
  * updating, deleting and importing need admin (api-decisions: "members run and read; admins manage
@@ -9,16 +10,12 @@ import { auditOf, teamOf, uuidParam } from '../params.js';
  */
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { invalidParameter, notFound, type AppError } from '../../shared/errors.js';
-import { paged, parsePage } from '../../shared/pagination.js';
+import { invalidParameter } from '../../shared/errors.js';
+import { parsePage } from '../../shared/pagination.js';
 import { parseWorkflowCreate, parseWorkflowUpdate, workflowCreateSchema, workflowUpdateSchema, TOOL_TYPES, WORKFLOW_STATUSES, type ToolType, type WorkflowStatus } from '../../domain/workflows/schema.js';
-import { parseSlugRef, WORKFLOW_NOT_FOUND, type WorkflowListFilter, type WorkflowRecord, type WorkflowStore } from '../../persistence/workflow-store.js';
+import type { WorkflowListFilter, WorkflowUseCases } from '../../app/workflows.js';
 import * as D from '../openapi/schemas.js';
 import { z } from 'zod';
-
-export interface WorkflowRouteDeps {
-  workflows: WorkflowStore;
-}
 
 const READ: RouteAuth = { kinds: ['user', 'device'], team: true };
 const MANAGE: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
@@ -26,10 +23,6 @@ const RUNTIME: RouteAuth = { kinds: ['user', 'integration', 'device'], team: tru
 
 const LIST_QUERY = z.object({ workflow_status: z.enum(WORKFLOW_STATUSES).optional(), tool_type: z.enum(TOOL_TYPES).optional() });
 const WORKFLOW_PAGE = D.pageOf('workflow_list', D.Workflow);
-
-const workflowNotFound = (): AppError => notFound('workflow', WORKFLOW_NOT_FOUND);
-
-
 
 function enumQuery<T extends string>(ctx: Ctx, name: string, allowed: readonly T[]): T | undefined {
   const v = ctx.query.get(name);
@@ -52,61 +45,18 @@ function versionQuery(ctx: Ctx): number | undefined {
   return Number(v);
 }
 
-/**
- * The Workflow read shape, exactly the spec's fields in the spec's order. description and
- * preferred_gpu are strings (the contract's type): "" when unset. workflow_json is omitted for
- * integration (sk-) callers.
- */
-export function workflowRead(w: WorkflowRecord, opts: { includeJson: boolean }): Record<string, unknown> {
-  const d = w.definition;
-  const out: Record<string, unknown> = {
-    id: w.id,
-    workflow_slug: d.workflow_slug,
-    display_name: d.display_name,
-    description: d.description ?? '',
-  };
-  if (opts.includeJson) out.workflow_json = d.workflow_json;
-  Object.assign(out, {
-    parameters: d.parameters,
-    tool_type: d.tool_type,
-    required_labels: d.required_labels,
-    task_timeout: d.task_timeout,
-    max_retries: d.max_retries,
-    preferred_gpu: d.preferred_gpu ?? '',
-    default_dispatch_target: d.default_dispatch_target,
-    min_vram_gb: d.min_vram_gb,
-    required_models: d.required_models,
-    version: w.version,
-    workflow_status: w.status,
-    created_at: w.createdAt,
-    updated_at: w.updatedAt,
-  });
-  return out;
-}
-
-const includeJson = (ctx: Ctx): boolean => ctx.principal?.kind !== 'integration';
-
-export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
-  const store = d.workflows;
-
+export function workflowRoutes(w: WorkflowUseCases): RouteDef[] {
   const list = async (ctx: Ctx): Promise<unknown> => {
     const page = parsePage(ctx.query);
-    const { items, total } = await store.list(teamOf(ctx), page, listFilter(ctx));
-    const inc = includeJson(ctx);
-    return paged('workflow_list', items.map((w) => workflowRead(w, { includeJson: inc })), page, total);
+    return w.listWorkflows(teamPrincipalOf(ctx), page, listFilter(ctx));
   };
 
-  const getById = async (ctx: Ctx): Promise<unknown> => {
-    const w = await store.get(teamOf(ctx), uuidParam(ctx, 'workflowId'));
-    if (!w) throw workflowNotFound();
-    return workflowRead(w, { includeJson: includeJson(ctx) });
-  };
+  const getById = async (ctx: Ctx): Promise<unknown> => w.getWorkflow(teamPrincipalOf(ctx), uuidParam(ctx, 'workflowId'));
 
   /** Create and import take the same shape (the export shape is the create shape); only the note differs. */
   const create = (note: 'created' | 'imported') => async (ctx: Ctx): Promise<unknown> => {
     const def = parseWorkflowCreate(ctx.body);
-    const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note, audit: auditOf(ctx, note === 'created' ? 'workflow.create' : 'workflow.import', 'workflow') });
-    return { id: r.id };
+    return w.createWorkflow(teamPrincipalOf(ctx), def, note, auditOf(ctx, note === 'created' ? 'workflow.create' : 'workflow.import', 'workflow'));
   };
 
   return [
@@ -119,11 +69,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       doc: { summary: 'Import a workflow (the export shape)', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] },
       auth: MANAGE,
       // The export shape is the create shape: same validation, new id, version 1.
-      handler: async (ctx) => {
-        const def = parseWorkflowCreate(ctx.body);
-        const r = await store.create(teamOf(ctx), def, { createdBy: ctx.principal?.userId, note: 'imported', audit: auditOf(ctx, 'workflow.import', 'workflow') });
-        return { id: r.id };
-      },
+      handler: create('imported'),
     },
     { method: 'GET', path: '/workflows/{workflowId}', auth: READ, handler: getById, doc: { summary: 'Get a workflow', tags: ['workflows'], responses: { 200: D.Workflow } } },
     {
@@ -134,9 +80,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
         const patch = parseWorkflowUpdate(ctx.body);
-        const r = await store.update(teamOf(ctx), id, patch, auditOf(ctx, 'workflow.update', 'workflow', id));
-        if (!r) throw workflowNotFound();
-        return { id: r.id };
+        return w.updateWorkflow(teamPrincipalOf(ctx), id, patch, auditOf(ctx, 'workflow.update', 'workflow', id));
       },
     },
     {
@@ -146,8 +90,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       auth: MANAGE,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
-        if (!(await store.delete(teamOf(ctx), id, auditOf(ctx, 'workflow.delete', 'workflow', id)))) throw workflowNotFound();
-        return { is_success: true };
+        return w.deleteWorkflow(teamPrincipalOf(ctx), id, auditOf(ctx, 'workflow.delete', 'workflow', id));
       },
     },
     {
@@ -158,10 +101,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
         const page = parsePage(ctx.query);
-        const r = await store.listSnapshots(teamOf(ctx), id, page);
-        if (!r) throw workflowNotFound();
-        const items = r.items.map((s) => ({ id: s.id, workflow_id: s.workflowId, workflow_version: s.version, created_at: s.createdAt, snapshot_note: s.note }));
-        return paged('snapshot_list', items, page, r.total);
+        return w.listSnapshots(teamPrincipalOf(ctx), id, page);
       },
     },
     {
@@ -171,9 +111,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       auth: READ,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');
-        const def = await store.exportDefinition(teamOf(ctx), id, versionQuery(ctx));
-        if (!def) throw workflowNotFound();
-        return def;
+        return w.exportWorkflow(teamPrincipalOf(ctx), id, versionQuery(ctx));
       },
     },
 
@@ -185,12 +123,7 @@ export function workflowRoutes(d: WorkflowRouteDeps): RouteDef[] {
       path: '/r/workflows/slug/{workflowSlug}',
       doc: { summary: 'Get a workflow by slug (slug or slug@version)', tags: ['runtime', 'workflows'], responses: { 200: D.Workflow } },
       auth: RUNTIME,
-      handler: async (ctx) => {
-        const ref = parseSlugRef(ctx.params.workflowSlug ?? '');
-        const w = await store.getBySlug(teamOf(ctx), ref.slug, ref.version);
-        if (!w) throw workflowNotFound();
-        return workflowRead(w, { includeJson: includeJson(ctx) });
-      },
+      handler: async (ctx) => w.getWorkflowBySlug(teamPrincipalOf(ctx), ctx.params.workflowSlug ?? ''),
     },
   ];
 }
