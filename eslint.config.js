@@ -29,6 +29,14 @@ const zones = [
   { target: './src/files', from: './src/edge', message: 'files must not import the edge (take a port or a callback)' },
   { target: './src/gateway', from: './src/edge', message: 'the gateway core (tunnel, balancer, directory, egress) must not import the edge' },
   { target: './src/vault', from: './src/edge', message: 'the vault must not import the edge' },
+  // faces (HTTP routes, MCP tools) are adapters over the application layer (src/app); the application
+  // layer never imports a face
+  { target: './src/edge/routes', from: './src/persistence', message: 'routes are thin adapters: call src/app use cases, not persistence' },
+  { target: './src/mcp', from: './src/persistence', message: 'MCP tools are thin adapters: call src/app use cases, not persistence' },
+  { target: './src/mcp', from: './src/edge', message: 'MCP must not import the edge (its tools call src/app use cases directly)' },
+  { target: './src/app', from: './src/edge', message: 'the application layer must not import a face (src/edge)' },
+  { target: './src/app', from: './src/mcp', message: 'the application layer must not import a face (src/mcp)' },
+  { target: './src/app', from: './src/node', message: 'the application layer must not import the composition root' },
   // the server never imports the agent program; what both ends share lives in src/protocol
   { target: './src/edge', from: './src/agent', message: 'the edge must not import the agent program (shared wire code lives in src/protocol)' },
   // the wire protocol shared by the agent program and the server depends only on generated types and shared utilities

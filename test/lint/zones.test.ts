@@ -44,6 +44,12 @@ const forbidden: Array<{ name: string; file: string; spec: string; says: RegExp 
   { name: 'protocol -> edge', file: 'src/protocol/zone-probe.ts', spec: '../edge/error-map.js', says: /src\/protocol may import only/ },
   { name: 'protocol -> agent program', file: 'src/protocol/zone-probe.ts', spec: '../agent/runner.js', says: /src\/protocol may import only/ },
   { name: 'agent program -> edge', file: 'src/agent/zone-probe.ts', spec: '../edge/agents/grpc-server.js', says: /the agent program must not import the server edge/ },
+  { name: 'route -> persistence', file: 'src/edge/routes/zone-probe.ts', spec: '../../persistence/task-queries.js', says: /routes are thin adapters/ },
+  { name: 'mcp -> persistence', file: 'src/mcp/zone-probe.ts', spec: '../persistence/task-queries.js', says: /MCP tools are thin adapters/ },
+  { name: 'mcp -> edge', file: 'src/mcp/zone-probe.ts', spec: '../edge/http.js', says: /MCP must not import the edge/ },
+  { name: 'app -> edge', file: 'src/app/zone-probe.ts', spec: '../edge/http.js', says: /the application layer must not import a face \(src\/edge\)/ },
+  { name: 'app -> mcp', file: 'src/app/zone-probe.ts', spec: '../mcp/server.js', says: /the application layer must not import a face \(src\/mcp\)/ },
+  { name: 'app -> composition root', file: 'src/app/zone-probe.ts', spec: '../node/lifecycle.js', says: /must not import the composition root/ },
 ];
 
 for (const c of forbidden) {
@@ -61,6 +67,9 @@ const allowed: Array<{ name: string; file: string; spec: string }> = [
   { name: 'events -> shared', file: 'src/events/zone-probe.ts', spec: '../shared/errors.js' },
   { name: 'edge -> files', file: 'src/edge/routes/zone-probe.ts', spec: '../../files/index.js' },
   { name: 'edge -> events', file: 'src/edge/routes/zone-probe.ts', spec: '../../events/sse.js' },
+  { name: 'route -> app', file: 'src/edge/routes/zone-probe.ts', spec: '../../app/tasks.js' },
+  { name: 'mcp -> app', file: 'src/mcp/zone-probe.ts', spec: '../app/tasks.js' },
+  { name: 'app -> gateway core', file: 'src/app/zone-probe.ts', spec: '../gateway/invoke.js' },
 ];
 
 for (const c of allowed) {
