@@ -31,7 +31,8 @@ const zones = [
   { target: './src/vault', from: './src/edge', message: 'the vault must not import the edge' },
   // faces (HTTP routes, MCP tools) are adapters over the application layer (src/app); the application
   // layer never imports a face
-  { target: './src/edge/routes', from: './src/persistence', message: 'routes are thin adapters: call src/app use cases, not persistence' },
+  { target: './src/edge', from: './src/persistence', message: 'the edge is a face: routes call src/app use cases, the agent server uses ports and src/domain, never persistence' },
+  { target: './src/app', from: './src/persistence', message: 'the application layer declares the store ports it needs; persistence implements them (src/node wires them)' },
   { target: './src/mcp', from: './src/persistence', message: 'MCP tools are thin adapters: call src/app use cases, not persistence' },
   { target: './src/mcp', from: './src/edge', message: 'MCP must not import the edge (its tools call src/app use cases directly)' },
   { target: './src/app', from: './src/edge', message: 'the application layer must not import a face (src/edge)' },

@@ -4,7 +4,7 @@
  * (src/edge/agents/), not these.
  */
 import type { TeamPrincipal } from '../identity/principal.js';
-import { agentJson, type AgentRow } from '../persistence/agent-store.js';
+import { agentJson, type AgentRow } from '../domain/agents/record.js';
 import type { AuditNote } from '../shared/audit.js';
 import { notFound } from '../shared/errors.js';
 import { paged, type PageRequest } from '../shared/pagination.js';

@@ -4,7 +4,7 @@
  * this only reads, always within the caller's team.
  */
 import type { TeamPrincipal } from '../identity/principal.js';
-import { auditView, type AuditFilter, type AuditRow } from '../persistence/audit.js';
+import { auditView, type AuditFilter, type AuditRow } from '../domain/audit.js';
 import { paged, type PageRequest } from '../shared/pagination.js';
 
 /** The audit store (src/persistence/audit.ts AuditStore). */

@@ -7,9 +7,9 @@
 import type { ActorSystemPort, EventBusPort, TaskEvent, TaskRecord } from '../actors/ports.js';
 import { TASK, SCHEDULER } from '../actors/index.js';
 import type { TeamPrincipal } from '../identity/principal.js';
-import { IdempotencyKeyTaken, idempotencyKeyOf, replayOf, requestFingerprint, type StoredIdempotency } from '../persistence/idempotency-store.js';
-import type { NewTask } from '../persistence/task-queries.js';
-import { parseSlugRef } from '../persistence/workflow-store.js';
+import { IdempotencyKeyTaken, idempotencyKeyOf, replayOf, requestFingerprint, type StoredIdempotency } from '../domain/idempotency.js';
+import type { NewTask } from '../domain/tasks/new-task.js';
+import { parseSlugRef } from '../domain/workflows/records.js';
 import { TASK_STATUSES } from '../domain/tasks/record.js';
 import { taskView, type TaskRow, type TaskView } from '../domain/tasks/view.js';
 import { collectFileKeys, resolveRunParameters, type StagedFile } from '../domain/workflows/parameters.js';

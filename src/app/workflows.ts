@@ -4,7 +4,7 @@
  * (src/app/tasks.ts). Integration (sk-) callers never see workflow_json.
  */
 import type { TeamPrincipal } from '../identity/principal.js';
-import { parseSlugRef, WORKFLOW_NOT_FOUND, type SnapshotRecord, type WorkflowListFilter, type WorkflowRecord } from '../persistence/workflow-store.js';
+import { parseSlugRef, WORKFLOW_NOT_FOUND, type SnapshotRecord, type WorkflowListFilter, type WorkflowRecord } from '../domain/workflows/records.js';
 import type { WorkflowDefinition, WorkflowUpdate } from '../domain/workflows/schema.js';
 import type { AuditNote } from '../shared/audit.js';
 import { notFound, type AppError } from '../shared/errors.js';

@@ -48,6 +48,7 @@ import {
   type ComfyWsMessage,
 } from '../protocol/comfyui.js';
 import { ProviderError, type CloudProviderClient, type FollowHandlers, type JobOutcome } from './provider.js';
+import { isRecord } from '../shared/is-record.js';
 
 export interface ComfyCloudOptions {
   baseUrl: string;
@@ -62,7 +63,6 @@ export interface ComfyCloudOptions {
   wsConnectTimeoutMs?: number;
 }
 
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const NAME = 'Comfy Cloud';
 const MAX_JSON = 16 * 1024 * 1024;
 

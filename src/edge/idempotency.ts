@@ -20,7 +20,7 @@ import type { RouteDef, Ctx } from './http.js';
 import { Reply } from './http.js';
 import { conflict } from '../shared/errors.js';
 import { AppError } from '../shared/errors.js';
-import { idempotencyKeyOf, requestFingerprint, type IdempotencyStore } from '../persistence/idempotency-store.js';
+import { idempotencyKeyOf, requestFingerprint, type IdempotencyStorePort as IdempotencyStore } from '../domain/idempotency.js';
 
 /** Creating POSTs covered here, and the response fields that must never be stored. */
 export const IDEMPOTENT_CREATES: ReadonlyMap<string, readonly string[]> = new Map([

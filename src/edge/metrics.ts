@@ -1,7 +1,7 @@
 import client from 'prom-client';
 import type { RuntimeMetrics } from '../actors/runtime/system.js';
 import type { RouteDef } from './http.js';
-import type { OpsSnapshot } from '../persistence/ops-queries.js';
+import type { OpsSnapshot } from '../domain/ops.js';
 
 /** Prometheus metrics of this process (served at /metrics). */
 export const registry = new client.Registry();

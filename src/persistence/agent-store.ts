@@ -1,39 +1,17 @@
 import type { Database } from './db.js';
-import { q, json, iso, ts, TickBatcher, memberFenceSql, type BatcherStats } from './sql.js';
+import { q, json, ts, TickBatcher, memberFenceSql, type BatcherStats } from './sql.js';
 import { isRecord, jsonArrayOf, jsonStrings, type PgTimestamp } from './rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { audited } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import type { AgentInfo, AgentStorePort } from '../actors/ports.js';
+import { agentInfoOf } from '../actors/agent/info.js';
+import type { AgentRegistration, AgentRow, AgentStatus } from '../domain/agents/record.js';
 
+export { agentJson } from '../domain/agents/record.js';
+export type { AgentRegistration, AgentRow, AgentStatus } from '../domain/agents/record.js';
+export { agentInfoOf } from '../actors/agent/info.js';
 
-export type AgentStatus = 'online' | 'busy' | 'draining' | 'offline';
-
-export interface AgentRow {
-  id: string;
-  teamId: string;
-  machineId: string;
-  displayName: string;
-  agentStatus: AgentStatus;
-  labels: string[];
-  gpuType: string | null;
-  gpuCount: number;
-  vramTotalGb: number;
-  gpus: Array<{ name: string; vram_gb: number }>;
-  models: string[];
-  customNodes: string[];
-  slots: number;
-  systemStats: Record<string, unknown> | null;
-  currentTaskId: string | null;
-  lastSeenAt: number | null;
-  agentVersion: string | null;
-  credentialId: string | null;
-  nodeId: string | null;
-  /** Container runtime it offers ('' none) and whether it exposes a tunnel target. */
-  containerRuntime: string;
-  tunnel: boolean;
-  createdAt: number;
-}
 
 /** An `agents` row (select * / returning *). */
 interface AgentTableRow {
@@ -90,33 +68,6 @@ export const rowToAgent = (r: AgentTableRow): AgentRow => ({
   tunnel: Boolean(r.tunnel),
   createdAt: ts(r.created_at) ?? 0,
 });
-
-export const agentInfoOf = (a: AgentRow, needsSync = false): AgentInfo => ({
-  agentId: a.id,
-  teamId: a.teamId,
-  labels: a.labels,
-  gpuType: a.gpuType,
-  gpuCount: a.gpuCount,
-  vramTotalGb: a.vramTotalGb,
-  models: a.models,
-  slots: a.slots,
-  draining: a.agentStatus === 'draining',
-  needsSync,
-});
-
-export interface AgentRegistration {
-  teamId: string;
-  machineId: string;
-  displayName: string;
-  labels: string[];
-  gpus: Array<{ name: string; vram_gb: number }>;
-  models: string[];
-  customNodes: string[];
-  slots: number;
-  agentVersion: string;
-  credentialId: string | null;
-  nodeId: string;
-}
 
 /** Agent records: one per (team, machine_id); the live view is the agent actor's. */
 interface StatusWrite {
@@ -248,25 +199,3 @@ export class PgAgentStore implements AgentStorePort {
     else await q(this.db)(`update agents set agent_status = 'offline' where node_id = ? and agent_status <> 'offline'`, [nodeId]);
   }
 }
-
-export const agentJson = (a: AgentRow, reduced: boolean): Record<string, unknown> => {
-  const stats = a.systemStats ?? {};
-  const gpus = Array.isArray(stats.gpus) ? stats.gpus : [];
-  const util = gpus.length ? gpus.reduce((s: number, g: unknown) => s + (Number(isRecord(g) ? g.utilization_percent : undefined) || 0), 0) / gpus.length : 0;
-  return {
-    id: a.id,
-    display_name: a.displayName,
-    agent_status: a.agentStatus,
-    labels: a.labels,
-    gpu_type: a.gpuType,
-    gpu_count: a.gpuCount,
-    vram_total_gb: a.vramTotalGb,
-    current_task_id: a.currentTaskId,
-    system_stats: reduced ? { gpu_count: a.gpuCount, vram_total_gb: a.vramTotalGb, gpu_utilization_percent: Math.round(util * 10) / 10 } : stats,
-    last_seen_at: iso(a.lastSeenAt),
-    agent_version: a.agentVersion,
-    machine_id: reduced ? undefined : a.machineId,
-    container_runtime: a.containerRuntime,
-    created_at: iso(a.createdAt),
-  };
-};

@@ -2,6 +2,10 @@ import type { AuditFill, AuditNote, AuditRecorder } from '../shared/audit.js';
 import { uuidv7 } from '../shared/ids.js';
 import type { Database } from './db.js';
 import { inTx, q as pooled, type Q } from './sql.js';
+import type { AuditFilter, AuditRow } from '../domain/audit.js';
+
+export { auditView } from '../domain/audit.js';
+export type { AuditFilter, AuditRow } from '../domain/audit.js';
 
 /** Any transaction-bound query function (the identity store's too). */
 type AnyQ = (sql: string, params?: unknown[]) => Promise<unknown[]>;
@@ -37,32 +41,6 @@ export function recorderOn(q: AnyQ, note: AuditNote | null | undefined): AuditRe
  */
 export function audited<T>(db: Database, note: AuditNote | null | undefined, fn: (q: Q, record: AuditRecorder) => Promise<T>): Promise<T> {
   return inTx(db, (q) => fn(q, recorderOn(q, note)));
-}
-
-export interface AuditRow {
-  id: string;
-  team_id: string;
-  actor_kind: string;
-  actor_user_id: string | null;
-  actor_credential_id: string | null;
-  action: string;
-  target_type: string;
-  target_id: string | null;
-  request_id: string | null;
-  client_ip: string | null;
-  outcome: string;
-  details: Record<string, unknown>;
-  created_at: Date | string;
-}
-
-export interface AuditFilter {
-  action?: string | undefined;
-  /** A user id or credential id. */
-  actor?: string | undefined;
-  targetType?: string | undefined;
-  targetId?: string | undefined;
-  since?: Date | undefined;
-  until?: Date | undefined;
 }
 
 /** Reads (team-scoped) and retention of the audit log. */
@@ -126,22 +104,6 @@ export class AuditStore {
     await appendAudit(this.q, note, fill);
   }
 }
-
-export const auditView = (r: AuditRow): Record<string, unknown> => ({
-  id: r.id,
-  team_id: r.team_id,
-  actor_kind: r.actor_kind,
-  actor_user_id: r.actor_user_id,
-  actor_credential_id: r.actor_credential_id,
-  action: r.action,
-  target_type: r.target_type,
-  target_id: r.target_id,
-  request_id: r.request_id,
-  client_ip: r.client_ip,
-  outcome: r.outcome,
-  details: r.details ?? {},
-  created_at: new Date(r.created_at).toISOString(),
-});
 
 /**
  * Retention (GANTRY_AUDIT_RETENTION_DAYS): one timer deleting entries older than the retention,

@@ -1,69 +1,16 @@
-import { createHash } from 'node:crypto';
 import type { Database } from './db.js';
 import { q } from './sql.js';
-import { conflict, invalidParameter } from '../shared/errors.js';
+import { IDEMPOTENCY_TTL_S, type IdempotencyStorePort, type StoredIdempotency } from '../domain/idempotency.js';
 
-/** How long a key is kept (and replayed): 24 hours, per team. */
-export const IDEMPOTENCY_TTL_S = 24 * 3600;
-
-/** What a creating POST records with its key, written in the same statement as what it created. */
-export interface IdempotencyRecord {
-  key: string;
-  fingerprint: string;
-  responseStatus: number;
-  responseBody: Record<string, unknown>;
-}
-
-/** A stored key: the fingerprint of the request that created it and the response it got. */
-export interface StoredIdempotency {
-  fingerprint: string;
-  responseStatus: number;
-  responseBody: Record<string, unknown>;
-}
-
-/**
- * The key of this item was already taken (by an earlier request, or by another item of the same
- * group-commit batch, or by a concurrent batch that committed first): nothing was inserted for it.
- * The caller reads the stored key and replays its response (or answers 409).
- */
-export class IdempotencyKeyTaken extends Error {
-  constructor(readonly key: string) {
-    super('idempotency key already recorded');
-    this.name = 'IdempotencyKeyTaken';
-  }
-}
-
-const KEY_RE = /^[\x21-\x7e]{1,255}$/;
-
-/** The Idempotency-Key header: absent is null; present must be 1-255 visible ASCII characters (400 otherwise). */
-export function idempotencyKeyOf(headers: Record<string, string>): string | null {
-  const v = headers['idempotency-key'];
-  if (v === undefined) return null;
-  if (!KEY_RE.test(v)) throw invalidParameter('Idempotency-Key: must be 1 to 255 visible ASCII characters (0x21-0x7E, no spaces)');
-  return v;
-}
-
-/** JSON with object keys sorted at every level, so the same body written in another key order has the same fingerprint. */
-export function canonicalJson(v: unknown): string {
-  if (v === undefined) return '';
-  if (v === null || typeof v !== 'object') return JSON.stringify(v);
-  if (Array.isArray(v)) return `[${v.map((x) => (x === undefined ? 'null' : canonicalJson(x))).join(',')}]`;
-  const o = v as Record<string, unknown>;
-  const keys = Object.keys(o).filter((k) => o[k] !== undefined).sort();
-  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`).join(',')}}`;
-}
-
-/** sha256 of method, path and the canonical body (hex). */
-export function requestFingerprint(method: string, path: string, body: unknown): string {
-  return createHash('sha256').update(`${method.toUpperCase()}\n${path}\n${canonicalJson(body)}`).digest('hex');
-}
+export { IDEMPOTENCY_TTL_S, IdempotencyKeyTaken, canonicalJson, idempotencyKeyOf, replayOf, requestFingerprint } from '../domain/idempotency.js';
+export type { IdempotencyRecord, StoredIdempotency } from '../domain/idempotency.js';
 
 /**
  * Reads idempotency keys (the write is part of the creating statement, see TaskQueries.insert).
  * Keys older than the TTL are never replayed: the lookup of a key deletes it when it expired, and
  * at most once a minute a lookup also deletes a bounded slice of every team's expired keys.
  */
-export class IdempotencyStore {
+export class IdempotencyStore implements IdempotencyStorePort {
   private lastSweep = 0;
 
   constructor(
@@ -135,11 +82,4 @@ export class IdempotencyStore {
     // best effort: a failed sweep is retried by the next one; lookups never return expired keys anyway
     this.sweep().catch(() => undefined);
   }
-}
-
-/** The response to a retried request: the stored one when the fingerprint matches, else 409 `idempotency_key_reused`. */
-export function replayOf(stored: StoredIdempotency, fingerprint: string): { status: number; body: Record<string, unknown> } {
-  if (stored.fingerprint !== fingerprint)
-    throw conflict('idempotency_key_reused', 'this Idempotency-Key was already used (within 24 hours) for a request with another method, path or body; use a new key for a new request');
-  return { status: stored.responseStatus, body: stored.responseBody };
 }

@@ -1,41 +1,11 @@
 import type { Database } from './db.js';
 import { NON_TERMINAL, SCHEDULABLE } from '../domain/tasks/record.js';
 import { q } from './sql.js';
+import type { OpsSnapshot } from '../domain/ops.js';
+
+export type { AgentCount, OpsSnapshot, QueueFigure, TaskCount } from '../domain/ops.js';
 
 const marks = (xs: readonly unknown[]): string => xs.map(() => '?').join(',');
-
-/** Open tasks of one team in one state. */
-export interface TaskCount {
-  teamId: string;
-  status: string;
-  count: number;
-}
-
-/** Tasks waiting for an agent (pending + waiting) of one team and one required-label set. */
-export interface QueueFigure {
-  teamId: string;
-  /** The required labels, sorted and comma-joined ('' = no label required). */
-  labels: string;
-  depth: number;
-  /** Seconds since the oldest of them became schedulable (created, or its retry backoff ended). */
-  oldestAgeS: number;
-}
-
-export interface AgentCount {
-  status: string;
-  /** The agent's GPU model ('' = none reported). */
-  gpuType: string;
-  count: number;
-}
-
-/** What the PostgreSQL-derived gauges of /metrics show: one snapshot of the whole installation. */
-export interface OpsSnapshot {
-  tasks: TaskCount[];
-  queues: QueueFigure[];
-  agents: AgentCount[];
-  webhookBacklog: number;
-  webhookOldestAgeS: number;
-}
 
 /**
  * The figures /metrics counts in PostgreSQL (the source of truth, so every node of a cluster reports

@@ -15,7 +15,9 @@ export type PgTimestamp = Date | string;
 /** A bigint column or count(*): text (PostgreSQL driver) or a number (PGlite, or inside JSON). */
 export type PgBigint = string | number;
 
-export const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+import { isRecord } from '../shared/is-record.js';
+
+export { isRecord };
 
 /** A jsonb object, or {} when the value is not one (null, an array, a scalar). */
 export const jsonObject = (v: unknown): Record<string, unknown> => (isRecord(v) ? v : {});

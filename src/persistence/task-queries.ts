@@ -8,7 +8,8 @@ import { AppError } from '../shared/errors.js';
 const submitFailed = (cause?: unknown): AppError =>
   new AppError('unavailable', 'task_submit_failed', 'the task could not be committed (nothing was accepted); retry the request', { retryAfterS: 1, ...(cause === undefined ? {} : { cause }) });
 import type { TaskEvent, TaskRecord } from '../actors/ports.js';
-import { IdempotencyKeyTaken, IdempotencyStore, type IdempotencyRecord } from './idempotency-store.js';
+import { IdempotencyKeyTaken, IdempotencyStore } from './idempotency-store.js';
+import type { NewTask } from '../domain/tasks/new-task.js';
 
 /** The submit statement's row: the task's status event and the inserted task's seq and created_at. */
 interface SubmittedEventRow extends TaskEventRow {
@@ -16,31 +17,7 @@ interface SubmittedEventRow extends TaskEventRow {
   task_created_at: PgTimestamp;
 }
 
-export interface NewTask {
-  id: string;
-  teamId: string;
-  workflowId: string;
-  workflowSlug: string;
-  workflowVersion: number;
-  snapshotId: string | null;
-  dispatchTarget: 'agent' | 'comfy_cloud';
-  toolType: 'comfyui' | 'nerfstudio';
-  parameters: Record<string, unknown>;
-  resolvedWorkflow: unknown;
-  inputFiles: unknown[];
-  maxRetries: number;
-  timeoutS: number;
-  requiredLabels: string[];
-  minVramGb: number;
-  requiredModels: string[];
-  preferredGpu: string | null;
-  createdByUserId: string | null;
-  createdByCredentialId: string | null;
-  /** W3C traceparent of the submit span (tracing on). */
-  traceParent?: string | null;
-  /** Idempotency-Key of the run: recorded in the same statement as the task; when the key is taken, no task is inserted. */
-  idempotency?: IdempotencyRecord;
-}
+export type { NewTask } from '../domain/tasks/new-task.js';
 
 /** Reads and the one insert of the task API (writes after insert go through the task actor). SQL only: presentation is src/domain/tasks/view.ts. */
 export class TaskQueries {

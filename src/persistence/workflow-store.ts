@@ -19,19 +19,19 @@
  *   instead of returning a status the caller would have to check.
  */
 import type { Database } from './db.js';
+import { WORKFLOW_NOT_FOUND, WORKFLOW_VERSION_NOT_FOUND, type RunnableWorkflow, type SnapshotRecord, type WorkflowListFilter, type WorkflowRecord, type WorkflowRef } from '../domain/workflows/records.js';
 import { inTx, q, json, iso, type Q } from './sql.js';
 import { jsonObject, type PgTimestamp } from './rows.js';
 import { WorkflowCache } from './workflow-cache.js';
 import { audited, recorderOn } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import { uuidv7 } from '../shared/ids.js';
-import { conflict, notFound, invalidParameter, type AppError } from '../shared/errors.js';
+import { conflict, notFound, type AppError } from '../shared/errors.js';
 import type { PageRequest } from '../shared/pagination.js';
 import {
   mergeWorkflowUpdate,
   parameterDefSchema,
   workflowCreateSchema,
-  WORKFLOW_SLUG_RE,
   type NormalizedParameterDef,
   type ToolType,
   type WorkflowDefinition,
@@ -39,66 +39,11 @@ import {
   type WorkflowUpdate,
 } from '../domain/workflows/schema.js';
 
-/** A workflow as stored: the definition of one version plus its catalog metadata. */
-export interface WorkflowRecord {
-  id: string;
-  teamId: string;
-  /** The definition of `version` (the current one, or the pinned one for slug@version reads). */
-  definition: WorkflowDefinition;
-  version: number;
-  /** The workflow's current status (status is not versioned). */
-  status: WorkflowStatus;
-  /** ISO timestamps. For a pinned older version, updatedAt is when that version was written. */
-  createdAt: string;
-  updatedAt: string;
-}
-
-export interface SnapshotRecord {
-  id: string;
-  workflowId: string;
-  version: number;
-  createdAt: string;
-  note: string;
-}
-
-export type WorkflowRef = { id: string } | { slug: string; version?: number | undefined };
-
-/** What the run endpoint needs: the definition of the pinned version and where it came from. */
-export interface RunnableWorkflow {
-  workflow: WorkflowDefinition;
-  workflowId: string;
-  workflowSlug: string;
-  version: number;
-  snapshotId: string;
-  status: WorkflowStatus;
-}
-
-export interface WorkflowListFilter {
-  status?: WorkflowStatus | undefined;
-  toolType?: ToolType | undefined;
-}
-
-export const WORKFLOW_NOT_FOUND = 'workflow_not_found';
-export const WORKFLOW_VERSION_NOT_FOUND = 'workflow_version_not_found';
+export { parseSlugRef, WORKFLOW_NOT_FOUND, WORKFLOW_VERSION_NOT_FOUND } from '../domain/workflows/records.js';
+export type { RunnableWorkflow, SnapshotRecord, WorkflowListFilter, WorkflowRecord, WorkflowRef } from '../domain/workflows/records.js';
 
 const workflowNotFound = (): AppError => notFound('workflow', WORKFLOW_NOT_FOUND);
 const slugTaken = (slug: string): AppError => conflict('slug_taken', `workflow_slug ${JSON.stringify(slug)} is already taken`);
-
-/**
- * Parses the `{workflowSlug}` path segment: `slug` or `slug@version` (version a positive integer).
- * A malformed slug or version is a 400 naming the segment.
- */
-export function parseSlugRef(raw: string): { slug: string; version?: number } {
-  const at = raw.lastIndexOf('@');
-  const slug = at < 0 ? raw : raw.slice(0, at);
-  if (slug.length < 2 || slug.length > 100 || !WORKFLOW_SLUG_RE.test(slug)) {
-    throw invalidParameter(`workflowSlug: ${JSON.stringify(raw.slice(0, 120))} is not a workflow slug (expected slug or slug@version)`);
-  }
-  if (at < 0) return { slug };
-  const v = raw.slice(at + 1);
-  if (!/^[1-9][0-9]{0,8}$/.test(v)) throw invalidParameter(`workflowSlug: version ${JSON.stringify(v.slice(0, 40))} must be a positive integer (slug@version)`);
-  return { slug, version: Number(v) };
-}
 
 /** A `workflows` row (select *). */
 interface WorkflowRow {

@@ -6,8 +6,8 @@
  * (readPromptMessage) and the progress tracker that turns its messages (executing, progress,
  * executed, execution_cached) into Gantry progress ticks.
  */
+import { isRecord } from '../shared/is-record.js';
 
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const clamp01 = (n: number): number => (Number.isFinite(n) ? Math.min(1, Math.max(0, n)) : 0);
 
 export type ApiGraph = Record<string, { class_type: string; inputs: Record<string, unknown> }>;

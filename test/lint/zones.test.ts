@@ -44,7 +44,9 @@ const forbidden: Array<{ name: string; file: string; spec: string; says: RegExp 
   { name: 'protocol -> edge', file: 'src/protocol/zone-probe.ts', spec: '../edge/error-map.js', says: /src\/protocol may import only/ },
   { name: 'protocol -> agent program', file: 'src/protocol/zone-probe.ts', spec: '../agent/runner.js', says: /src\/protocol may import only/ },
   { name: 'agent program -> edge', file: 'src/agent/zone-probe.ts', spec: '../edge/agents/grpc-server.js', says: /the agent program must not import the server edge/ },
-  { name: 'route -> persistence', file: 'src/edge/routes/zone-probe.ts', spec: '../../persistence/task-queries.js', says: /routes are thin adapters/ },
+  { name: 'route -> persistence', file: 'src/edge/routes/zone-probe.ts', spec: '../../persistence/task-queries.js', says: /the edge is a face/ },
+  { name: 'agent server -> persistence', file: 'src/edge/agents/zone-probe.ts', spec: '../../persistence/agent-store.js', says: /the edge is a face/ },
+  { name: 'app -> persistence', file: 'src/app/zone-probe.ts', spec: '../persistence/task-queries.js', says: /the application layer declares the store ports/ },
   { name: 'mcp -> persistence', file: 'src/mcp/zone-probe.ts', spec: '../persistence/task-queries.js', says: /MCP tools are thin adapters/ },
   { name: 'mcp -> edge', file: 'src/mcp/zone-probe.ts', spec: '../edge/http.js', says: /MCP must not import the edge/ },
   { name: 'app -> edge', file: 'src/app/zone-probe.ts', spec: '../edge/http.js', says: /the application layer must not import a face \(src\/edge\)/ },
@@ -70,6 +72,8 @@ const allowed: Array<{ name: string; file: string; spec: string }> = [
   { name: 'route -> app', file: 'src/edge/routes/zone-probe.ts', spec: '../../app/tasks.js' },
   { name: 'mcp -> app', file: 'src/mcp/zone-probe.ts', spec: '../app/tasks.js' },
   { name: 'app -> gateway core', file: 'src/app/zone-probe.ts', spec: '../gateway/invoke.js' },
+  { name: 'app -> domain', file: 'src/app/zone-probe.ts', spec: '../domain/idempotency.js' },
+  { name: 'composition root -> persistence', file: 'src/node/zone-probe.ts', spec: '../persistence/task-queries.js' },
 ];
 
 for (const c of allowed) {

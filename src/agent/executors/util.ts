@@ -1,6 +1,7 @@
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { ExecutorError, type ExecOutput } from './types.js';
+import { isRecord } from '../../shared/is-record.js';
 
 export const cancelledError = (what = 'task cancelled'): ExecutorError => new ExecutorError('cancelled', what);
 
@@ -43,7 +44,6 @@ export function abortPromise(signal: AbortSignal): { promise: Promise<never>; di
   };
 }
 
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 export { isRecord };
 
 /**

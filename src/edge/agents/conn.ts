@@ -4,7 +4,7 @@
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { AgentInfo, ServerToAgent, TaskStorePort } from '../../actors/ports.js';
-import type { AgentRegistration, AgentRow } from '../../persistence/agent-store.js';
+import type { AgentRegistration, AgentRow } from '../../domain/agents/record.js';
 import type { ObjectStore } from '../../storage/port.js';
 import type { AppError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';

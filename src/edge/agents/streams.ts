@@ -6,7 +6,7 @@
  * once by the agent-wire codec (src/protocol/agent-wire.ts).
  */
 import type { AgentInfo, ServerToAgent } from '../../actors/ports.js';
-import { agentInfoOf } from '../../persistence/agent-store.js';
+import { agentInfoOf } from '../../actors/agent/info.js';
 import { AppError, conflict, deadlineExceeded, forbidden, invalidParameter, isAppError, unauthorized, unavailable } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import { toGrpcError } from '../error-map.js';
