@@ -1,3 +1,4 @@
+import type { Files } from '../files/index.js';
 import type { Config } from '../shared/config.js';
 import type { Clock } from '../shared/clock.js';
 import type { Logger } from '../shared/logger.js';
@@ -33,7 +34,7 @@ export interface Stores {
 }
 
 /** The task, agent and workflow stores; rows written in cluster mode carry this node's member id. */
-export function createStores(d: { db: Database; cluster: Cluster<Protocols> | null; invalidation: RedisInvalidation | null }): Stores {
+export function createStores(d: { db: Database; cluster: Cluster<Protocols> | null; invalidation: RedisInvalidation | null; files: Files }): Stores {
   const memberId = (): string | null => d.cluster?.memberId ?? null;
   const workflowStore = new WorkflowStore(d.db);
   // cluster: a workflow changed on one node drops it from every node's workflow cache (same broadcast as identity's)
@@ -44,7 +45,7 @@ export function createStores(d: { db: Database; cluster: Cluster<Protocols> | nu
       if (ev.type === 'workflow') workflowStore.cache.applyInvalidation(ev.workflowId, ev.dropVersions);
     });
   }
-  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId }), taskQueries: new TaskQueries(d.db), workflowStore };
+  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId, needsSync: (teamId, inv) => d.files.sync.needsSync(teamId, inv) }), taskQueries: new TaskQueries(d.db), workflowStore };
 }
 
 /** Registers every actor kind with its dependencies (before the cluster routes messages here). */

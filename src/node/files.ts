@@ -2,7 +2,6 @@ import type { Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import type { Database } from '../persistence/db.js';
-import type { PgAgentStore } from '../persistence/agent-store.js';
 import type { ObjectStore } from '../storage/index.js';
 import { createFiles, type Files } from '../files/index.js';
 import type { NodeSettings } from './settings.js';
@@ -28,7 +27,7 @@ export class RegistryChanges {
 }
 
 /** Staged files, multipart, output links/retention, model and node registries, sync manifest, sweepers. */
-export function createFilesModule(d: { config: Config; settings: NodeSettings; db: Database; objectStore: ObjectStore; agentStore: PgAgentStore; clock: Clock; logger: Logger }): { files: Files; registryChanges: RegistryChanges } {
+export function createFilesModule(d: { config: Config; settings: NodeSettings; db: Database; objectStore: ObjectStore; clock: Clock; logger: Logger }): { files: Files; registryChanges: RegistryChanges } {
   const { clock } = d;
   const registryChanges = new RegistryChanges();
   const files = createFiles({
@@ -41,6 +40,5 @@ export function createFilesModule(d: { config: Config; settings: NodeSettings; d
     outputRetentionS: d.settings.outputRetentionS,
     onRegistryChange: (teamId) => registryChanges.changed(teamId),
   });
-  d.agentStore.useSyncCheck((teamId, inv) => files.sync.needsSync(teamId, inv));
   return { files, registryChanges };
 }

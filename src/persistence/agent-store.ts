@@ -77,7 +77,8 @@ interface StatusWrite {
 }
 
 export class PgAgentStore implements AgentStorePort {
-  private syncCheck: ((teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean>) | null = null;
+  /** Whether an agent with this inventory still has models or custom nodes to sync (the files module's check); none: never. */
+  private readonly syncCheck: ((teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean>) | null;
 
   /**
    * agent_status / current_task_id writes of many agents in one statement per tick (an agent flips
@@ -91,20 +92,16 @@ export class PgAgentStore implements AgentStorePort {
 
   constructor(
     private readonly db: Database,
-    opts: { memberId?: () => string | null } = {},
+    opts: { memberId?: () => string | null; needsSync?: (teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean> } = {},
   ) {
     this.memberId = opts.memberId ?? (() => null);
+    this.syncCheck = opts.needsSync ?? null;
     this.statusWrites = new TickBatcher((ws) => this.writeStatuses(ws), { maxBatch: 500, maxInFlight: 2, key: (w) => w.agentId });
   }
 
   /** Status batches written (tests and benches read it). */
   get statusStats(): BatcherStats {
     return this.statusWrites.stats;
-  }
-
-  /** Wires AgentInfo.needsSync (the files module's needsSync; main.ts sets it). */
-  useSyncCheck(fn: (teamId: string, inventory: { models: string[]; customNodes: string[] }) => Promise<boolean>): void {
-    this.syncCheck = fn;
   }
 
   async online(teamId: string): Promise<AgentInfo[]> {
