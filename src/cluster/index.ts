@@ -54,6 +54,8 @@ export interface ClusterOptions<P extends ProtocolMap<P>> {
   hasLocalStream(agentId: string): boolean;
   /** Agents whose stream this node holds (re-asserted in the directory after Redis lost its data). */
   localStreams(): string[];
+  /** Opens other nodes' forwarded gateway tunnels on this node's agent streams. */
+  tunnelOpener: OpenTunnel;
   logger: Logger;
 }
 
@@ -78,7 +80,7 @@ export class Cluster<P extends ProtocolMap<P>> {
     this.nodeId = o.nodeId ?? hostname();
     this.peers = new PeerPool({ selfMember: () => this.selfMember.memberId, viewVersion: () => this.currentView.version, errors: o.errors, logger: o.logger });
     this.router = new ClusterRouter<P>({ system: o.system, codec: o.codec, peers: this.peers, ownerOf: (ref) => this.ownerOf(ref), logger: o.logger });
-    this.server = new RemotingServer({ host: o.host, port: o.port, handler: this.router.inbound, errors: o.errors, logger: o.logger });
+    this.server = new RemotingServer({ host: o.host, port: o.port, handler: this.router.inbound, errors: o.errors, logger: o.logger, tunnelOpener: o.tunnelOpener });
   }
 
   get self(): Member {
@@ -108,11 +110,6 @@ export class Cluster<P extends ProtocolMap<P>> {
   /** True when this node owns the ref by its current view. */
   owns(ref: ActorRef<KindOf<P>>): boolean {
     return this.ownerOf(ref) === null;
-  }
-
-  /** Gateway tunnels: the local opener (this node's agent streams) serves other nodes' forwarded streams. */
-  setTunnelOpener(open: OpenTunnel): void {
-    this.server.tunnelOpener = open;
   }
 
   /** Opens a gateway tunnel on the node holding the agent's stream (null when none does). */

@@ -62,18 +62,16 @@ export class RemotingServer {
   private readonly calls = new Set<grpc.ServerDuplexStream<Frame__Output, Frame>>();
   /** Envelopes received (metrics/tests). */
   received = 0;
-  /** Opens gateway tunnels on this node's agent streams (set by the composition root). */
-  tunnelOpener: OpenTunnel | null = null;
-
   constructor(
-    private readonly o: { host: string; port: number; handler: InboundHandler; errors: ErrorCodec; logger: Logger },
+    /** tunnelOpener: opens other nodes' forwarded gateway tunnels on this node's agent streams (none: refused). */
+    private readonly o: { host: string; port: number; handler: InboundHandler; errors: ErrorCodec; logger: Logger; tunnelOpener?: OpenTunnel },
   ) {}
 
   async start(): Promise<number> {
     const server = new grpc.Server({ 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000, 'grpc.max_receive_message_length': 16 * 1024 * 1024 });
     server.addService(loadProto().gantry.cluster.v1.Remoting.service, {
       Deliver: (call: grpc.ServerDuplexStream<Frame__Output, Frame>) => this.onCall(call),
-      Tunnel: (call: grpc.ServerDuplexStream<TunnelChunk__Output, TunnelChunk>) => serveTunnel(call, this.tunnelOpener, this.o.logger),
+      Tunnel: (call: grpc.ServerDuplexStream<TunnelChunk__Output, TunnelChunk>) => serveTunnel(call, this.o.tunnelOpener ?? null, this.o.logger),
     });
     const port = await new Promise<number>((resolve, reject) =>
       server.bindAsync(`${this.o.host}:${this.o.port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),

@@ -92,8 +92,6 @@ export function createAgents(d: AgentsDeps): Agents {
   });
   identity.onCredentialsRevoked((ids) => agentGrpc.credentialsRevoked(ids));
   if (cluster) {
-    // other nodes' gateway tunnels to agents whose stream is here
-    cluster.setTunnelOpener((agentId, teamId, open, h) => agentGrpc.openTunnel(agentId, teamId, open, h));
     // declared dead while paused and re-joined: the agent streams held here stay; their rows (moved to
     // the new member id) were marked offline by the fence, so each agent actor writes its status again
     // and tells its team's scheduler (which may now live elsewhere)

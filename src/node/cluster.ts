@@ -76,6 +76,7 @@ export function createCluster(d: { config: Config; settings: NodeSettings; redis
     directoryKinds: new Set([AGENT]),
     hasLocalStream: (agentId) => d.streams.has(agentId),
     localStreams: () => d.streams.agentIds(),
+    tunnelOpener: (agentId, teamId, open, h) => d.streams.openTunnel(agentId, teamId, open, h),
     logger: logger.child({ component: 'cluster' }),
   });
 }

@@ -14,8 +14,7 @@ import { Balancer } from '../gateway/balancer.js';
 import { externalRequest } from '../gateway/external.js';
 import type { OpenTunnel } from '../gateway/tunnel.js';
 import { Gateway } from '../edge/routes/gateway.js';
-import type { AgentGrpcServer } from '../edge/agents/grpc-server.js';
-import type { AgentSessions } from '../edge/agents/sessions.js';
+import type { AgentSessions, LocalAgentStreams } from '../edge/agents/sessions.js';
 import type { Identity } from '../identity/index.js';
 import type { OutboundGuard } from '../events/outbound.js';
 import type { VaultStore } from '../vault/store.js';
@@ -67,7 +66,7 @@ export function createGateway(d: {
   config: Config;
   settings: NodeSettings;
   containers: Containers;
-  agentGrpc: AgentGrpcServer;
+  streams: LocalAgentStreams;
   sessions: AgentSessions;
   cluster: Cluster<Protocols> | null;
   agentStore: PgAgentStore;
@@ -77,11 +76,11 @@ export function createGateway(d: {
   clock: Clock;
   logger: Logger;
 }): Gateway {
-  const { config, agentGrpc, sessions, cluster, vault, clock } = d;
+  const { config, streams, sessions, cluster, vault, clock } = d;
   const timeoutMs = config.GANTRY_PROXY_TIMEOUT_MS;
   const outboundCaList = d.settings.outboundCa;
   // gateway tunnels: on this node's agent streams, else forwarded to the node holding the stream
-  const openTunnel: OpenTunnel = (agentId, teamId, open, h) => agentGrpc.openTunnel(agentId, teamId, open, h) ?? cluster?.openRemoteTunnel(agentId, teamId, open, h) ?? null;
+  const openTunnel: OpenTunnel = (agentId, teamId, open, h) => streams.openTunnel(agentId, teamId, open, h) ?? cluster?.openRemoteTunnel(agentId, teamId, open, h) ?? null;
   return new Gateway({
     basePath: '/api/v1',
     directory: d.containers.serviceDirectory,

@@ -28,7 +28,6 @@ import type { PresignCheckpointRequest__Output } from '../../gen/gantry/agent/v1
 import type { PresignCheckpointResponse } from '../../gen/gantry/agent/v1/PresignCheckpointResponse.js';
 import type { CommitCheckpointRequest__Output } from '../../gen/gantry/agent/v1/CommitCheckpointRequest.js';
 import type { CommitCheckpointResponse } from '../../gen/gantry/agent/v1/CommitCheckpointResponse.js';
-import type { TunnelChannel, TunnelHandlers, TunnelOpenInfo } from '../../gateway/tunnel.js';
 import { bearer, type AgentGrpcServerOptions, type AgentIdent, type AgentLink, type AgentStreamInput, type UnaryOutcome } from './conn.js';
 import { AgentStreams } from './streams.js';
 import { AgentUnaryCalls } from './unary-calls.js';
@@ -139,11 +138,6 @@ export class AgentGrpcServer {
   /** After a change to a team's active models or custom nodes: a `sync` hint to its live streams here (how many were told). */
   syncHint(teamId: string): number {
     return this.streams.syncHint(teamId);
-  }
-
-  /** Opens a gateway tunnel stream on the agent's stream on this node; null when it has none here. */
-  openTunnel(agentId: string, teamId: string, open: TunnelOpenInfo, h: TunnelHandlers): TunnelChannel | null {
-    return this.streams.openTunnel(agentId, teamId, open, h);
   }
 
   /** Hook for identity.onCredentialsRevoked: streams authenticated with these credentials end now. */

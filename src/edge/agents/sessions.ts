@@ -3,6 +3,7 @@ import { AGENT } from '../../actors/index.js';
 import type { AgentReport } from '../../actors/agent/protocol.js';
 import { uuidv7 } from '../../shared/ids.js';
 import type { Logger } from '../../shared/logger.js';
+import type { TunnelChannel, TunnelHandlers, TunnelOpenInfo } from '../../gateway/tunnel.js';
 
 export interface AgentSession {
   sessionId: string;
@@ -12,6 +13,8 @@ export interface AgentSession {
   deliver(msg: ServerToAgent): boolean;
   /** Ends the stream from the server side (revocation, replaced by a newer session). */
   end(reason: string): void;
+  /** Opens a gateway tunnel on this session's stream (absent for in-process fakes); null when it cannot. */
+  openTunnel?(open: TunnelOpenInfo, h: TunnelHandlers): TunnelChannel | null;
 }
 
 /** Cluster: where agent streams are (the agent directory); absent on a single node. */
@@ -60,6 +63,17 @@ export class LocalAgentStreams {
   all(): AgentSession[] {
     return [...this.byAgent.values()];
   }
+
+  /**
+   * Opens a gateway tunnel on the agent's stream on this node (null when it has none here, or it
+   * belongs to another team): the local gateway's and the cluster's (other nodes' forwarded
+   * tunnels) one way in, so neither needs the transport.
+   */
+  openTunnel(agentId: string, teamId: string, open: TunnelOpenInfo, h: TunnelHandlers): TunnelChannel | null {
+    const s = this.byAgent.get(agentId);
+    if (!s || s.info.teamId !== teamId || !s.openTunnel) return null;
+    return s.openTunnel(open, h);
+  }
 }
 
 export interface SessionLinks {
@@ -100,10 +114,17 @@ export class AgentSessions {
   }
 
   /** A newer session of the same agent closes the older stream. */
-  open(agentId: string, info: AgentInfo, deliver: (m: ServerToAgent) => boolean, end: (reason: string) => void, running: Array<{ taskId: string; attempt: number; epoch: number }> = []): string {
+  open(
+    agentId: string,
+    info: AgentInfo,
+    deliver: (m: ServerToAgent) => boolean,
+    end: (reason: string) => void,
+    running: Array<{ taskId: string; attempt: number; epoch: number }> = [],
+    openTunnel?: AgentSession['openTunnel'],
+  ): string {
     const old = this.sessions.get(agentId);
     const sessionId = uuidv7();
-    this.sessions.set({ sessionId, agentId, info, deliver, end });
+    this.sessions.set({ sessionId, agentId, info, deliver, end, ...(openTunnel ? { openTunnel } : {}) });
     if (old) old.end('replaced by a newer connection of the same agent');
     this.presence?.opened(agentId);
     this.actors.tell({ kind: AGENT, id: agentId }, { type: 'connected', sessionId, info, running });
@@ -182,8 +203,15 @@ export class SyncAwareSessions extends AgentSessions {
     super(actors, links);
   }
 
-  override open(agentId: string, info: AgentInfo, deliver: (m: ServerToAgent) => boolean, end: (reason: string) => void, running: Array<{ taskId: string; attempt: number; epoch: number }> = []): string {
-    const sid = super.open(agentId, info, deliver, end, running);
+  override open(
+    agentId: string,
+    info: AgentInfo,
+    deliver: (m: ServerToAgent) => boolean,
+    end: (reason: string) => void,
+    running: Array<{ taskId: string; attempt: number; epoch: number }> = [],
+    openTunnel?: AgentSession['openTunnel'],
+  ): string {
+    const sid = super.open(agentId, info, deliver, end, running, openTunnel);
     void this.recheck(agentId, sid);
     return sid;
   }

@@ -14,7 +14,7 @@ import { outputPrefix } from '../../files/keys.js';
 import { CreditGate, CreditReturner, DEFAULT_WINDOW, PROTOCOL_VERSION, TunnelBatcher, clampWindow, encodeServerCommand, tunnelMessage, type AgentMessage__Output, type ServerMessage } from '../../protocol/agent-wire.js';
 import type { TunnelFrame } from '../../gen/gantry/agent/v1/TunnelFrame.js';
 import { decodeAgentMessage, type AgentStreamMessage, type HeartbeatMessage, type HelloMessage, type ResultMessage } from './wire-schema.js';
-import { TunnelMux, type TunnelChannel, type TunnelHandlers, type TunnelOpenInfo } from '../../gateway/tunnel.js';
+import { TunnelMux } from '../../gateway/tunnel.js';
 import { MAX_QUEUED_TO_AGENT, type AgentGrpcServerOptions, type AgentIdent, type AgentLink, type AgentStreamInput, type Conn, type EndReason } from './conn.js';
 
 export class AgentStreams {
@@ -70,12 +70,6 @@ export class AgentStreams {
     let n = 0;
     for (const c of this.conns) if (c.teamId === teamId && c.sessionId && !c.closed && this.send(c, { sync: {} })) n++;
     return n;
-  }
-
-  /** Opens a gateway tunnel stream on the agent's stream on this node; null when it has none here. */
-  openTunnel(agentId: string, teamId: string, open: TunnelOpenInfo, h: TunnelHandlers): TunnelChannel | null {
-    for (const c of this.conns) if (c.agentId === agentId && c.teamId === teamId && c.sessionId && !c.closed && c.tunnels) return c.tunnels.open(open, h);
-    return null;
   }
 
   /** Hook for identity.onCredentialsRevoked: streams authenticated with these credentials end now. */
@@ -282,6 +276,8 @@ export class AgentStreams {
       (msg) => this.deliver(c, msg),
       (reason) => this.endConn(c, c.pendingEnd ?? this.reasonOf(reason)),
       running,
+      // gateway tunnels (this node's and other nodes' forwarded ones) reach the stream through the sessions' table
+      (open, h) => (c.closed || !c.tunnels ? null : c.tunnels.open(open, h)),
     );
     c.sessionId = sessionId;
     this.bySession.set(sessionId, c);
