@@ -18,11 +18,11 @@ import { AppError, badGateway, badRequest, invalidParameter, notFound, unavailab
 import type { Logger } from '../shared/logger.js';
 import type { Balancer, PickResult } from './balancer.js';
 import type { ServiceDirectory, ServiceRoute } from './directory.js';
-import { ExternalError, type ExternalResponse } from './external.js';
+import { ExternalError, type ExternalErrorCode, type ExternalResponse } from './external.js';
 import { HOP, RESPONSE_OWN, firstOf } from './headers.js';
 import type { InvokeRequest, InvokeResponse } from './invoke.js';
 import { TunnelFailure, bodyOf, inlineBody, relay, released, type ClientLink, type RelayRequest, type Upstream } from './relay.js';
-import { TUNNEL_WINDOW, type HeaderList, type OpenTunnel, type TunnelHeadInfo } from './tunnel.js';
+import { TUNNEL_WINDOW, type HeaderList, type OpenTunnel, type TunnelChannel, type TunnelHandlers, type TunnelHeadInfo } from './tunnel.js';
 import type { WsBridge, WsTarget } from './websocket.js';
 
 export interface GatewayCoreDeps {
@@ -33,6 +33,8 @@ export interface GatewayCoreDeps {
   agentOnline(agentId: string): boolean;
   /** External services: egress through the outbound guard with the vault header. */
   external(svc: ServiceRecord, req: { path: string; method: string; headers: Record<string, string>; body: AsyncIterable<Buffer> | Buffer | null; signal: AbortSignal }): Promise<ExternalResponse>;
+  /** External services: a WebSocket through the outbound guard with the vault header (src/gateway/external-ws.ts). */
+  externalWebSocket(svc: ServiceRecord, req: { path: string; headers: HeaderList }, h: TunnelHandlers): Promise<TunnelChannel>;
   /** The agent's tunnel target: the agent of the team (with a tunnel) or null. */
   agentTunnel(teamId: string, agentId: string): Promise<{ tunnel: boolean } | null>;
   /** Until the response head. */
@@ -210,7 +212,7 @@ export class GatewayCore {
       agentId = target.agentId;
     } else {
       const route = await this.running(team.teamId, target.slug);
-      if (route.svc.type === 'external') throw badRequest('websocket_not_supported', 'WebSocket is not relayed to external services');
+      if (route.svc.type === 'external') return this.externalWebSocket(route.svc, path, headers, bridge);
       const pick = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a));
       if (!pick.ok) throw unavailable(pick.reason, `container service ${route.svc.slug} has no instance to take the connection (${pick.reason})`, 1);
       agentId = pick.instance.agentId;
@@ -258,6 +260,37 @@ export class GatewayCore {
       bridge.channel = ch;
     });
   }
+
+  /** An external service's WebSocket: the bridge relays it like a container's (nothing to release: no instance slot). */
+  private async externalWebSocket(svc: ServiceRecord, path: string, headers: HeaderList, bridge: WsBridge): Promise<TunnelHeadInfo> {
+    let answered = false;
+    let settle: { resolve(h: TunnelHeadInfo): void; reject(e: AppError): void } | null = null;
+    const head = new Promise<TunnelHeadInfo>((resolve, reject) => (settle = { resolve, reject }));
+    const handlers: TunnelHandlers = {
+      ...bridge.handlers,
+      head: (h) => {
+        answered = true;
+        settle?.resolve(h);
+      },
+      reset: (code, message) => {
+        if (answered) return bridge.handlers.reset(code, message);
+        answered = true;
+        settle?.reject(externalWsError(code, message));
+      },
+    };
+    try {
+      bridge.channel = await this.d.externalWebSocket(svc, { path, headers }, handlers);
+    } catch (e) {
+      throw externalError(e);
+    }
+    return head;
+  }
+}
+
+/** How a failed external WebSocket maps to the client's answer (as the HTTP path's externalError). */
+function externalWsError(code: string, message: string): AppError {
+  const codes: Record<string, ExternalErrorCode> = { refused: 'refused', timeout: 'timeout', connect: 'connect', aborted: 'aborted', invalid_request: 'invalid_request' };
+  return externalError(new ExternalError(codes[code] ?? 'connect', message));
 }
 
 function externalError(e: unknown): AppError {

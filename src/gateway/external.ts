@@ -264,7 +264,7 @@ const lower = (headers: Record<string, string>): Record<string, string> => {
  * connection is made (a pooled connection was checked when it was made), so the socket connects to
  * exactly the addresses that were checked, with one DNS resolution per connection.
  */
-async function checkHop(guard: OutboundGuard, u: URL): Promise<void> {
+export async function checkHop(guard: OutboundGuard, u: URL): Promise<void> {
   if (u.protocol !== 'https:') throw new ExternalError('refused', `redirect to scheme ${u.protocol} refused (https: only)`);
   if (u.username || u.password) throw new ExternalError('refused', 'credentials in the URL are not allowed');
   const host = hostOf(u);

@@ -12,6 +12,7 @@ import type { Protocols } from '../actors/ports.js';
 import { ServiceDirectory } from '../gateway/directory.js';
 import { Balancer } from '../gateway/balancer.js';
 import { externalRequest } from '../gateway/external.js';
+import { openExternalWebSocket } from '../gateway/external-ws.js';
 import type { OpenTunnel } from '../gateway/tunnel.js';
 import { Gateway } from '../edge/routes/gateway.js';
 import type { AgentSessions, LocalAgentStreams } from '../edge/agents/sessions.js';
@@ -91,6 +92,11 @@ export function createGateway(d: {
       const inject = svc.externalAuthCredentialId ? await vault.resolveHeader(svc.teamId, svc.externalAuthCredentialId) : null;
       if (svc.externalAuthCredentialId && !inject) throw badRequest('credential_not_found', 'the service\'s external_auth_credential_id no longer exists in the vault');
       return externalRequest(d.guard, { baseUrl: svc.externalUrl, path: r.path, method: r.method, headers: r.headers, body: r.body, inject, timeoutMs, signal: r.signal, ...(outboundCaList ? { ca: outboundCaList } : {}) });
+    },
+    externalWebSocket: async (svc, r, h) => {
+      const inject = svc.externalAuthCredentialId ? await vault.resolveHeader(svc.teamId, svc.externalAuthCredentialId) : null;
+      if (svc.externalAuthCredentialId && !inject) throw badRequest('credential_not_found', 'the service\'s external_auth_credential_id no longer exists in the vault');
+      return openExternalWebSocket(d.guard, { baseUrl: svc.externalUrl, path: r.path, headers: r.headers, inject, timeoutMs, ...(outboundCaList ? { ca: outboundCaList } : {}) }, h);
     },
     agentTunnel: async (teamId, agentId) => {
       if (!isUuid(agentId)) return null;

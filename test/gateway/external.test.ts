@@ -9,6 +9,7 @@ import { spawnSync } from 'node:child_process';
 import https from 'node:https';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import WebSocket, { WebSocketServer } from 'ws';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { setupTeam, type TeamSetup } from '../agents/helpers.js';
 import { makePki, type Pki } from '../events/helpers.js';
@@ -21,7 +22,9 @@ let t: TestNode;
 let s: TeamSetup;
 let pki: Pki;
 let api: https.Server;
+let wss: WebSocketServer;
 let port = 0;
+const wsSeen: IncomingHttpHeaders[] = [];
 const seen: Array<{ url: string; headers: IncomingHttpHeaders; body: string }> = [];
 const mgmt = () => ({ token: s.user.accessToken, team: s.user.teamId });
 
@@ -37,6 +40,24 @@ before(async () => {
       res.end(JSON.stringify({ url: req.url, method: req.method }));
     });
   });
+  // WebSocket on the same HTTPS server: /v1/echo echoes (text and binary) and closes with the code it is asked for;
+  // /v1/refuse answers the upgrade with 403 and a body
+  wss = new WebSocketServer({ noServer: true, handleProtocols: (ps) => (ps.has('chat.v2') ? 'chat.v2' : false) });
+  api.on('upgrade', (req, socket, head) => {
+    wsSeen.push(req.headers);
+    if (!req.url?.startsWith('/v1/echo')) {
+      socket.end('HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\r\n{"error":"nope"}\n');
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      ws.send(`hello ${req.url}`);
+      ws.on('message', (data, binary) => {
+        const text = data.toString();
+        if (!binary && text.startsWith('close ')) ws.close(Number(text.slice(6)), 'asked to');
+        else ws.send(data, { binary });
+      });
+    });
+  });
   await new Promise<void>((r) => api.listen(0, '127.0.0.1', r));
   port = (api.address() as AddressInfo).port;
   t = await startTestNode({ GANTRY_OUTBOUND_ALLOWLIST: '127.0.0.1', GANTRY_OUTBOUND_CA_FILE: pki.caFile }, 'gw_external');
@@ -46,6 +67,8 @@ before(async () => {
 after(async () => {
   if (skip) return;
   await t.stop();
+  for (const c of wss.clients) c.terminate();
+  wss.close();
   api.closeAllConnections();
   await new Promise((r) => api.close(r));
   pki.cleanup();
@@ -114,4 +137,78 @@ test('an external URL the outbound guard refuses: 400 external_url_not_allowed a
   const p = await fetch(`${t.baseUrl}/r/containers/meta/meta-data`, { headers: { authorization: `Bearer ${s.sk.value}` } });
   assert.equal(p.status, 502);
   assert.equal(((await p.json()) as Record<string, string>).error_code, 'egress_refused');
+});
+
+test('WebSocket to an external service: relayed through the guard with the vault header; frames and close codes both ways; a refused upgrade comes back as the service answered', { skip }, async () => {
+  const cred = await t.http.post('/vault/credentials', { display_name: 'ws key', header_name: 'X-Api-Key', header_value: 'ws-vault-secret-1234567' }, mgmt());
+  assert.equal(cred.status, 200, cred.text);
+  const r = await t.http.post('/containers', { service_slug: 'extws', display_name: 'external ws', service_type: 'external', external_url: `https://127.0.0.1:${port}/v1`, external_auth_credential_id: cred.body.id }, mgmt());
+  assert.equal(r.status, 200, r.text);
+  assert.equal((await t.http.post(`/containers/${r.body.id}/deploy`, {}, mgmt())).body.service_status, 'running');
+  const wsUrl = (path: string) => `${t.baseUrl.replace(/^http/, 'ws')}/r/containers/extws${path}`;
+
+  const ws = new WebSocket(wsUrl('/echo?room=7'), ['chat.v2'], { headers: { authorization: `Bearer ${s.sk.value}`, 'x-api-key': 'caller-tries-its-own' } });
+  const got: Array<{ data: string; binary: boolean }> = [];
+  ws.on('message', (d, binary) => got.push({ data: d.toString(), binary }));
+  await new Promise<void>((res, rej) => {
+    ws.once('open', () => res());
+    ws.once('error', rej);
+  });
+  assert.equal(ws.protocol, 'chat.v2', 'the subprotocol the service chose');
+  const h = wsSeen.at(-1)!;
+  assert.equal(h['x-api-key'], 'ws-vault-secret-1234567', 'the vault header replaced the caller\'s value');
+  assert.equal(h.authorization, undefined, 'Gantry\'s own credential is not forwarded');
+  ws.send('ping');
+  ws.send(Buffer.from([1, 2, 3]));
+  const until = async (n: number) => {
+    for (let i = 0; i < 200 && got.length < n; i++) await new Promise((res) => setTimeout(res, 25));
+  };
+  await until(3);
+  assert.deepEqual(got, [
+    { data: 'hello /v1/echo?room=7', binary: false },
+    { data: 'ping', binary: false },
+    { data: Buffer.from([1, 2, 3]).toString(), binary: true },
+  ]);
+  const closed = new Promise<[number, string]>((res) => ws.once('close', (code, reason) => res([code, reason.toString()])));
+  ws.send('close 4001');
+  assert.deepEqual(await closed, [4001, 'asked to'], 'the service\'s close code and reason reach the client');
+
+  // the service refuses the upgrade: its status and body come back
+  const refused = await new Promise<{ status: number; body: string }>((res, rej) => {
+    const w = new WebSocket(wsUrl('/private'), { headers: { authorization: `Bearer ${s.sk.value}` } });
+    w.once('unexpected-response', (_req, resp) => {
+      let body = '';
+      resp.on('data', (c: Buffer) => (body += c.toString()));
+      resp.on('end', () => res({ status: resp.statusCode ?? 0, body }));
+    });
+    w.once('open', () => rej(new Error('opened')));
+  });
+  assert.deepEqual(refused, { status: 403, body: '{"error":"nope"}\n' });
+
+  // no credential: 401 before anything goes out
+  const before = wsSeen.length;
+  const anon = await new Promise<number>((res) => {
+    const w = new WebSocket(wsUrl('/echo'));
+    w.once('unexpected-response', (_req, resp) => res(resp.statusCode ?? 0));
+    w.once('error', () => res(-1));
+  });
+  assert.equal(anon, 401);
+  assert.equal(wsSeen.length, before);
+
+  // a service the guard refuses at use (as for HTTP): 502 egress_refused, nothing leaves
+  assert.equal((await t.http.post(`/containers/${r.body.id}/stop`, {}, mgmt())).body.service_status, 'stopped');
+  await t.node.db.execute(`update container_services set external_url = 'https://169.254.169.254/latest' where id = ?`, [r.body.id]);
+  assert.equal((await t.http.post(`/containers/${r.body.id}/deploy`, {}, mgmt())).body.service_status, 'running');
+  const blocked = await new Promise<{ status: number; body: string }>((res, rej) => {
+    const w = new WebSocket(wsUrl('/echo'), { headers: { authorization: `Bearer ${s.sk.value}` } });
+    w.once('open', () => rej(new Error('opened: the stored URL was not re-read')));
+    w.once('error', rej);
+    w.once('unexpected-response', (_req, resp) => {
+      let body = '';
+      resp.on('data', (c: Buffer) => (body += c.toString()));
+      resp.on('end', () => res({ status: resp.statusCode ?? 0, body }));
+    });
+  });
+  assert.equal(blocked.status, 502, blocked.body);
+  assert.equal((JSON.parse(blocked.body) as Record<string, string>).error_code, 'egress_refused');
 });
