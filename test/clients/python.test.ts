@@ -46,7 +46,7 @@ after(async () => {
 test('gantry-client: the pytest suite against a real node and a simulate agent', { skip, timeout: 180_000 }, async () => {
   const secret = `whsec-${randomUUID()}`;
   const body = JSON.stringify({ event_type: 'task.completed', task_id: randomUUID(), task_status: 'completed', task_output: { image_count: 1 }, task_error: '', timestamp: new Date().toISOString() });
-  const r = await python(['-m', 'pytest', '-q', '-rs', '-p', 'no:cacheprovider', 'tests'], {
+  const r = await python(['-m', 'pytest', '-q', '-rfEs', '-p', 'no:cacheprovider', 'tests'], {
     cwd: clientDir,
     env: {
       GANTRY_URL: live!.origin,
