@@ -4,12 +4,13 @@
  * an empty project, offline (the runtime dependencies are packed from this repository's
  * node_modules, so no registry is asked); there, plain Node (no tsx) imports it and runs runAndWait
  * against a real node and a simulate agent, and tsc type-checks a consumer against the shipped
- * declarations.
+ * declarations; bundled from that project for the browser (esbuild), runAndWait runs in Debian's
+ * chromium too (skipped, naming chromium, where it is missing).
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { tmpDir } from '../agents/helpers.js';
@@ -52,7 +53,12 @@ function runtimeClosure(): string[] {
   return [...seen.values()];
 }
 
+const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
+const noBrowser = existsSync(CHROMIUM) ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): the browser run is skipped`;
+
 let live: LiveTeam;
+/** The consumer project the tarball was installed into (set by the first test). */
+let app: string | null = null;
 before(async () => {
   live = await startLiveTeam('clients_sdk_package', 'packed-sdk');
 });
@@ -80,16 +86,16 @@ test('@gantry/sdk packs its build, installs offline from the tarball, and runAnd
   const tarballs = readdirSync(out).filter((f) => f.endsWith('.tgz')).map((f) => join(out, f));
   assert.equal(tarballs.length, deps.length + 1, tarballs.join(', '));
 
-  const app = tmpDir('gantry-sdk-consumer-');
-  writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'sdk-consumer', private: true, type: 'module' }));
-  const inst = await run('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', ...tarballs], app, { npm_config_registry: 'http://127.0.0.1:9/' });
+  const dir = tmpDir('gantry-sdk-consumer-');
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'sdk-consumer', private: true, type: 'module' }));
+  const inst = await run('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', ...tarballs], dir, { npm_config_registry: 'http://127.0.0.1:9/' });
   assert.equal(inst.code, 0, inst.out);
-  const installed = JSON.parse(readFileSync(join(app, 'node_modules/@gantry/sdk/package.json'), 'utf8')) as { name: string };
+  const installed = JSON.parse(readFileSync(join(dir, 'node_modules/@gantry/sdk/package.json'), 'utf8')) as { name: string };
   assert.equal(installed.name, '@gantry/sdk');
 
   // plain Node, outside the repository: the ESM build and its dependencies
   writeFileSync(
-    join(app, 'main.mjs'),
+    join(dir, 'main.mjs'),
     `import { createClient, GantryError } from '@gantry/sdk';
 const gantry = createClient({ baseUrl: process.env.GANTRY_BASE_URL, token: process.env.GANTRY_API_KEY });
 const seen = [];
@@ -100,7 +106,7 @@ const png = new Uint8Array(await (await gantry.download(result.download_url)).ar
 console.log(JSON.stringify({ task_id, status: task.task_status, seen, code, png: Array.from(png.subarray(0, 4)) }));
 `,
   );
-  const r = await run(process.execPath, ['main.mjs'], app, { GANTRY_BASE_URL: live.baseUrl, GANTRY_API_KEY: live.s.sk.value, GANTRY_WORKFLOW: live.slug, NODE_OPTIONS: '' });
+  const r = await run(process.execPath, ['main.mjs'], dir, { GANTRY_BASE_URL: live.baseUrl, GANTRY_API_KEY: live.s.sk.value, GANTRY_WORKFLOW: live.slug, NODE_OPTIONS: '' });
   assert.equal(r.code, 0, r.out);
   const got = JSON.parse(r.out.trim().split('\n').at(-1)!) as { task_id: string; status: string; seen: string[]; code: string; png: number[] };
   assert.equal(got.status, 'completed');
@@ -110,7 +116,7 @@ console.log(JSON.stringify({ task_id, status: task.task_status, seen, code, png:
 
   // the shipped declarations type-check a consumer (NodeNext, strict); a wrong use is an error
   writeFileSync(
-    join(app, 'check.ts'),
+    join(dir, 'check.ts'),
     `import { createClient, type Task, type TaskEvent } from '@gantry/sdk';
 const gantry = createClient({ baseUrl: 'http://127.0.0.1:8080/api/v1', token: 'sk-x' });
 export async function f(): Promise<string> {
@@ -121,7 +127,51 @@ export async function f(): Promise<string> {
 }
 `,
   );
-  writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, lib: ['ES2023', 'DOM'], types: [] }, files: ['check.ts'] }));
-  const tsc = await run(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', app], app);
+  writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, lib: ['ES2023', 'DOM'], types: [] }, files: ['check.ts'] }));
+  const tsc = await run(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', dir], dir);
   assert.equal(tsc.code, 0, tsc.out);
+  app = dir;
+});
+
+test('the installed tarball bundles for the browser (esbuild) and runAndWait runs in chromium', { skip: noBrowser, timeout: 180_000 }, async () => {
+  assert.ok(app, 'the tarball was installed by the previous test');
+  writeFileSync(
+    join(app, 'browser.mjs'),
+    `import { createClient } from '@gantry/sdk';
+window.__run = async (baseUrl, token, slug) => {
+  const gantry = createClient({ baseUrl, token });
+  const seen = [];
+  const { task, result } = await gantry.runAndWait(slug, { prompt: 'a browser fox' }, { onEvent: (e) => seen.push(e.type) });
+  const png = new Uint8Array(await (await gantry.download(result.download_url)).arrayBuffer());
+  return { status: task.task_status, seen, png: Array.from(png.subarray(0, 4)) };
+};
+`,
+  );
+  const { build } = await import('esbuild');
+  const b = await build({ absWorkingDir: app, entryPoints: ['browser.mjs'], bundle: true, platform: 'browser', format: 'esm', write: false, logLevel: 'silent', metafile: true });
+  const inputs = Object.keys(b.metafile.inputs);
+  assert.ok(inputs.includes('node_modules/@gantry/sdk/dist/index.js'), `the tarball's build is bundled: ${inputs.join(', ')}`);
+  assert.ok(!inputs.some((i) => i.startsWith('node:')), inputs.join(', '));
+  const bundle = b.outputFiles[0]!.text.replace(/<\/script/gi, '<\\/script');
+
+  const { chromium } = await import('playwright-core');
+  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'] });
+  try {
+    const page = await browser.newPage();
+    // a page of the node's origin (served by the browser's request interception): the API and the
+    // local storage's download URLs are same-origin
+    const pageUrl = `${live.origin}/__sdk-bundle-test.html`;
+    await page.route(pageUrl, (route) => route.fulfill({ status: 200, contentType: 'text/html', body: `<!doctype html><html><body><script type="module">${bundle}</script></body></html>` }));
+    await page.goto(pageUrl);
+    await page.waitForFunction(() => typeof (window as unknown as { __run?: unknown }).__run === 'function');
+    const got = await page.evaluate(
+      ([baseUrl, token, slug]) => (window as unknown as { __run: (b: string, t: string, s: string) => Promise<{ status: string; seen: string[]; png: number[] }> }).__run(baseUrl!, token!, slug!),
+      [live.baseUrl, live.s.sk.value, live.slug],
+    );
+    assert.equal(got.status, 'completed');
+    assert.equal(got.seen.at(-1), 'completed');
+    assert.deepEqual(got.png, [0x89, 0x50, 0x4e, 0x47]);
+  } finally {
+    await browser.close();
+  }
 });
