@@ -4,7 +4,7 @@
 // the package's `build` and `prepack` scripts, and from scripts/build-console.mjs (the console
 // imports the built package). `--if-stale` builds only when a source is newer than dist/index.js.
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
@@ -24,7 +24,14 @@ try {
   console.error('build-sdk: typescript is not installed (a dev dependency of the repository)');
   process.exit(1);
 }
+// built next to dist/ and swapped in at the end: a reader (a console build) never sees half a dist/
+const tmp = join(dir, `dist.tmp-${process.pid}`);
+rmSync(tmp, { recursive: true, force: true });
+const r = spawnSync(process.execPath, [tsc, '-p', join(dir, 'tsconfig.build.json'), '--outDir', tmp], { stdio: 'inherit' });
+if (r.status !== 0) {
+  rmSync(tmp, { recursive: true, force: true });
+  process.exit(r.status ?? 1);
+}
+copyFileSync(join(src, 'schema.d.ts'), join(tmp, 'schema.d.ts'));
 rmSync(dist, { recursive: true, force: true });
-const r = spawnSync(process.execPath, [tsc, '-p', join(dir, 'tsconfig.build.json')], { stdio: 'inherit' });
-if (r.status !== 0) process.exit(r.status ?? 1);
-copyFileSync(join(src, 'schema.d.ts'), join(dist, 'schema.d.ts'));
+renameSync(tmp, dist);

@@ -62,7 +62,7 @@ def _error_of(resp: httpx.Response) -> GantryError:
     return GantryError(resp.status_code, code, message, retry_after)
 
 
-def _check(resp: httpx.Response, route: Optional[str] = None) -> httpx.Response:
+def _check(resp: httpx.Response) -> httpx.Response:
     if resp.status_code < 200 or resp.status_code > 299:
         raise _error_of(resp)
     return resp
