@@ -18,11 +18,11 @@ import { tmpDir } from '../agents/helpers.js';
 import { startLiveTeam, TINY_PNG, type LiveTeam } from './live-team.js';
 
 const root = new URL('../..', import.meta.url).pathname;
-const PY = '/usr/bin/python3';
+const PY = process.env.GANTRY_TEST_PYTHON ?? '/usr/bin/python3'; // Debian's interpreter (python3-httpx, python3-pytest)
 const clientDir = join(root, 'clients/python');
 
 const probe = existsSync(PY) ? spawnSync(PY, ['-c', 'import httpx, pytest'], { encoding: 'utf8' }) : null;
-const skip = probe?.status === 0 ? false : `${PY} cannot import httpx and pytest: apt-get install python3-httpx python3-pytest (${probe ? probe.stderr.trim().split('\n').at(-1) : 'no /usr/bin/python3'})`;
+const skip = probe?.status === 0 ? false : `${PY} cannot import httpx and pytest: apt-get install python3-httpx python3-pytest (${probe ? probe.stderr.trim().split('\n').at(-1) : `no ${PY}`})`;
 
 /** Runs a Python command (asynchronously: the node under test lives in this process). */
 function python(args: string[], o: { cwd: string; env: Record<string, string> }): Promise<{ code: number | null; out: string }> {
