@@ -47,7 +47,7 @@ const zones = [
 const ioLibs = ['uWebSockets.js', '@grpc/grpc-js', '@mikro-orm/*', 'redis', 'mikro-orm-pglite', '@electric-sql/pglite'];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'data/**', 'dist/**', 'console/dist/**', 'proto/gen/**', 'src/gen/**', '.tmp/**'] },
+  { ignores: ['node_modules/**', 'data/**', 'dist/**', 'console/dist/**', 'packages/sdk/dist/**', 'proto/gen/**', 'src/gen/**', '.tmp/**'] },
   ...tseslint.configs.recommended,
   {
     files: ['**/*.ts'],
