@@ -5,6 +5,7 @@
  * healthy; each instance takes at most `maxInflight` concurrent requests.
  */
 import type { ServiceInstance } from '../domain/containers/schema.js';
+import { rendezvous, type Affinity } from './affinity.js';
 
 interface InstanceState {
   inflight: number;
@@ -27,7 +28,8 @@ export class Balancer {
 
   constructor(private readonly o: BalancerOptions) {}
 
-  pick(serviceId: string, instances: ServiceInstance[], agentOnline: (agentId: string) => boolean, exclude?: ReadonlySet<string>): PickResult {
+  /** `affinity` (session affinity, src/gateway/affinity.ts): the pinned or hashed instance when it is usable and under its cap. */
+  pick(serviceId: string, instances: ServiceInstance[], agentOnline: (agentId: string) => boolean, exclude?: ReadonlySet<string>, affinity?: Affinity | null): PickResult {
     const now = this.o.now();
     const healthy = instances.filter((i) => i.status === 'running' && i.healthy && !exclude?.has(i.id));
     if (healthy.length === 0) return { ok: false, reason: 'no_healthy_instance' };
@@ -36,6 +38,10 @@ export class Balancer {
     let candidates = reachable.filter((i) => (this.state.get(i.id)?.ejectedUntil ?? 0) <= now);
     // every reachable instance is ejected: try them anyway rather than fail outright (panic mode)
     if (candidates.length === 0) candidates = reachable;
+    if (affinity) {
+      const sticky = affinity.kind === 'instance' ? candidates.find((i) => i.id === affinity.instanceId) : rendezvous(affinity.key, candidates);
+      if (sticky && (this.state.get(sticky.id)?.inflight ?? 0) < this.o.maxInflight) return this.take(sticky);
+    }
     let best: ServiceInstance[] = [];
     let least = Infinity;
     for (const i of candidates) {
@@ -49,7 +55,10 @@ export class Balancer {
     if (best.length === 0) return { ok: false, reason: 'instances_busy' };
     const turn = this.rr.get(serviceId) ?? 0;
     this.rr.set(serviceId, turn + 1);
-    const chosen = best[turn % best.length] as ServiceInstance;
+    return this.take(best[turn % best.length] as ServiceInstance);
+  }
+
+  private take(chosen: ServiceInstance): PickResult {
     const st = this.stateOf(chosen.id);
     st.inflight++;
     let released = false;

@@ -16,6 +16,7 @@
 import type { ServiceRecord } from '../domain/containers/schema.js';
 import { AppError, badGateway, badRequest, invalidParameter, notFound, unavailable } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
+import { affinityOf, pinCookie } from './affinity.js';
 import type { Balancer, PickResult } from './balancer.js';
 import type { ServiceDirectory, ServiceRoute } from './directory.js';
 import { ExternalError, type ExternalErrorCode, type ExternalResponse } from './external.js';
@@ -169,8 +170,9 @@ export class GatewayCore {
   private async exchange(route: ServiceRoute, team: TeamContext, req: RelayRequest, client: ClientLink | null): Promise<Upstream> {
     const tried = new Set<string>();
     const inline = await inlineBody(req.body, req.headers);
+    const affinity = affinityOf(route.svc.sessionAffinity, route.svc.slug, req.headers);
     for (;;) {
-      const pick: PickResult = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a), tried);
+      const pick: PickResult = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a), tried, affinity);
       if (!pick.ok) {
         if (tried.size > 0 && pick.reason === 'no_healthy_instance') throw badGateway('tunnel_failed', 'every instance failed to take the request');
         throw unavailable(pick.reason, pick.reason === 'instances_busy' ? `every instance of ${route.svc.slug} is at its concurrent request limit` : pick.reason === 'no_online_agent' ? `no online agent can reach an instance of ${route.svc.slug}` : `container service ${route.svc.slug} has no healthy instance`, 1);
@@ -178,7 +180,9 @@ export class GatewayCore {
       tried.add(pick.instance.id);
       try {
         const up = await relay(this.d.openTunnel, this.d.timeoutMs, { agentId: pick.instance.agentId, teamId: team.teamId, instanceId: pick.instance.id }, { ...req, body: inline ?? req.body }, client);
-        // the instance answered: its slot frees when the response ends
+        // the instance answered: its slot frees when the response ends; cookie affinity pins the client to it
+        const pin = pinCookie(route.svc.sessionAffinity, route.svc.slug, affinity, pick.instance.id);
+        if (pin) up.head = { ...up.head, headers: [...up.head.headers, ['set-cookie', pin]] };
         return { ...up, body: up.body ? released(up.body, () => pick.release(false)) : (pick.release(false), null), cancel: () => (up.cancel(), pick.release(false)) };
       } catch (e) {
         if (e instanceof TunnelFailure) {
@@ -213,7 +217,7 @@ export class GatewayCore {
     } else {
       const route = await this.running(team.teamId, target.slug);
       if (route.svc.type === 'external') return this.externalWebSocket(route.svc, path, headers, bridge);
-      const pick = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a));
+      const pick = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a), undefined, affinityOf(route.svc.sessionAffinity, route.svc.slug, headers));
       if (!pick.ok) throw unavailable(pick.reason, `container service ${route.svc.slug} has no instance to take the connection (${pick.reason})`, 1);
       agentId = pick.instance.agentId;
       instanceId = pick.instance.id;

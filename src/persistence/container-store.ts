@@ -11,7 +11,7 @@ import { appendAudit, audited } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import { conflict } from '../shared/errors.js';
 import type { ContainerStorePort } from '../actors/ports.js';
-import type { CreateServiceBody, InstanceState, ServiceInstance, ServiceRecord, ServiceStatus, ServiceType, UpdateServiceBody } from '../domain/containers/schema.js';
+import { SessionAffinitySchema, type CreateServiceBody, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus, type ServiceType, type UpdateServiceBody } from '../domain/containers/schema.js';
 
 /** An online agent as placement needs it. */
 export interface PlacementAgent {
@@ -43,6 +43,7 @@ interface ServiceRow {
   openapi_url: string;
   external_url: string;
   external_auth_credential_id: string | null;
+  session_affinity: unknown;
   status_detail: unknown;
   created_by: string | null;
   created_at: PgTimestamp;
@@ -100,6 +101,7 @@ const rowToService = (r: ServiceRow): ServiceRecord => ({
   openapiUrl: r.openapi_url,
   externalUrl: r.external_url,
   externalAuthCredentialId: r.external_auth_credential_id ?? null,
+  sessionAffinity: SessionAffinitySchema.safeParse(r.session_affinity).data ?? null,
   detail: rowDetail(r.status_detail),
   createdAt: ts(r.created_at) ?? 0,
   updatedAt: ts(r.updated_at) ?? 0,
@@ -136,6 +138,7 @@ const COLUMNS: Record<keyof UpdateServiceBody, [column: string, cast?: string]> 
   openapi_url: ['openapi_url'],
   external_url: ['external_url'],
   external_auth_credential_id: ['external_auth_credential_id'],
+  session_affinity: ['session_affinity', 'jsonb'],
 };
 
 export class PgContainerStore implements ContainerStorePort {
@@ -150,9 +153,9 @@ export class PgContainerStore implements ContainerStorePort {
     try {
       await audited(this.db, audit, async (tq, record) => {
         await tq(
-        `insert into container_services (id, team_id, service_slug, display_name, service_type, service_status, service_desc, docker_image, exposed_port, health_path, env_config, volume_config, required_labels, gpu_count, replica_count, usage_prompt, openapi_url, external_url, external_auth_credential_id, created_by)
-         values (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, ?)`,
-        [id, teamId, b.service_slug, b.display_name, b.service_type, b.service_desc, b.docker_image ?? '', b.exposed_port ?? 0, b.health_path, json(b.env_config), json(b.volume_config), json(b.required_labels), b.gpu_count, b.replica_count, b.usage_prompt, b.openapi_url, b.external_url ?? '', b.external_auth_credential_id ?? null, createdBy],
+        `insert into container_services (id, team_id, service_slug, display_name, service_type, service_status, service_desc, docker_image, exposed_port, health_path, env_config, volume_config, required_labels, gpu_count, replica_count, usage_prompt, openapi_url, external_url, external_auth_credential_id, session_affinity, created_by)
+         values (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, ?::jsonb, ?)`,
+        [id, teamId, b.service_slug, b.display_name, b.service_type, b.service_desc, b.docker_image ?? '', b.exposed_port ?? 0, b.health_path, json(b.env_config), json(b.volume_config), json(b.required_labels), b.gpu_count, b.replica_count, b.usage_prompt, b.openapi_url, b.external_url ?? '', b.external_auth_credential_id ?? null, b.session_affinity ? json(b.session_affinity) : null, createdBy],
         );
         await record({ targetId: id, details: { service_slug: b.service_slug } });
       });

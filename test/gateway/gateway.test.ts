@@ -344,6 +344,65 @@ test('load balancing: requests spread over both replicas', async () => {
   for (const n of ports.values()) assert.ok(n >= 5, `balanced: ${json([...ports])}`);
 });
 
+test('session affinity: by header (the same replica for the same key) and by cookie (pinned to the replica that answered first); off again: balanced', async () => {
+  const whoami = async (headers: Record<string, string>): Promise<{ port: number; setCookie: string | null }> => {
+    const r = await fetch(proxyUrl('echo', '/whoami'), { headers: { ...auth(s.sk.value), ...headers } });
+    assert.equal(r.status, 200);
+    const j = (await r.json()) as { port: number; pid: number };
+    appPids.add(j.pid);
+    return { port: j.port, setCookie: r.headers.get('set-cookie') };
+  };
+  const bad = await t.http.put(`/containers/${serviceId}`, { session_affinity: { mode: 'header', header_name: 'bad header' } }, mgmt());
+  assert.equal(bad.status, 400, bad.text);
+  const up = await t.http.put(`/containers/${serviceId}`, { session_affinity: { mode: 'header', header_name: 'X-Session-ID' } }, mgmt());
+  assert.equal(up.status, 200, up.text);
+  assert.deepEqual((await service(serviceId)).session_affinity, { mode: 'header', header_name: 'X-Session-ID' });
+  // the routing table is dropped on the change; each key keeps its replica, and the keys spread over both
+  const byKey = new Map<string, Set<number>>();
+  await waitFor('the new setting in the routing table', async () => {
+    const a = await whoami({ 'x-session-id': 'probe' });
+    const b = await whoami({ 'x-session-id': 'probe' });
+    const c = await whoami({ 'x-session-id': 'probe' });
+    return a.port === b.port && b.port === c.port;
+  }, 10_000);
+  for (let k = 0; k < 12; k++) for (let i = 0; i < 4; i++) {
+    const key = `user-${k}`;
+    const set = byKey.get(key) ?? new Set<number>();
+    set.add((await whoami({ 'x-session-id': key })).port);
+    byKey.set(key, set);
+  }
+  for (const [k, ports] of byKey) assert.equal(ports.size, 1, `${k} stayed on one replica: ${json([...ports])}`);
+  assert.equal(new Set([...byKey.values()].map((p) => [...p][0])).size, 2, 'the keys spread over both replicas');
+  const noKey = new Set<number>();
+  for (let i = 0; i < 8; i++) noKey.add((await whoami({})).port);
+  assert.equal(noKey.size, 2, 'without the header: balanced as usual');
+
+  // cookie mode: the first answer pins the client; the cookie holds it there
+  assert.equal((await t.http.put(`/containers/${serviceId}`, { session_affinity: { mode: 'cookie' } }, mgmt())).status, 200);
+  let first!: { port: number; setCookie: string | null };
+  await waitFor('cookie mode in the routing table', async () => {
+    first = await whoami({});
+    return first.setCookie !== null;
+  }, 10_000);
+  assert.match(first.setCookie ?? '', /^gantry_affinity_echo=[0-9a-f-]+; Path=\/; HttpOnly; SameSite=Lax$/);
+  const cookie = (first.setCookie as string).split(';')[0] as string;
+  for (let i = 0; i < 10; i++) {
+    const r = await whoami({ cookie: `theme=dark; ${cookie}` });
+    assert.equal(r.port, first.port, 'pinned');
+    assert.equal(r.setCookie, null, 'already pinned: no new cookie');
+  }
+  // a cookie naming no live instance is replaced
+  const stale = await whoami({ cookie: 'gantry_affinity_echo=00000000-0000-0000-0000-000000000000' });
+  assert.match(stale.setCookie ?? '', /^gantry_affinity_echo=/);
+
+  assert.equal((await t.http.put(`/containers/${serviceId}`, { session_affinity: null }, mgmt())).status, 200);
+  await waitFor('affinity off: balanced again', async () => {
+    const ports = new Set<number>();
+    for (let i = 0; i < 8; i++) ports.add((await whoami({ cookie })).port);
+    return ports.size === 2;
+  }, 10_000);
+});
+
 test('a container that does not answer within GANTRY_PROXY_TIMEOUT_MS of the request: 502 upstream_timeout', async () => {
   const started = Date.now();
   const r = await fetch(proxyUrl('echo', '/slow?ms=9000'), { headers: auth(s.sk.value) });

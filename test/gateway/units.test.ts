@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Balancer } from '../../src/gateway/balancer.js';
+import { affinityOf, pinCookie, type Affinity } from '../../src/gateway/affinity.js';
 import { place, runningStatus, detailOf } from '../../src/actors/container/decide.js';
 import type { ServiceInstance } from '../../src/domain/containers/schema.js';
 import { CreateServiceBody, OPERATION_FROM, serviceJson } from '../../src/domain/containers/schema.js';
@@ -95,9 +96,61 @@ test('definition: type rules and the reduced view for sk- callers', () => {
   const rec = {
     id: 'id', teamId: 't', slug: 's', displayName: 'S', type: 'deployed' as const, status: 'running' as const, desc: '', image: 'img', exposedPort: 80, healthPath: '/h',
     env: [{ env_name: 'TOKEN', env_value: 'secret' }], volumes: [{ host_path: '/srv/data', container_path: '/data' }], requiredLabels: [], gpuCount: 0, replicaCount: 1,
-    usagePrompt: '', openapiUrl: '', externalUrl: '', externalAuthCredentialId: null, detail: {}, createdAt: 0, updatedAt: 0,
+    usagePrompt: '', openapiUrl: '', externalUrl: '', externalAuthCredentialId: null, sessionAffinity: null, detail: {}, createdAt: 0, updatedAt: 0,
   };
   const reduced = JSON.stringify(serviceJson(rec, true));
   assert.ok(!reduced.includes('secret') && !reduced.includes('/srv/data'));
   assert.ok(JSON.stringify(serviceJson(rec, false)).includes('secret'));
+});
+
+test('session affinity: rendezvous is the same on every balancer (node) and moves only the lost instance\'s keys; a pinned instance is kept while usable', () => {
+  const inst = (id: string, over: Partial<ServiceInstance> = {}): ServiceInstance => ({ id, agentId: `agent-${id}`, status: 'running', healthy: true, error: '', updatedAt: 0, ...over });
+  const three = [inst('i-a'), inst('i-b'), inst('i-c')];
+  const nodeA = new Balancer({ maxInflight: 100, ejectMs: 1000, now: () => 0 });
+  const nodeB = new Balancer({ maxInflight: 100, ejectMs: 1000, now: () => 0 });
+  const pickOf = (b: Balancer, list: ServiceInstance[], a: Affinity | null) => {
+    const p = b.pick('svc', list, () => true, undefined, a);
+    assert.ok(p.ok);
+    p.release(false);
+    return p.instance.id;
+  };
+  const keys = Array.from({ length: 300 }, (_, i) => `session-${i}`);
+  const before = new Map(keys.map((k) => [k, pickOf(nodeA, three, { kind: 'key', key: k })]));
+  for (const k of keys) assert.equal(pickOf(nodeB, [...three].reverse(), { kind: 'key', key: k }), before.get(k), 'same choice on another node, whatever the order');
+  const spread = new Map<string, number>();
+  for (const v of before.values()) spread.set(v, (spread.get(v) ?? 0) + 1);
+  for (const n of spread.values()) assert.ok(n > 60, `spread: ${JSON.stringify([...spread])}`);
+  // i-b goes unhealthy: only its keys move
+  const without = [three[0] as ServiceInstance, inst('i-b', { healthy: false }), three[2] as ServiceInstance];
+  for (const k of keys) {
+    const now = pickOf(nodeA, without, { kind: 'key', key: k });
+    if (before.get(k) !== 'i-b') assert.equal(now, before.get(k), `${k} did not move`);
+    else assert.notEqual(now, 'i-b');
+  }
+  // pinned: kept; unknown or unhealthy: balanced as usual
+  for (let i = 0; i < 5; i++) assert.equal(pickOf(nodeA, three, { kind: 'instance', instanceId: 'i-c' }), 'i-c');
+  assert.notEqual(pickOf(nodeA, [three[0] as ServiceInstance, three[1] as ServiceInstance, inst('i-c', { healthy: false })], { kind: 'instance', instanceId: 'i-c' }), 'i-c');
+  // at its cap, a pinned instance is not waited for
+  const capped = new Balancer({ maxInflight: 1, ejectMs: 1000, now: () => 0 });
+  const held = capped.pick('svc', three, () => true, undefined, { kind: 'instance', instanceId: 'i-a' });
+  assert.ok(held.ok && held.instance.id === 'i-a');
+  const next = capped.pick('svc', three, () => true, undefined, { kind: 'instance', instanceId: 'i-a' });
+  assert.ok(next.ok && next.instance.id !== 'i-a');
+});
+
+test('session affinity: the request\'s key (header or cookie), the pinning cookie, and the definition rules', () => {
+  const hs: Array<[string, string]> = [['Cookie', 'a=1; gantry_affinity_web=i-9 ; b=2'], ['X-Session-ID', 'abc']];
+  assert.deepEqual(affinityOf({ mode: 'header', header_name: 'x-session-id' }, 'web', hs), { kind: 'key', key: 'abc' });
+  assert.deepEqual(affinityOf({ mode: 'cookie' }, 'web', hs), { kind: 'instance', instanceId: 'i-9' });
+  assert.equal(affinityOf({ mode: 'cookie' }, 'other', hs), null);
+  assert.equal(affinityOf(null, 'web', hs), null);
+  assert.equal(pinCookie({ mode: 'cookie' }, 'web', { kind: 'instance', instanceId: 'i-9' }, 'i-9'), null);
+  assert.equal(pinCookie({ mode: 'cookie' }, 'web', null, 'i-1'), 'gantry_affinity_web=i-1; Path=/; HttpOnly; SameSite=Lax');
+  assert.equal(pinCookie({ mode: 'header', header_name: 'x' }, 'web', null, 'i-1'), null);
+  const base = { service_slug: 'web', display_name: 'w', docker_image: 'img:1', exposed_port: 80 };
+  assert.ok(CreateServiceBody.safeParse({ ...base, session_affinity: { mode: 'cookie' } }).success);
+  assert.equal(CreateServiceBody.parse(base).session_affinity, null, 'default: none');
+  assert.ok(!CreateServiceBody.safeParse({ ...base, session_affinity: { mode: 'header' } }).success, 'header mode needs header_name');
+  assert.ok(!CreateServiceBody.safeParse({ ...base, session_affinity: { mode: 'ip' } }).success);
+  assert.ok(!CreateServiceBody.safeParse({ service_slug: 'x', display_name: 'x', service_type: 'external', external_url: 'https://example.com', session_affinity: { mode: 'cookie' } }).success, 'external services have no instances');
 });

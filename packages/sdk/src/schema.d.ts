@@ -1803,6 +1803,12 @@ export interface components {
             openapi_url: string;
             external_url: string;
             external_auth_credential_id: string | null;
+            /** @description sticky sessions (an extension): by a cookie the gateway sets, or by a header the client sends */
+            session_affinity: {
+                /** @enum {string} */
+                mode: "cookie" | "header";
+                header_name?: string;
+            } | null;
             /** @description ISO 8601 timestamp, UTC */
             created_at: string;
             /** @description ISO 8601 timestamp, UTC */
@@ -4915,6 +4921,15 @@ export interface operations {
                     openapi_url?: string;
                     external_url?: string;
                     external_auth_credential_id?: string | null;
+                    /** @default null */
+                    session_affinity?: ({
+                        /** @constant */
+                        mode: "cookie";
+                    } | {
+                        /** @constant */
+                        mode: "header";
+                        header_name: string;
+                    }) | null;
                 };
             };
         };
@@ -4995,6 +5010,14 @@ export interface operations {
                     openapi_url?: string;
                     external_url?: string;
                     external_auth_credential_id?: string | null;
+                    session_affinity?: ({
+                        /** @constant */
+                        mode: "cookie";
+                    } | {
+                        /** @constant */
+                        mode: "header";
+                        header_name: string;
+                    }) | null;
                 };
             };
         };

@@ -50,6 +50,16 @@ const urlPath = z
   .max(1000)
   .refine((p) => p === '' || (p.startsWith('/') && !p.startsWith('//')), 'must be empty or a path starting with /');
 
+/**
+ * Session affinity (sticky sessions, src/gateway/affinity.ts): by a header the client sends
+ * (rendezvous hashing, the same instance on every node) or by a cookie the gateway sets.
+ */
+export const SessionAffinitySchema = z.discriminatedUnion('mode', [
+  z.object({ mode: z.literal('cookie') }).strict(),
+  z.object({ mode: z.literal('header'), header_name: z.string().min(1).max(100).regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be an HTTP header name') }).strict(),
+]);
+export type SessionAffinity = z.infer<typeof SessionAffinitySchema>;
+
 export const EnvVarSchema = z.object({ env_name: z.string().regex(ENV_NAME_RE, 'must be a shell variable name (A-Z a-z 0-9 _, not starting with a digit)'), env_value: z.string().max(32 * 1024) }).strict();
 export const VolumeSchema = z.object({ host_path: absPath, container_path: absPath }).strict();
 
@@ -77,6 +87,7 @@ const fields = {
     .refine((v) => v.startsWith('https://'), 'must be an absolute https:// URL')
     .refine((v) => URL.canParse(v) && !new URL(v).username && !new URL(v).password, 'must be a valid absolute URL without credentials'),
   external_auth_credential_id: z.uuid().nullable(),
+  session_affinity: SessionAffinitySchema.nullable(),
 };
 
 export const CreateServiceBody = z
@@ -96,6 +107,7 @@ export const CreateServiceBody = z
     openapi_url: fields.openapi_url.default(''),
     external_url: fields.external_url.optional(),
     external_auth_credential_id: fields.external_auth_credential_id.optional(),
+    session_affinity: fields.session_affinity.default(null),
   })
   .strict()
   .superRefine((b, ctx) => checkTypeRules(b, ctx));
@@ -113,6 +125,7 @@ interface TypeFields {
   exposed_port?: number | undefined;
   external_url?: string | undefined;
   external_auth_credential_id?: string | null | undefined;
+  session_affinity?: SessionAffinity | null | undefined;
 }
 
 /** deployed needs an image and a port and has no external_url; external needs an https URL and runs no image. */
@@ -125,6 +138,7 @@ export function checkTypeRules(b: TypeFields, ctx: { addIssue(i: { code: 'custom
   } else {
     if (!b.external_url) ctx.addIssue({ code: 'custom', message: 'is required for an external service', path: ['external_url'] });
     if (b.docker_image) ctx.addIssue({ code: 'custom', message: 'is only for deployed services', path: ['docker_image'] });
+    if (b.session_affinity) ctx.addIssue({ code: 'custom', message: 'is only for deployed services (an external service has no instances)', path: ['session_affinity'] });
   }
 }
 
@@ -158,6 +172,7 @@ export interface ServiceRecord {
   openapiUrl: string;
   externalUrl: string;
   externalAuthCredentialId: string | null;
+  sessionAffinity: SessionAffinity | null;
   /** The actor's last word on the deployment: {message, desired, placed, running, healthy}. */
   detail: { message?: string; desired?: number; placed?: number; running?: number; healthy?: number };
   createdAt: number;
@@ -190,6 +205,7 @@ export function serviceJson(s: ServiceRecord, reduced: boolean, instances?: Serv
     openapi_url: s.openapiUrl,
     external_url: s.type === 'external' ? s.externalUrl : '',
     external_auth_credential_id: s.type === 'external' ? s.externalAuthCredentialId : null,
+    session_affinity: s.sessionAffinity,
     deploy_status: {
       desired: s.type === 'external' ? 0 : s.replicaCount,
       placed: s.detail.placed ?? 0,

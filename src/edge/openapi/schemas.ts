@@ -161,6 +161,7 @@ export const ContainerService = named(
     openapi_url: z.string(),
     external_url: z.string(),
     external_auth_credential_id: uuid.nullable(),
+    session_affinity: z.object({ mode: z.enum(['cookie', 'header']), header_name: z.string().optional() }).nullable().describe('sticky sessions (an extension): by a cookie the gateway sets, or by a header the client sends'),
     created_at: ts,
     updated_at: ts,
   }),
