@@ -5,6 +5,15 @@ import { AgentUseCases } from '../app/agents.js';
 import { AuditUseCases } from '../app/audit.js';
 import { UploadUseCases } from '../app/uploads.js';
 import { ContainerUseCases } from '../app/containers.js';
+import { AccountUseCases, TeamUseCases } from '../app/identity.js';
+import { ModelUseCases, NodeUseCases } from '../app/registry.js';
+import { MultipartUseCases } from '../app/uploads.js';
+import { NotificationUseCases } from '../app/notifications.js';
+import { TaskStreamUseCases } from '../app/task-streams.js';
+import { WebhookUseCases } from '../app/webhooks.js';
+import { VaultUseCases } from '../app/vault.js';
+import { CloudProviderUseCases } from '../app/cloud-providers.js';
+import { TooManyStreams } from '../events/sse.js';
 import { stagedInputProblem } from '../cloud/limits.js';
 import type { RouteParts } from './routes.js';
 
@@ -16,6 +25,16 @@ export interface UseCases {
   agents: AgentUseCases;
   containers: ContainerUseCases;
   audit: AuditUseCases;
+  accounts: AccountUseCases;
+  teams: TeamUseCases;
+  models: ModelUseCases;
+  nodes: NodeUseCases;
+  multipart: MultipartUseCases;
+  notifications: NotificationUseCases;
+  taskStreams: TaskStreamUseCases;
+  webhooks: WebhookUseCases;
+  vault: VaultUseCases;
+  cloudProviders: CloudProviderUseCases;
 }
 
 /** Builds every use case once, over the stores, actors and ports of the started modules. */
@@ -24,6 +43,8 @@ export function createUseCases(p: RouteParts): UseCases {
   const { sessions, agentGrpc } = p.agents;
   const { containerStore, containerChanges } = p.containers;
   const { vault, cloudStore } = p.cloud;
+  const live = p.liveEvents;
+  const now = (): number => clock.now();
   return {
     workflows: new WorkflowUseCases(stores.workflowStore),
     tasks: new TaskUseCases({
@@ -34,7 +55,7 @@ export function createUseCases(p: RouteParts): UseCases {
       outputs: files.outputs,
       events: p.events,
       outputRetentionS: p.settings.outputRetentionS,
-      now: () => clock.now(),
+      now,
       cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
       cloudInputProblem: (fileKey, what) => stagedInputProblem(p.objectStore, fileKey, what),
     }),
@@ -58,5 +79,25 @@ export function createUseCases(p: RouteParts): UseCases {
       invoker: p.gateway.core,
     }),
     audit: new AuditUseCases(p.auditStore),
+    accounts: new AccountUseCases(p.identity.service),
+    teams: new TeamUseCases(p.identity.service),
+    models: new ModelUseCases(files.models),
+    nodes: new NodeUseCases(files.nodes),
+    multipart: new MultipartUseCases(files.multipart),
+    notifications: new NotificationUseCases({ store: live.store, now }),
+    taskStreams: new TaskStreamUseCases({
+      reserve: (teamId) => {
+        try {
+          return { release: live.sse.reserve(teamId) };
+        } catch (e) {
+          if (e instanceof TooManyStreams) return { refused: e.message };
+          throw e;
+        }
+      },
+      serve: (...a) => live.sse.serve(...a),
+    }),
+    webhooks: new WebhookUseCases({ store: live.store, guard: live.guard, dispatcher: live.dispatcher, now }),
+    vault: new VaultUseCases(vault),
+    cloudProviders: new CloudProviderUseCases({ store: cloudStore, guard: p.cloud.cloudGuard, client: p.cloud.cloudClient, defaultMaxConcurrentJobs: p.config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }),
   };
 }
