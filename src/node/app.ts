@@ -14,6 +14,8 @@ import { WebhookUseCases } from '../app/webhooks.js';
 import { VaultUseCases } from '../app/vault.js';
 import { CloudProviderUseCases } from '../app/cloud-providers.js';
 import { TooManyStreams } from '../events/sse.js';
+import { OutboundRefused, type OutboundGuard } from '../events/outbound.js';
+import type { OutboundUrlPolicy } from '../app/ports.js';
 import { stagedInputProblem } from '../cloud/limits.js';
 import type { RouteParts } from './routes.js';
 
@@ -35,6 +37,21 @@ export interface UseCases {
   webhooks: WebhookUseCases;
   vault: VaultUseCases;
   cloudProviders: CloudProviderUseCases;
+}
+
+/** The outbound guard as the use cases' URL policy: a refusal is its reason, anything else (a bug, not a refusal) is thrown. */
+export function outboundPolicy(guard: Pick<OutboundGuard, 'checkUrl'>): OutboundUrlPolicy {
+  return {
+    refusal: async (url) => {
+      try {
+        await guard.checkUrl(url);
+        return null;
+      } catch (e) {
+        if (e instanceof OutboundRefused) return e.message;
+        throw e;
+      }
+    },
+  };
 }
 
 /** Builds every use case once, over the stores, actors and ports of the started modules. */
@@ -75,7 +92,7 @@ export function createUseCases(p: RouteParts): UseCases {
       actors,
       credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null,
       changed: (teamId) => containerChanges.changed(teamId),
-      guard: p.liveEvents.guard,
+      guard: outboundPolicy(live.guard),
       invoker: p.gateway.core,
     }),
     audit: new AuditUseCases(p.auditStore),
@@ -96,8 +113,8 @@ export function createUseCases(p: RouteParts): UseCases {
       },
       serve: (...a) => live.sse.serve(...a),
     }),
-    webhooks: new WebhookUseCases({ store: live.store, guard: live.guard, dispatcher: live.dispatcher, now }),
+    webhooks: new WebhookUseCases({ store: live.store, guard: outboundPolicy(live.guard), dispatcher: live.dispatcher, now }),
     vault: new VaultUseCases(vault),
-    cloudProviders: new CloudProviderUseCases({ store: cloudStore, guard: p.cloud.cloudGuard, client: p.cloud.cloudClient, defaultMaxConcurrentJobs: p.config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }),
+    cloudProviders: new CloudProviderUseCases({ store: cloudStore, guard: outboundPolicy(p.cloud.cloudGuard), client: p.cloud.cloudClient, defaultMaxConcurrentJobs: p.config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }),
   };
 }
