@@ -215,3 +215,31 @@ export class TeamUseCases {
     return ok;
   }
 }
+
+/** Single sign-on (src/identity/oidc.ts OidcLogin): a login at an OpenID Connect provider becomes a one-time code, exchanged for the token pair. */
+export interface SsoLogin {
+  start(providerId: string, returnTo: string | null): Promise<{ location: string; cookieName: string; binding: string; maxAgeS: number }>;
+  callback(providerId: string, rawQuery: string, cookies: string | undefined, origin: { requestId: string; ip: string }): Promise<{ userId: string; code: string; returnTo: string | null; created: boolean }>;
+  exchange(code: string): Promise<TokenPair>;
+}
+
+/** The single sign-on use cases; start and exchange count against the login rate limit of the caller's IP. */
+export class SsoUseCases {
+  constructor(private readonly d: { sso: SsoLogin; limits: AnonymousRateLimits }) {}
+
+  /** Where to send the browser (the provider's authorization URL) and the binding cookie's parts. */
+  async start(ip: string, providerId: string, returnTo: string | null): Promise<{ location: string; cookieName: string; binding: string; maxAgeS: number }> {
+    this.d.limits.rateLimit('login', ip);
+    return this.d.sso.start(providerId, returnTo);
+  }
+
+  /** The provider's redirect back: the user (created on first login) and a one-time code for return_to or the caller. */
+  async callback(providerId: string, rawQuery: string, cookies: string | undefined, origin: { requestId: string; ip: string }): Promise<{ userId: string; code: string; returnTo: string | null; created: boolean }> {
+    return this.d.sso.callback(providerId, rawQuery, cookies, origin);
+  }
+
+  async exchange(ip: string, code: string): Promise<TokenPair> {
+    this.d.limits.rateLimit('login', ip);
+    return this.d.sso.exchange(code);
+  }
+}

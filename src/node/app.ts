@@ -5,7 +5,8 @@ import { AgentUseCases } from '../app/agents.js';
 import { AuditUseCases } from '../app/audit.js';
 import { UploadUseCases } from '../app/uploads.js';
 import { ContainerUseCases } from '../app/containers.js';
-import { AccountUseCases, TeamUseCases } from '../app/identity.js';
+import { AccountUseCases, SsoUseCases, TeamUseCases } from '../app/identity.js';
+import { OidcLogin } from '../identity/oidc.js';
 import { ModelUseCases, NodeUseCases } from '../app/registry.js';
 import { MultipartUseCases } from '../app/uploads.js';
 import { NotificationUseCases } from '../app/notifications.js';
@@ -29,6 +30,7 @@ export interface UseCases {
   audit: AuditUseCases;
   accounts: AccountUseCases;
   teams: TeamUseCases;
+  sso: SsoUseCases;
   models: ModelUseCases;
   nodes: NodeUseCases;
   multipart: MultipartUseCases;
@@ -61,6 +63,7 @@ export function createUseCases(p: RouteParts): UseCases {
   const { containerStore, containerChanges } = p.containers;
   const { vault, cloudStore } = p.cloud;
   const live = p.liveEvents;
+  const { identity } = p;
   const now = (): number => clock.now();
   return {
     workflows: new WorkflowUseCases(stores.workflowStore),
@@ -96,8 +99,13 @@ export function createUseCases(p: RouteParts): UseCases {
       invoker: p.gateway.core,
     }),
     audit: new AuditUseCases(p.auditStore),
-    accounts: new AccountUseCases(p.identity.service),
-    teams: new TeamUseCases(p.identity.service),
+    accounts: new AccountUseCases(identity.service),
+    teams: new TeamUseCases(identity.service),
+    // single sign-on (GANTRY_OAUTH_PROVIDERS); the redirect URI is built on the public URL known after listen
+    sso: new SsoUseCases({
+      sso: new OidcLogin({ config: p.config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: p.logger.child({ component: 'oidc' }), publicUrl: () => p.publicUrl.origin() }),
+      limits: identity.service,
+    }),
     models: new ModelUseCases(files.models),
     nodes: new NodeUseCases(files.nodes),
     multipart: new MultipartUseCases(files.multipart),

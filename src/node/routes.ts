@@ -40,7 +40,6 @@ import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
 import type { Gateway } from '../edge/routes/gateway.js';
 import { McpEndpoint } from '../mcp/server.js';
 import { SessionTokens } from '../mcp/session.js';
-import { OidcLogin } from '../identity/oidc.js';
 import type { Identity } from '../identity/index.js';
 import { endStreamsOnInvalidation } from '../events/stream-revocation.js';
 import type { LiveEvents } from '../events/index.js';
@@ -118,9 +117,8 @@ function mountIdentityAndEvents(edge: HttpEdge, p: RouteParts, app: UseCases): v
   const idem = p.stores.taskQueries.idempotency;
   edge.addAll(withIdempotency(identityRoutes(app.accounts), idem));
   edge.addAll(withIdempotency(teamRoutes(app.teams), idem));
-  // single sign-on (GANTRY_OAUTH_PROVIDERS); the redirect URI is built on the public URL known after listen
-  const oidcLogin = new OidcLogin({ config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: p.logger.child({ component: 'oidc' }), publicUrl: () => publicUrl.origin() });
-  if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ oidc: oidcLogin, secureCookies: () => publicUrl.origin().startsWith('https:'), rateLimit: (ip) => identity.service.rateLimit('login', ip) }));
+  // single sign-on (GANTRY_OAUTH_PROVIDERS)
+  if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ sso: app.sso, secureCookies: () => publicUrl.origin().startsWith('https:') }));
   edge.addAll(eventRoutes(app.taskStreams));
   // open SSE streams end with their credential, session or membership (on every node: the same port)
   const stopStreamRevocation = endStreamsOnInvalidation({ hub: liveEvents.sse, invalidation: identity.invalidation, isMember: async (t, u) => (await identity.store.memberRole(t, u)) !== null, logger: p.logger.child({ component: 'events' }) });
