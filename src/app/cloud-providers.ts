@@ -6,9 +6,9 @@
  */
 import { createHash } from 'node:crypto';
 import type { TeamPrincipal } from '../identity/principal.js';
+import type { OutboundUrlPolicy } from './ports.js';
 import { DEFAULT_BASE_URLS, PROVIDER_NAMES, type CloudProviderClient, type CloudProviderSlug } from '../cloud/provider.js';
 import { cloudProviderRecord, type CloudCredentials, type CloudProviderRow } from '../cloud/store.js';
-import { OutboundRefused, type OutboundGuard } from '../events/outbound.js';
 import type { AuditNote } from '../shared/audit.js';
 import { badGateway, badRequest, notFound } from '../shared/errors.js';
 import { paged, type PageRequest } from '../shared/pagination.js';
@@ -23,7 +23,7 @@ export interface CloudProviderKeys {
 
 export interface CloudProviderDeps {
   store: CloudProviderKeys;
-  guard: Pick<OutboundGuard, 'checkUrl'>;
+  guard: OutboundUrlPolicy;
   client: (provider: CloudProviderSlug, c: CloudCredentials) => Pick<CloudProviderClient, 'check' | 'close'>;
   /** GANTRY_CLOUD_MAX_CONCURRENT_JOBS: the default when the request does not say. */
   defaultMaxConcurrentJobs: number;
@@ -61,12 +61,8 @@ export class CloudProviderUseCases {
   async setKey(p: TeamPrincipal, slug: CloudProviderSlug, k: CloudProviderKey, audit: AuditNote): Promise<{ record: CloudProviderView; created: boolean }> {
     const d = this.d;
     const baseUrl = (k.baseUrl ?? DEFAULT_BASE_URLS[slug]).replace(/\/+$/, '');
-    try {
-      await d.guard.checkUrl(baseUrl);
-    } catch (e) {
-      if (e instanceof OutboundRefused) throw badRequest('invalid_parameter', `base_url: ${e.message}`);
-      throw e;
-    }
+    const refused = await d.guard.refusal(baseUrl);
+    if (refused !== null) throw badRequest('invalid_parameter', `base_url: ${refused}`);
     // one authenticated call: a key the provider refuses is never stored
     const client = d.client(slug, { apiKey: k.apiKey, baseUrl, maxConcurrentJobs: 1 });
     let problem;

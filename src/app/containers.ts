@@ -9,8 +9,8 @@ import type { z } from 'zod';
 import { CONTAINER_SERVICE } from '../actors/index.js';
 import type { ActorSystemPort } from '../actors/ports.js';
 import type { TeamPrincipal } from '../identity/principal.js';
+import type { OutboundUrlPolicy } from './ports.js';
 import { checkTypeRules, serviceJson, type CreateServiceBody, type ServiceInstance, type ServiceRecord, type UpdateServiceBody } from '../domain/containers/schema.js';
-import { OutboundRefused, type OutboundGuard } from '../events/outbound.js';
 import type { AuditNote } from '../shared/audit.js';
 import { AppError, badRequest, fromZodIssues, notFound } from '../shared/errors.js';
 import { paged, type PageRequest } from '../shared/pagination.js';
@@ -48,7 +48,7 @@ export interface ContainerDeps {
   /** The team's services changed (gateway routing tables on every node reload). */
   changed(teamId: string): void;
   /** The outbound guard: an external_url it refuses is a 400 at create and update, as for webhooks (and still refused at use). */
-  guard: Pick<OutboundGuard, 'checkUrl'>;
+  guard: OutboundUrlPolicy;
   invoker: ContainerInvoker;
 }
 
@@ -79,12 +79,8 @@ export class ContainerUseCases {
 
   private async checkExternalUrl(u: string | undefined): Promise<void> {
     if (u === undefined) return;
-    try {
-      await this.d.guard.checkUrl(u);
-    } catch (e) {
-      if (e instanceof OutboundRefused) throw badRequest('external_url_not_allowed', `external_url: ${e.message}`);
-      throw e;
-    }
+    const refused = await this.d.guard.refusal(u);
+    if (refused !== null) throw badRequest('external_url_not_allowed', `external_url: ${refused}`);
   }
 
   async createService(p: TeamPrincipal, b: CreateServiceBody, audit: AuditNote): Promise<{ id: string }> {

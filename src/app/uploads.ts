@@ -41,3 +41,33 @@ export class UploadUseCases {
     return this.presign(p, 'input', body, 'file_key');
   }
 }
+
+/** Multipart uploads (src/files/multipart.ts MultipartUploads); each validates its body (400 naming the field). */
+export interface Multipart {
+  initiate(caller: Caller, body: unknown): Promise<{ upload_id: string; storage_key: string; part_size: number; part_count: number }>;
+  presignParts(caller: Caller, body: unknown): Promise<{ part_list: Array<{ part_number: number; upload_url: string; upload_headers: Record<string, string> }> }>;
+  complete(caller: Caller, body: unknown): Promise<{ file_key: string; storage_key: string; file_size: number }>;
+  abort(caller: Caller, body: unknown): Promise<{ is_success: true }>;
+}
+
+/** The multipart use cases (JWT callers only: the routes' auth). */
+export class MultipartUseCases {
+  constructor(private readonly multipart: Multipart) {}
+
+  async initiate(p: TeamPrincipal, body: unknown): Promise<{ upload_id: string; storage_key: string; part_size: number; part_count: number }> {
+    return this.multipart.initiate(fileCaller(p), body);
+  }
+
+  async presignParts(p: TeamPrincipal, body: unknown): Promise<{ part_list: Array<{ part_number: number; upload_url: string; upload_headers: Record<string, string> }> }> {
+    return this.multipart.presignParts(fileCaller(p), body);
+  }
+
+  /** The file_key shape of presign, with the stored key and size. */
+  async complete(p: TeamPrincipal, body: unknown): Promise<{ file_key: string; storage_key: string; file_size: number }> {
+    return this.multipart.complete(fileCaller(p), body);
+  }
+
+  async abort(p: TeamPrincipal, body: unknown): Promise<{ is_success: true }> {
+    return this.multipart.abort(fileCaller(p), body);
+  }
+}

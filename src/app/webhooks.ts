@@ -4,7 +4,7 @@
  * log and a redelivery. A webhook URL the outbound guard refuses is a 400 at create and update.
  */
 import type { TeamPrincipal } from '../identity/principal.js';
-import { OutboundRefused, type OutboundGuard } from '../events/outbound.js';
+import type { OutboundUrlPolicy } from './ports.js';
 import { deliveryView, webhookView, type DeliveryRow, type WebhookEvent, type WebhookRow } from '../events/store.js';
 import type { AuditNote } from '../shared/audit.js';
 import { badRequest, conflict, notFound } from '../shared/errors.js';
@@ -31,7 +31,7 @@ export interface WebhookPatch {
 
 export interface WebhookDeps {
   store: WebhookStore;
-  guard: Pick<OutboundGuard, 'checkUrl'>;
+  guard: OutboundUrlPolicy;
   /** The delivery worker: its attempt budget, and a nudge when a delivery was queued. */
   dispatcher: { readonly maxAttempts: number; poke(): void };
   now: () => number;
@@ -41,12 +41,8 @@ export class WebhookUseCases {
   constructor(private readonly d: WebhookDeps) {}
 
   private async checkUrl(u: string): Promise<void> {
-    try {
-      await this.d.guard.checkUrl(u);
-    } catch (e) {
-      if (e instanceof OutboundRefused) throw badRequest('webhook_url_not_allowed', `webhook_url: ${e.message}`);
-      throw e;
-    }
+    const refused = await this.d.guard.refusal(u);
+    if (refused !== null) throw badRequest('webhook_url_not_allowed', `webhook_url: ${refused}`);
   }
 
   /** The team's webhook; 404 webhook_not_found. */

@@ -2,7 +2,7 @@
  * What every MCP tool group shares: the deps (the app layer's use cases), the context of one MCP
  * request (the caller's principal, its request id), the tool-result encoding, the guard that turns
  * a use case's refusal (an AppError) into a tool error, the edge's input hygiene, and the argument
- * and output schemas more than one tool uses.
+ * and output schemas more than one tool uses (the response shapes are the HTTP API's, src/app/views.ts).
  */
 import { z } from 'zod';
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -18,6 +18,7 @@ import { AppError } from '../shared/errors.js';
 import { checkJsonValue, checkPairs } from '../shared/input-hygiene.js';
 import type { Logger } from '../shared/logger.js';
 import { parsePage, type PageRequest } from '../shared/pagination.js';
+import * as V from '../app/views.js';
 
 export interface McpToolDeps {
   tasks: TaskUseCases;
@@ -84,17 +85,13 @@ export const page = {
   current_page: z.number().int().min(1).max(1_000_000).optional().describe('Page number, 1-based (default 1).'),
   per_page: z.number().int().min(1).max(100).optional().describe('Items per page, 1..100 (default 20).'),
 };
-export const pageMeta = z.object({ current_page: z.number(), per_page: z.number(), total_count: z.number() });
 export const loose = z.looseObject({});
-export const taskSchema = z.looseObject({ task_id: z.string(), task_status: z.string(), workflow_id: z.string(), progress: z.unknown(), task_error: z.string().nullable() });
-export const workflowSchema = z.looseObject({ id: z.string(), workflow_slug: z.string(), display_name: z.string(), parameters: z.array(loose), version: z.number() });
-export const resultSchema = z.looseObject({
-  task_id: z.string(),
-  task_status: z.string(),
-  download_url: z.string().nullable(),
-  download_urls: z.record(z.string(), z.string()).nullable(),
-  output: loose,
-  expires_at: z.string().nullable(),
+// output shapes: the API's own (src/app/views.ts, the OpenAPI document's components), plus what only a tool adds
+export const pageMeta = V.PageMeta;
+export const taskSchema = V.Task;
+export const workflowSchema = V.Workflow;
+/** get_task_result: the TaskResult plus the output images (the first few also travel as image content). */
+export const resultSchema = V.TaskResult.extend({
   images: z.array(z.object({ name: z.string(), content_type: z.string(), size: z.number().nullable(), included: z.boolean() })),
 });
 export const waitSchema = z.object({ task: taskSchema, timed_out: z.boolean(), waited_ms: z.number(), result: resultSchema.nullable() });

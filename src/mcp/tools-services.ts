@@ -5,7 +5,8 @@
  */
 import { z } from 'zod';
 import { INVOKE_METHODS } from '../app/containers.js';
-import { guarded, hygiene, loose, page, pageMeta, pageOf, readOnly, structured, toolError, type ToolContext } from './tool-kit.js';
+import { guarded, hygiene, page, pageMeta, pageOf, readOnly, structured, toolError, type ToolContext } from './tool-kit.js';
+import * as V from '../app/views.js';
 
 const slugArg = z.string().min(1).max(100).describe('The container service slug (from list_container_services).');
 
@@ -18,7 +19,7 @@ export function registerServiceTools(t: ToolContext): void {
       title: 'List agents',
       description: "The team's GPU agents (the machines that run tasks): status (online, busy, draining, offline), GPU type, VRAM in GB, labels, and reduced system stats.",
       inputSchema: page,
-      outputSchema: { agent_list: z.array(loose), page_meta: pageMeta },
+      outputSchema: { agent_list: z.array(V.Agent), page_meta: pageMeta },
       annotations: readOnly,
     },
     guarded(t, 'list_agents', async (a) => structured(await d.agents.listAgents(p, pageOf(a), p.kind === 'integration'))),
@@ -35,7 +36,7 @@ export function registerServiceTools(t: ToolContext): void {
         file_size: z.number().int().min(1).describe('The exact size of the file in bytes.'),
         content_type: z.string().min(1).max(255).describe('The MIME type, e.g. image/png.'),
       },
-      outputSchema: { file_key: z.string(), upload_url: z.string().nullable(), upload_headers: z.record(z.string(), z.string()), upload_expires_at: z.string().nullable(), expires_at: z.string() },
+      outputSchema: { ...V.PresignedUpload.shape, upload_expires_at: z.string().nullable(), expires_at: z.string() },
       annotations: { openWorldHint: false },
     },
     guarded(t, 'create_upload', async (a) => {
@@ -50,7 +51,7 @@ export function registerServiceTools(t: ToolContext): void {
       title: 'List container services',
       description: "The team's container services (long-running HTTP services on the GPU agents, or external APIs): slug, status (only running services answer), and openapi_url when the service publishes an OpenAPI document. Call them with invoke_container_service.",
       inputSchema: page,
-      outputSchema: { container_list: z.array(loose), page_meta: pageMeta },
+      outputSchema: { container_list: z.array(V.ContainerService), page_meta: pageMeta },
       annotations: readOnly,
     },
     guarded(t, 'list_container_services', async (a) => structured(await d.containers.listServices(p, pageOf(a)))),
@@ -62,7 +63,7 @@ export function registerServiceTools(t: ToolContext): void {
       title: 'Get a container service',
       description: 'One container service by slug: status, type, instances, openapi_url.',
       inputSchema: { service_slug: slugArg },
-      outputSchema: { id: z.string(), service_slug: z.string() },
+      outputSchema: V.ContainerService.shape,
       annotations: readOnly,
     },
     guarded(t, 'get_container_service', async (a) => structured(await d.containers.serviceBySlug(p, a.service_slug))),

@@ -8,6 +8,7 @@ import type { RunTarget } from '../app/tasks.js';
 import { parametersJsonSchema } from '../domain/workflows/parameters.js';
 import { TOOL_TYPES, WORKFLOW_STATUSES, type NormalizedParameterDef } from '../domain/workflows/schema.js';
 import { AppError } from '../shared/errors.js';
+import * as V from '../app/views.js';
 import { guarded, hygiene, loose, page, pageMeta, pageOf, readOnly, structured, uuid, waitSchema, workflowSchema, type ToolContext } from './tool-kit.js';
 import { timeoutArg, waitOutput } from './tools-tasks.js';
 import { WAIT_DEFAULT_S, WAIT_MAX_S } from '../app/tasks.js';
@@ -101,7 +102,7 @@ export function registerWorkflowTools(t: ToolContext): void {
       description:
         "Starts a run of a workflow on the team's GPU agents and returns its task_id at once (the task is queued, not finished). Parameters are validated exactly like the REST run endpoint; a problem comes back as a tool error naming the parameter. Follow the task with wait_for_task or get_task, or use run_workflow_and_wait to start and wait in one call.",
       inputSchema: runArgs,
-      outputSchema: { task_id: z.string() },
+      outputSchema: V.RunAccepted.shape,
       annotations: { openWorldHint: false },
     },
     guarded(t, 'run_workflow', async (a) => structured({ task_id: await run(a) })),
@@ -113,7 +114,7 @@ export function registerWorkflowTools(t: ToolContext): void {
       title: 'Run a workflow and wait for it',
       description: `Starts a run like run_workflow, then waits for the task to finish (following its events; progress notifications are sent when the request has a progressToken). Returns the task, timed_out, and when completed the result (download URLs; small images inline). Waits at most timeout_s seconds (default ${WAIT_DEFAULT_S}, max ${WAIT_MAX_S}); on timeout the task is still running: call wait_for_task with its task_id.`,
       inputSchema: { ...runArgs, timeout_s: timeoutArg },
-      outputSchema: { task_id: z.string(), ...waitSchema.shape },
+      outputSchema: { ...V.RunAccepted.shape, ...waitSchema.shape },
       annotations: { openWorldHint: false },
     },
     guarded(t, 'run_workflow_and_wait', async (a, extra) => {

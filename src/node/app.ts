@@ -5,6 +5,18 @@ import { AgentUseCases } from '../app/agents.js';
 import { AuditUseCases } from '../app/audit.js';
 import { UploadUseCases } from '../app/uploads.js';
 import { ContainerUseCases } from '../app/containers.js';
+import { AccountUseCases, SsoUseCases, TeamUseCases } from '../app/identity.js';
+import { OidcLogin } from '../identity/oidc.js';
+import { ModelUseCases, NodeUseCases } from '../app/registry.js';
+import { MultipartUseCases } from '../app/uploads.js';
+import { NotificationUseCases } from '../app/notifications.js';
+import { TaskStreamUseCases } from '../app/task-streams.js';
+import { WebhookUseCases } from '../app/webhooks.js';
+import { VaultUseCases } from '../app/vault.js';
+import { CloudProviderUseCases } from '../app/cloud-providers.js';
+import { TooManyStreams } from '../events/sse.js';
+import { OutboundRefused, type OutboundGuard } from '../events/outbound.js';
+import type { OutboundUrlPolicy } from '../app/ports.js';
 import { stagedInputProblem } from '../cloud/limits.js';
 import type { RouteParts } from './routes.js';
 
@@ -16,6 +28,32 @@ export interface UseCases {
   agents: AgentUseCases;
   containers: ContainerUseCases;
   audit: AuditUseCases;
+  accounts: AccountUseCases;
+  teams: TeamUseCases;
+  sso: SsoUseCases;
+  models: ModelUseCases;
+  nodes: NodeUseCases;
+  multipart: MultipartUseCases;
+  notifications: NotificationUseCases;
+  taskStreams: TaskStreamUseCases;
+  webhooks: WebhookUseCases;
+  vault: VaultUseCases;
+  cloudProviders: CloudProviderUseCases;
+}
+
+/** The outbound guard as the use cases' URL policy: a refusal is its reason, anything else (a bug, not a refusal) is thrown. */
+export function outboundPolicy(guard: Pick<OutboundGuard, 'checkUrl'>): OutboundUrlPolicy {
+  return {
+    refusal: async (url) => {
+      try {
+        await guard.checkUrl(url);
+        return null;
+      } catch (e) {
+        if (e instanceof OutboundRefused) return e.message;
+        throw e;
+      }
+    },
+  };
 }
 
 /** Builds every use case once, over the stores, actors and ports of the started modules. */
@@ -24,6 +62,9 @@ export function createUseCases(p: RouteParts): UseCases {
   const { sessions, agentGrpc } = p.agents;
   const { containerStore, containerChanges } = p.containers;
   const { vault, cloudStore } = p.cloud;
+  const live = p.liveEvents;
+  const { identity } = p;
+  const now = (): number => clock.now();
   return {
     workflows: new WorkflowUseCases(stores.workflowStore),
     tasks: new TaskUseCases({
@@ -34,7 +75,7 @@ export function createUseCases(p: RouteParts): UseCases {
       outputs: files.outputs,
       events: p.events,
       outputRetentionS: p.settings.outputRetentionS,
-      now: () => clock.now(),
+      now,
       cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
       cloudInputProblem: (fileKey, what) => stagedInputProblem(p.objectStore, fileKey, what),
     }),
@@ -54,9 +95,34 @@ export function createUseCases(p: RouteParts): UseCases {
       actors,
       credentialExists: async (teamId, id) => (await vault.get(teamId, id)) !== null,
       changed: (teamId) => containerChanges.changed(teamId),
-      guard: p.liveEvents.guard,
+      guard: outboundPolicy(live.guard),
       invoker: p.gateway.core,
     }),
     audit: new AuditUseCases(p.auditStore),
+    accounts: new AccountUseCases(identity.service),
+    teams: new TeamUseCases(identity.service),
+    // single sign-on (GANTRY_OAUTH_PROVIDERS); the redirect URI is built on the public URL known after listen
+    sso: new SsoUseCases({
+      sso: new OidcLogin({ config: p.config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: p.logger.child({ component: 'oidc' }), publicUrl: () => p.publicUrl.origin() }),
+      limits: identity.service,
+    }),
+    models: new ModelUseCases(files.models),
+    nodes: new NodeUseCases(files.nodes),
+    multipart: new MultipartUseCases(files.multipart),
+    notifications: new NotificationUseCases({ store: live.store, now }),
+    taskStreams: new TaskStreamUseCases({
+      reserve: (teamId) => {
+        try {
+          return { release: live.sse.reserve(teamId) };
+        } catch (e) {
+          if (e instanceof TooManyStreams) return { refused: e.message };
+          throw e;
+        }
+      },
+      serve: (...a) => live.sse.serve(...a),
+    }),
+    webhooks: new WebhookUseCases({ store: live.store, guard: outboundPolicy(live.guard), dispatcher: live.dispatcher, now }),
+    vault: new VaultUseCases(vault),
+    cloudProviders: new CloudProviderUseCases({ store: cloudStore, guard: outboundPolicy(p.cloud.cloudGuard), client: p.cloud.cloudClient, defaultMaxConcurrentJobs: p.config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }),
   };
 }

@@ -40,7 +40,6 @@ import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
 import type { Gateway } from '../edge/routes/gateway.js';
 import { McpEndpoint } from '../mcp/server.js';
 import { SessionTokens } from '../mcp/session.js';
-import { OidcLogin } from '../identity/oidc.js';
 import type { Identity } from '../identity/index.js';
 import { endStreamsOnInvalidation } from '../events/stream-revocation.js';
 import type { LiveEvents } from '../events/index.js';
@@ -84,7 +83,7 @@ export interface RouteParts {
 export async function mountRoutes(edge: HttpEdge, p: RouteParts): Promise<void> {
   const app = createUseCases(p);
   mountRuntime(edge, p, app);
-  mountIdentityAndEvents(edge, p);
+  mountIdentityAndEvents(edge, p, app);
   mountAgentsAndServices(edge, p, app);
   await mountMcp(edge, p, app);
   mountSite(edge, p);
@@ -92,7 +91,7 @@ export async function mountRoutes(edge: HttpEdge, p: RouteParts): Promise<void> 
 
 /** Health, workflows, runs, files, uploads, models and custom nodes. */
 function mountRuntime(edge: HttpEdge, p: RouteParts, app: UseCases): void {
-  const { config, db, stores, files } = p;
+  const { config, db, stores } = p;
   const idem = stores.taskQueries.idempotency;
   edge.addAll(
     systemRoutes({
@@ -107,42 +106,40 @@ function mountRuntime(edge: HttpEdge, p: RouteParts, app: UseCases): void {
   edge.addAll(withIdempotency(workflowRoutes(app.workflows), idem));
   edge.addAll(taskRoutes(app.tasks));
   edge.addAll(fileRoutes(app.uploads));
-  edge.addAll(uploadRoutes({ multipart: files.multipart }));
-  edge.addAll(withIdempotency(modelRoutes({ models: files.models, staging: files.staging }), idem));
-  edge.addAll(withIdempotency(nodeRoutes({ nodes: files.nodes, staging: files.staging }), idem));
+  edge.addAll(uploadRoutes({ multipart: app.multipart }));
+  edge.addAll(withIdempotency(modelRoutes({ models: app.models, uploads: app.uploads }), idem));
+  edge.addAll(withIdempotency(nodeRoutes({ nodes: app.nodes, uploads: app.uploads }), idem));
 }
 
 /** Identity, teams, single sign-on, live events (SSE, webhooks, notifications). */
-function mountIdentityAndEvents(edge: HttpEdge, p: RouteParts): void {
-  const { config, identity, liveEvents, publicUrl, clock } = p;
+function mountIdentityAndEvents(edge: HttpEdge, p: RouteParts, app: UseCases): void {
+  const { config, identity, liveEvents, publicUrl } = p;
   const idem = p.stores.taskQueries.idempotency;
-  edge.addAll(withIdempotency(identityRoutes(identity.service), idem));
-  edge.addAll(withIdempotency(teamRoutes(identity.service), idem));
-  // single sign-on (GANTRY_OAUTH_PROVIDERS); the redirect URI is built on the public URL known after listen
-  const oidcLogin = new OidcLogin({ config, store: identity.store, identity: identity.service, invalidation: identity.invalidation, logger: p.logger.child({ component: 'oidc' }), publicUrl: () => publicUrl.origin() });
-  if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ oidc: oidcLogin, secureCookies: () => publicUrl.origin().startsWith('https:'), rateLimit: (ip) => identity.service.rateLimit('login', ip) }));
-  edge.addAll(eventRoutes({ sse: liveEvents.sse }));
+  edge.addAll(withIdempotency(identityRoutes(app.accounts), idem));
+  edge.addAll(withIdempotency(teamRoutes(app.teams), idem));
+  // single sign-on (GANTRY_OAUTH_PROVIDERS)
+  if (config.oidcProviders.length > 0) edge.addAll(oidcRoutes({ sso: app.sso, secureCookies: () => publicUrl.origin().startsWith('https:') }));
+  edge.addAll(eventRoutes(app.taskStreams));
   // open SSE streams end with their credential, session or membership (on every node: the same port)
   const stopStreamRevocation = endStreamsOnInvalidation({ hub: liveEvents.sse, invalidation: identity.invalidation, isMember: async (t, u) => (await identity.store.memberRole(t, u)) !== null, logger: p.logger.child({ component: 'events' }) });
   edge.onShutdown(stopStreamRevocation);
-  edge.addAll(withIdempotency(webhookRoutes(liveEvents, () => clock.now()), idem));
-  edge.addAll(notificationRoutes(liveEvents, () => clock.now()));
+  edge.addAll(withIdempotency(webhookRoutes(app.webhooks), idem));
+  edge.addAll(notificationRoutes(app.notifications));
   edge.onShutdown(() => liveEvents.sse.closeAll());
 }
 
 /** Agents (and their WebSocket transport), container services and the gateway, the vault, the audit log, cloud providers. */
 function mountAgentsAndServices(edge: HttpEdge, p: RouteParts, app: UseCases): void {
-  const { config, gateway } = p;
-  const { vault, cloudStore, cloudGuard, cloudClient } = p.cloud;
+  const { gateway } = p;
   const idem = p.stores.taskQueries.idempotency;
   edge.addAll(agentRoutes(app.agents));
   edge.addAll(withIdempotency(containerRoutes({ containers: app.containers, gateway }), idem));
   edge.addAll(gateway.routes());
   edge.setWebSocketHandler(gateway.webSocketHandler());
   p.agents.mountWebSocket(edge);
-  edge.addAll(withIdempotency(vaultRoutes({ vault }), idem));
+  edge.addAll(withIdempotency(vaultRoutes(app.vault), idem));
   edge.addAll(auditRoutes(app.audit));
-  edge.addAll(cloudProviderRoutes({ store: cloudStore, guard: cloudGuard, client: cloudClient, defaultMaxConcurrentJobs: config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }));
+  edge.addAll(cloudProviderRoutes(app.cloudProviders));
 }
 
 /** MCP (sk- only; GANTRY_MCP_ENABLED=false: not served): its tools call the same use cases as the routes. */

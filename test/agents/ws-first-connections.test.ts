@@ -12,13 +12,10 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import WebSocket from 'ws';
 import { HttpClient, type TestNode } from '../helpers/node.js';
-import { createTestDatabase } from '../helpers/pg.js';
-import { freePort, serveChild } from '../helpers/child-node.js';
+import { childNodeSetup, serveChild } from '../helpers/child-node.js';
 import { setupTeam } from './helpers.js';
 
 const ROUNDS = 4;
@@ -44,17 +41,7 @@ function openAndClose(url: string, ak: string): Promise<string> {
 }
 
 test('the first agent WebSockets to a fresh node process stay open until the client closes them', { timeout: 120_000 }, async () => {
-  const db = await createTestDatabase('ws_first');
-  const dataDir = mkdtempSync(join(tmpdir(), 'gantry-wsfirst-'));
-  const [httpPort, grpcPort] = [await freePort(), await freePort()];
-  const env = {
-    DATABASE_URL: db.url,
-    GANTRY_DATA_DIR: dataDir,
-    GANTRY_HTTP_HOST: '127.0.0.1',
-    GANTRY_HTTP_PORT: String(httpPort),
-    GANTRY_GRPC_HOST: '127.0.0.1',
-    GANTRY_GRPC_PORT: String(grpcPort),
-  };
+  const { db, dataDir, httpPort, env } = await childNodeSetup('ws_first', 'wsfirst');
   let node = await serveChild(env);
   try {
     const s = await setupTeam({ http: new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`) } as unknown as TestNode);

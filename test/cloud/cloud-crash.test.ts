@@ -6,11 +6,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createTestDatabase } from '../helpers/pg.js';
-import { freePort, serveChild } from '../helpers/child-node.js';
+import { rmSync } from 'node:fs';
+import { childNodeSetup, serveChild } from '../helpers/child-node.js';
 import { HttpClient } from '../helpers/node.js';
 import { registerUser } from '../helpers/identity.js';
 import { startComfyStandin } from '../fixtures/comfyui-standin.js';
@@ -22,21 +19,12 @@ const KEY = 'comfyui-crash-0123456789abcdef0123456789';
 async function scenario(sig: 'SIGKILL' | 'SIGTERM'): Promise<void> {
   const pki = makePki();
   const cloud = await startComfyStandin({ tickDelayMs: 40, cloud: { apiKey: KEY, tls: { key: pki.key.toString(), cert: pki.cert.toString() } } });
-  const db = await createTestDatabase('cloudcrash');
-  const dataDir = mkdtempSync(join(tmpdir(), 'gantry-cloudcrash-'));
-  const [httpPort, grpcPort] = [await freePort(), await freePort()];
-  const env = {
-    DATABASE_URL: db.url,
-    GANTRY_DATA_DIR: dataDir,
-    GANTRY_HTTP_HOST: '127.0.0.1',
-    GANTRY_HTTP_PORT: String(httpPort),
-    GANTRY_GRPC_HOST: '127.0.0.1',
-    GANTRY_GRPC_PORT: String(grpcPort),
+  const { db, dataDir, httpPort, env } = await childNodeSetup('cloudcrash', 'cloudcrash', {
     GANTRY_OUTBOUND_ALLOWLIST: '127.0.0.1,localhost',
     GANTRY_OUTBOUND_CA_FILE: pki.caFile,
     GANTRY_CLOUD_POLL_MS: '100',
     LOG_LEVEL: 'info',
-  };
+  });
   let node = await serveChild(env);
   try {
     const http = new HttpClient(`http://127.0.0.1:${httpPort}/api/v1`);

@@ -7,8 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Server } from 'node:https';
 import pg from 'pg';
 import { verify } from '@octokit/webhooks-methods';
-import { createTestDatabase } from '../helpers/pg.js';
-import { freePort, serveChild } from '../helpers/child-node.js';
+import { childNodeSetup, serveChild } from '../helpers/child-node.js';
 import { HttpClient } from '../helpers/node.js';
 import { registerUser, createCredential } from '../helpers/identity.js';
 import { spawnAgent, tinyGraph, waitFor, type AgentProcess } from '../agents/helpers.js';
@@ -29,20 +28,11 @@ const attemptsSeen = (rx: Receiver): number[] => rx.received.map((r) => Number(r
 
 test('SIGKILL between webhook attempts: the leased row is retried after its lease by the new node, the pending retry is sent, every attempt delivered once', { timeout: 120_000 }, async () => {
   const pki = makePki();
-  const db = await createTestDatabase('whkill');
-  const dataDir = mkdtempSync(join(tmpdir(), 'gantry-whkill-'));
-  const [httpPort, grpcPort] = [await freePort(), await freePort()];
-  const env = {
-    DATABASE_URL: db.url,
-    GANTRY_DATA_DIR: dataDir,
-    GANTRY_HTTP_HOST: '127.0.0.1',
-    GANTRY_HTTP_PORT: String(httpPort),
-    GANTRY_GRPC_HOST: '127.0.0.1',
-    GANTRY_GRPC_PORT: String(grpcPort),
+  const { db, dataDir, httpPort, grpcPort, env } = await childNodeSetup('whkill', 'whkill', {
     GANTRY_OUTBOUND_ALLOWLIST: '127.0.0.1,::1,localhost',
     GANTRY_OUTBOUND_CA_FILE: pki.caFile,
     LOG_LEVEL: 'info',
-  };
+  });
   const sql = new pg.Client({ connectionString: db.url });
   await sql.connect();
   // the leased receiver: 503, then hold attempt 2 open (never answered: the node dies waiting), then 200

@@ -1,9 +1,13 @@
 // A node as a child process (`bin/gantry.mjs serve`), for tests that SIGKILL it: the environment is
 // the test's own minus every GANTRY_* and REDIS_URL setting, plus the given ones; resolves once the
-// node logs "listening".
+// node logs "listening". childNodeSetup makes its database, data dir, ports and environment.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import net from 'node:net';
 import { createInterface } from 'node:readline';
+import { createTestDatabase, type TestDatabase } from './pg.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 
@@ -33,4 +37,35 @@ export function serveChild(env: Record<string, string>): Promise<{ child: ChildP
       }
     });
   });
+}
+
+/** What a test needs to run (and restart) a child node: its database, data dir, ports and environment. */
+export interface ChildNodeSetup {
+  db: TestDatabase;
+  dataDir: string;
+  httpPort: number;
+  grpcPort: number;
+  /** For serveChild: the database, the data dir, HTTP and gRPC on loopback at free ports, then `extra`. */
+  env: Record<string, string>;
+}
+
+/**
+ * A fresh database (`label`), a data dir (gantry-<dirPrefix>-*) and two free ports, and the child
+ * node's environment over them plus `extra` (the test's own GANTRY_* settings). The test drops the
+ * database and removes the data dir when done.
+ */
+export async function childNodeSetup(label: string, dirPrefix: string, extra: Record<string, string> = {}): Promise<ChildNodeSetup> {
+  const db = await createTestDatabase(label);
+  const dataDir = mkdtempSync(join(tmpdir(), `gantry-${dirPrefix}-`));
+  const [httpPort, grpcPort] = [await freePort(), await freePort()];
+  const env = {
+    DATABASE_URL: db.url,
+    GANTRY_DATA_DIR: dataDir,
+    GANTRY_HTTP_HOST: '127.0.0.1',
+    GANTRY_HTTP_PORT: String(httpPort),
+    GANTRY_GRPC_HOST: '127.0.0.1',
+    GANTRY_GRPC_PORT: String(grpcPort),
+    ...extra,
+  };
+  return { db, dataDir, httpPort, grpcPort, env };
 }

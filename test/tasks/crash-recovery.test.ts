@@ -4,8 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { createTestDatabase } from '../helpers/pg.js';
-import { freePort, serveChild } from '../helpers/child-node.js';
+import { childNodeSetup, serveChild } from '../helpers/child-node.js';
 import { HttpClient } from '../helpers/node.js';
 import { registerUser, createCredential } from '../helpers/identity.js';
 import { createHash, randomBytes } from 'node:crypto';
@@ -19,21 +18,12 @@ import { hello, rawClient, rawStream, spawnAgent, tinyGraph, type AgentProcess }
 const TERMINAL = ['completed', 'failed', 'cancelled'];
 
 test('SIGKILL the node with tasks waiting, running, completed and cancelled; restart: every task reaches exactly one terminal state', { timeout: 180_000 }, async () => {
-  const db = await createTestDatabase('crash');
-  const dataDir = mkdtempSync(join(tmpdir(), 'gantry-crash-'));
-  const [httpPort, grpcPort] = [await freePort(), await freePort()];
-  const env = {
-    DATABASE_URL: db.url,
-    GANTRY_DATA_DIR: dataDir,
-    GANTRY_HTTP_HOST: '127.0.0.1',
-    GANTRY_HTTP_PORT: String(httpPort),
-    GANTRY_GRPC_HOST: '127.0.0.1',
-    GANTRY_GRPC_PORT: String(grpcPort),
+  const { db, dataDir, httpPort, grpcPort, env } = await childNodeSetup('crash', 'crash', {
     GANTRY_AGENT_GRACE_S: '20',
     GANTRY_ACK_TIMEOUT_S: '10',
     GANTRY_HEARTBEAT_INTERVAL_S: '1',
     LOG_LEVEL: 'info',
-  };
+  });
   const sql = new pg.Client({ connectionString: db.url });
   await sql.connect();
   const agents: AgentProcess[] = [];
@@ -148,22 +138,13 @@ test('SIGKILL the node with tasks waiting, running, completed and cancelled; res
  * an agent that joins later runs it to exactly one terminal state as attempt 1.
  */
 test('SIGKILL the node with tasks queued (ACK withheld) and provisioning (sync held open); restart: each goes back to waiting and completes once, no retry consumed', { timeout: 180_000 }, async () => {
-  const db = await createTestDatabase('crash_q');
-  const dataDir = mkdtempSync(join(tmpdir(), 'gantry-crash-q-'));
-  const [httpPort, grpcPort] = [await freePort(), await freePort()];
-  const env = {
-    DATABASE_URL: db.url,
-    GANTRY_DATA_DIR: dataDir,
-    GANTRY_HTTP_HOST: '127.0.0.1',
-    GANTRY_HTTP_PORT: String(httpPort),
-    GANTRY_GRPC_HOST: '127.0.0.1',
-    GANTRY_GRPC_PORT: String(grpcPort),
+  const { db, dataDir, httpPort, grpcPort, env } = await childNodeSetup('crash_q', 'crash-q', {
     GANTRY_AGENT_GRACE_S: '2',
     // long enough that the withheld ACK never times out before the kill: the task is queued at the kill
     GANTRY_ACK_TIMEOUT_S: '600',
     GANTRY_HEARTBEAT_INTERVAL_S: '1',
     LOG_LEVEL: 'info',
-  };
+  });
   const sql = new pg.Client({ connectionString: db.url });
   await sql.connect();
   const agents: AgentProcess[] = [];

@@ -11,6 +11,7 @@ import { createLogger } from '../../src/shared/logger.js';
 import { HttpEdge, type HttpServerHandle } from '../../src/edge/http.js';
 import { vaultRoutes } from '../../src/edge/routes/vault.js';
 import { VaultStore } from '../../src/vault/store.js';
+import { VaultUseCases } from '../../src/app/vault.js';
 import { VaultDecryptError, VaultKeyring } from '../../src/vault/keyring.js';
 import { HttpClient, startTestNode, type HttpResult, type TestNode } from '../helpers/node.js';
 import { addMember, createCredential, pairDevice, registerUser, type TestUser } from '../helpers/identity.js';
@@ -50,7 +51,7 @@ before(async () => {
   t = await startTestNode({}, 'vault', { logger });
   vault = new VaultStore(t.node.db, ring1);
   const edge = new HttpEdge({ host: '127.0.0.1', port: 0, basePath: '/api/v1', maxBodyBytes: 1024 * 1024, logger, authenticator: t.node.identity.authenticator });
-  edge.addAll(vaultRoutes({ vault }));
+  edge.addAll(vaultRoutes(new VaultUseCases(vault)));
   handle = await edge.listen();
   http = new HttpClient(`http://127.0.0.1:${handle.port}/api/v1`);
   // every response of the vault edge is recorded

@@ -2,6 +2,8 @@
  * Response and event shapes of the API, as zod schemas, for the OpenAPI document. The named ones
  * become components (#/components/schemas/<Name>); the routes' own `doc` refer to them. Requests
  * are documented with the same zod schemas the routes validate with (src/domain, src/edge/routes).
+ * The shapes the MCP tools answer too (Workflow, Task, TaskResult, Agent, ...) are defined once in
+ * src/app/views.ts and only named here.
  *
  * Strictness: the core resources (Workflow, Task, result, errors, envelopes, events) are exact
  * objects (additionalProperties false): a field the server adds without documenting it fails the
@@ -9,8 +11,8 @@
  * that name their known fields.
  */
 import { z } from 'zod';
-import { TASK_STATUSES } from '../../domain/tasks/record.js';
-import { DISPATCH_TARGETS, TOOL_TYPES, WORKFLOW_STATUSES, parameterDefSchema } from '../../domain/workflows/schema.js';
+import { TOOL_TYPES, parameterDefSchema } from '../../domain/workflows/schema.js';
+import * as V from '../../app/views.js';
 
 /** Named component schemas, in document order. */
 export const NAMED: Array<[z.ZodType, string]> = [];
@@ -30,10 +32,10 @@ export const ErrorEnvelope = named(
   }),
 );
 
-export const PageMeta = named('PageMeta', z.object({ current_page: z.int(), per_page: z.int(), total_count: z.int() }));
+export const PageMeta = named('PageMeta', V.PageMeta);
 
 /** The spec's paginated envelope: `{[name]: items, page_meta}`. */
-export const pageOf = <T extends z.ZodType>(name: string, item: T) => z.object({ [name]: z.array(item), page_meta: PageMeta });
+export const pageOf = V.pageOf;
 
 export const IdResult = named('IdResult', z.object({ id: uuid }));
 /** POST /uploads/multipart/complete: the file_key shape of presign (api-decisions), with the stored key and size. */
@@ -42,29 +44,7 @@ export const Success = named('Success', z.looseObject({ is_success: z.literal(tr
 
 export const ParameterDef = named('ParameterDef', parameterDefSchema);
 
-export const Workflow = named(
-  'Workflow',
-  z.object({
-    id: uuid,
-    workflow_slug: z.string(),
-    display_name: z.string(),
-    description: z.string().describe('"" when unset'),
-    workflow_json: z.record(z.string(), z.unknown()).optional().describe('omitted for sk- callers'),
-    parameters: z.array(z.looseObject({ key: z.string() })),
-    tool_type: z.enum(TOOL_TYPES),
-    required_labels: z.array(z.string()),
-    task_timeout: z.int(),
-    max_retries: z.int(),
-    preferred_gpu: z.string().describe('"" when unset'),
-    default_dispatch_target: z.enum(DISPATCH_TARGETS),
-    min_vram_gb: z.number(),
-    required_models: z.array(z.string()),
-    version: z.int(),
-    workflow_status: z.enum(WORKFLOW_STATUSES),
-    created_at: ts,
-    updated_at: ts,
-  }),
-);
+export const Workflow = named('Workflow', V.Workflow);
 
 export const WorkflowExport = named(
   'WorkflowExport',
@@ -79,105 +59,25 @@ export const WorkflowExport = named(
 
 export const Snapshot = named('WorkflowSnapshot', z.object({ id: uuid, workflow_id: uuid, workflow_version: z.int(), created_at: ts, snapshot_note: z.string().nullable() }));
 
-export const TaskStatus = named('TaskStatus', z.enum(TASK_STATUSES));
+export const TaskStatus = named('TaskStatus', V.TaskStatus);
 
-export const TaskProgress = named('TaskProgress', z.object({ progress: z.number(), step_current: z.int(), step_total: z.int(), current_node: z.string() }));
+export const TaskProgress = named('TaskProgress', V.TaskProgress);
 
-export const Task = named(
-  'Task',
-  z.object({
-    task_id: uuid,
-    workflow_id: uuid,
-    workflow_slug: z.string(),
-    workflow_version: z.int(),
-    task_status: TaskStatus,
-    dispatch_target: z.enum(DISPATCH_TARGETS),
-    agent_id: uuid.nullable(),
-    parameters: z.record(z.string(), z.unknown()),
-    progress: TaskProgress.nullable(),
-    attempt: z.int(),
-    parent_task_id: uuid.nullable(),
-    retry_task_id: uuid.nullable(),
-    task_error: z.string().nullable(),
-    created_at: ts.nullable(),
-    updated_at: ts.nullable(),
-    queued_at: ts.nullable(),
-    started_at: ts.nullable(),
-    finished_at: ts.nullable(),
-  }),
-);
+export const Task = named('Task', V.Task);
 
-export const RunAccepted = named('RunAccepted', z.object({ task_id: uuid }));
+export const RunAccepted = named('RunAccepted', V.RunAccepted);
 
-export const TaskResult = named(
-  'TaskResult',
-  z.object({
-    task_id: uuid,
-    task_status: z.literal('completed'),
-    download_url: z.string().nullable().describe('the single primary output of agent tasks'),
-    download_urls: z.record(z.string(), z.string()).nullable().describe('keyed by output identifier (cloud-dispatched tasks)'),
-    output: z.record(z.string(), z.unknown()),
-    expires_at: ts,
-  }),
-);
+export const TaskResult = named('TaskResult', V.TaskResult);
 
-export const Agent = named(
-  'Agent',
-  z.looseObject({
-    id: uuid,
-    display_name: z.string(),
-    agent_status: z.enum(['online', 'busy', 'draining', 'offline']),
-    labels: z.array(z.string()),
-    gpu_type: z.string().nullable(),
-    gpu_count: z.int(),
-    vram_total_gb: z.number(),
-    current_task_id: uuid.nullable(),
-    system_stats: z.record(z.string(), z.unknown()).describe('reduced to {gpu_count, vram_total_gb, gpu_utilization_percent} for sk- callers'),
-    last_seen_at: ts.nullable(),
-    agent_version: z.string().nullable(),
-  }),
-);
+export const Agent = named('Agent', V.Agent);
 
 export const TunnelStatus = named('AgentTunnel', z.object({ is_active: z.boolean(), session_id: z.string(), tunnel_url: z.string() }));
 
-export const ContainerService = named(
-  'ContainerService',
-  z.looseObject({
-    id: uuid,
-    service_slug: z.string(),
-    display_name: z.string(),
-    service_type: z.enum(['deployed', 'external']),
-    service_status: z.enum(['created', 'deploying', 'running', 'stopping', 'stopped', 'failed']),
-    service_desc: z.string(),
-    docker_image: z.string(),
-    exposed_port: z.int(),
-    health_path: z.string(),
-    env_config: z.array(z.object({ env_name: z.string(), env_value: z.string() })),
-    volume_config: z.array(z.object({ host_path: z.string(), container_path: z.string() })),
-    required_labels: z.array(z.string()),
-    gpu_count: z.int(),
-    replica_count: z.int(),
-    usage_prompt: z.string(),
-    openapi_url: z.string(),
-    external_url: z.string(),
-    external_auth_credential_id: uuid.nullable(),
-    session_affinity: z.object({ mode: z.enum(['cookie', 'header']), header_name: z.string().optional() }).nullable().describe('sticky sessions (an extension): by a cookie the gateway sets, or by a header the client sends'),
-    created_at: ts,
-    updated_at: ts,
-  }),
-);
+export const ContainerService = named('ContainerService', V.ContainerService);
 
 export const ServiceOp = named('ServiceOperation', z.looseObject({ is_success: z.literal(true), service_status: z.string() }));
 
-export const PresignedUpload = named(
-  'PresignedUpload',
-  z.looseObject({
-    file_key: z.string().describe('the value of a file parameter in a run'),
-    upload_url: z.string().nullable().describe('null when upload_mode is multipart (files above the single-part cap: JWT callers use /uploads/multipart/*)'),
-    upload_headers: z.record(z.string(), z.string()).describe('send every header verbatim with the PUT'),
-    upload_mode: z.enum(['single', 'multipart']).optional(),
-  }),
-);
+export const PresignedUpload = named('PresignedUpload', V.PresignedUpload);
 
 export const StoragePresign = named('StoragePresign', z.looseObject({ storage_key: z.string(), upload_url: z.string().nullable(), upload_headers: z.record(z.string(), z.string()) }));
 

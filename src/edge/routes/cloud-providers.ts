@@ -16,7 +16,7 @@ import { z } from 'zod';
 import { notFound } from '../../shared/errors.js';
 import { CLOUD_PROVIDER_SLUGS, type CloudProviderSlug } from '../../cloud/provider.js';
 import { PROVIDER_STATUSES } from '../../cloud/store.js';
-import { CloudProviderUseCases, type CloudProviderDeps } from '../../app/cloud-providers.js';
+import type { CloudProviderUseCases } from '../../app/cloud-providers.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, parseBody, teamPrincipalOf } from '../params.js';
@@ -68,8 +68,7 @@ function slugOf(c: Ctx): CloudProviderSlug {
   return s as CloudProviderSlug;
 }
 
-export function cloudProviderRoutes(d: CloudProviderDeps): RouteDef[] {
-  const keys = new CloudProviderUseCases(d);
+export function cloudProviderRoutes(keys: CloudProviderUseCases): RouteDef[] {
   return [
     {
       method: 'PUT',

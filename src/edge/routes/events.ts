@@ -2,20 +2,15 @@
  * GET /r/tasks/{taskId}/events: the task's Server-Sent Events stream (docs/api.md). Runtime
  * auth (J, S, D), team-scoped (a foreign or unknown task is a 404), Last-Event-ID (header, or
  * ?last_event_id for clients that cannot set headers) replays what was missed, a per-team cap on
- * open streams answers 429 with Retry-After.
+ * open streams answers 429 with Retry-After. The use case is src/app/task-streams.ts.
  */
-import type { SseHub } from '../../events/sse.js';
-import { TooManyStreams } from '../../events/sse.js';
-import { invalidParameter, notFound, rateLimited } from '../../shared/errors.js';
+import type { TaskStreamUseCases } from '../../app/task-streams.js';
+import { invalidParameter } from '../../shared/errors.js';
 import type { Ctx, RouteDef } from '../http.js';
 import { RUNTIME } from './tasks.js';
 import { teamPrincipalOf, uuidParam } from '../params.js';
 import * as D from '../openapi/schemas.js';
 import { z } from 'zod';
-
-export interface EventRouteDeps {
-  sse: SseHub;
-}
 
 function lastEventId(c: Ctx): number | null {
   const raw = c.headers['last-event-id'] ?? c.query.get('last_event_id') ?? '';
@@ -25,7 +20,7 @@ function lastEventId(c: Ctx): number | null {
   return Number(v);
 }
 
-export function eventRoutes(d: EventRouteDeps): RouteDef[] {
+export function eventRoutes(streams: TaskStreamUseCases): RouteDef[] {
   return [
     {
       method: 'GET',
@@ -36,19 +31,7 @@ export function eventRoutes(d: EventRouteDeps): RouteDef[] {
       stream: async (c, res) => {
         const since = Date.now();
         const taskId = uuidParam(c, 'taskId');
-        const after = lastEventId(c);
-        const p = teamPrincipalOf(c);
-        const team = p.teamId;
-        let release: () => void;
-        try {
-          release = d.sse.reserve(team);
-        } catch (e) {
-          if (e instanceof TooManyStreams) throw rateLimited(5, e.message);
-          throw e;
-        }
-        // the stream ends when its credential, session or membership is invalidated (stream-revocation.ts)
-        const r = await d.sse.serve(team, taskId, after, res, release, { kind: p.kind, userId: p.userId, credentialId: p.credentialId, sessionId: p.sessionId, since });
-        if (r === 'not_found') throw notFound('task', 'task_not_found');
+        await streams.follow(teamPrincipalOf(c), taskId, lastEventId(c), res, since);
       },
     },
   ];

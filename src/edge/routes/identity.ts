@@ -3,12 +3,8 @@ import { z } from 'zod';
 import type { RouteDef, TeamCtx } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parsePage } from '../../shared/pagination.js';
-import type { IdentityService } from '../../identity/service.js';
+import type { AccountUseCases } from '../../app/identity.js';
 import * as D from '../openapi/schemas.js';
-
-/** Parses a JSON body with a strict zod schema; a failure is a 400 naming the field. */
-
-
 
 const email = z.email().max(254);
 const password = z.string().min(10, 'must be at least 10 characters').max(256);
@@ -38,111 +34,78 @@ const JWT_TEAM: RouteAuth = { kinds: ['user'], team: true };
 /** Team-scoped management: the JWT, or a dk- that behaves as its user's JWT (the contract). */
 const USER_TEAM: RouteAuth = { kinds: ['user', 'device'], team: true };
 
-/** Accounts, sessions, device pairing, credentials and the user profile. */
-export function identityRoutes(svc: IdentityService): RouteDef[] {
+/** Accounts, sessions, device pairing, credentials and the user profile. The use cases are src/app/identity.ts. */
+export function identityRoutes(svc: AccountUseCases): RouteDef[] {
   return [
     {
       method: 'POST',
       path: '/auth/register',
       doc: { summary: 'Register an account (creates the personal team)', tags: ['auth'], body: S.register, responses: { 200: D.IdResult }, errors: [403, 409, 429] },
       auth: PUBLIC,
-      handler: async (c) => {
-        svc.rateLimit('register', c.ip);
-        return svc.register(parseBody(S.register, c.body));
-      },
+      handler: async (c) => svc.register(c.ip, parseBody(S.register, c.body)),
     },
     {
       method: 'POST',
       path: '/auth/login',
       doc: { summary: 'Log in', tags: ['auth'], body: S.login, responses: { 200: D.TokenPair }, errors: [401, 429] },
       auth: PUBLIC,
-      handler: async (c) => {
-        svc.rateLimit('login', c.ip);
-        return svc.login(parseBody(S.login, c.body));
-      },
+      handler: async (c) => svc.login(c.ip, parseBody(S.login, c.body)),
     },
     {
       method: 'POST',
       path: '/auth/refresh',
       doc: { summary: 'Rotate a refresh token', tags: ['auth'], body: S.refresh, responses: { 200: D.TokenPair }, errors: [401, 429] },
       auth: PUBLIC,
-      handler: async (c) => {
-        svc.rateLimit('refresh', c.ip);
-        return svc.refresh(parseBody(S.refresh, c.body));
-      },
+      handler: async (c) => svc.refresh(c.ip, parseBody(S.refresh, c.body)),
     },
     {
       method: 'POST',
       path: '/auth/logout',
       doc: { summary: 'Log out (revokes the refresh token family)', tags: ['auth'], body: S.refresh, responses: { 200: D.Success } },
       auth: USER,
-      handler: async (c) => {
-        await svc.logout(principalOf(c), parseBody(S.refresh, c.body));
-        return { is_success: true };
-      },
+      handler: async (c) => svc.logout(principalOf(c), parseBody(S.refresh, c.body)),
     },
     {
       method: 'POST',
       path: '/auth/password/forgot',
       doc: { summary: 'Request a password reset email', tags: ['auth'], body: S.forgot, responses: { 200: D.Success }, errors: [429] },
       auth: PUBLIC,
-      handler: async (c) => {
-        svc.rateLimit('forgot', c.ip);
-        await svc.forgotPassword(parseBody(S.forgot, c.body));
-        return { is_success: true };
-      },
+      handler: async (c) => svc.forgotPassword(c.ip, parseBody(S.forgot, c.body)),
     },
     {
       method: 'POST',
       path: '/auth/password/reset',
       doc: { summary: 'Reset a password with the emailed token', tags: ['auth'], body: S.reset, responses: { 200: D.Success }, errors: [429] },
       auth: PUBLIC,
-      handler: async (c) => {
-        svc.rateLimit('forgot', c.ip);
-        await svc.resetPassword(parseBody(S.reset, c.body));
-        return { is_success: true };
-      },
+      handler: async (c) => svc.resetPassword(c.ip, parseBody(S.reset, c.body)),
     },
     {
       method: 'POST',
       path: '/auth/email/verify',
       doc: { summary: 'Verify an email address', tags: ['auth'], body: S.verify, responses: { 200: D.Success } },
       auth: PUBLIC,
-      handler: async (c) => {
-        await svc.verifyEmail(parseBody(S.verify, c.body));
-        return { is_success: true };
-      },
+      handler: async (c) => svc.verifyEmail(parseBody(S.verify, c.body)),
     },
     {
       method: 'POST',
       path: '/auth/device/revoke',
       doc: { summary: 'Revoke the calling dk- credential (and agent credentials minted with it)', tags: ['auth'], responses: { 200: D.Success } },
       auth: { kinds: ['device'] },
-      handler: async (c) => {
-        await svc.deviceRevoke(principalOf(c), auditOf(c, 'credential.revoke', 'credential', principalOf(c).credentialId ?? null));
-        return { is_success: true };
-      },
+      handler: async (c) => svc.deviceRevoke(principalOf(c), auditOf(c, 'credential.revoke', 'credential', principalOf(c).credentialId ?? null)),
     },
     {
       method: 'POST',
       path: '/desktop/pair/start',
       doc: { summary: 'Start device pairing (anonymous)', tags: ['auth'], body: S.pairStart, responses: { 200: D.PairStart }, errors: [429] },
       auth: PUBLIC,
-      handler: async (c) => {
-        svc.rateLimit('pair_start', c.ip);
-        return svc.pairStart(parseBody(S.pairStart, c.body));
-      },
+      handler: async (c) => svc.pairStart(c.ip, parseBody(S.pairStart, c.body)),
     },
     {
       method: 'POST',
       path: '/desktop/pair/confirm',
       doc: { summary: 'Confirm a pairing code (user JWT + X-Team-ID)', tags: ['auth'], body: S.pairConfirm, responses: { 200: D.Success }, errors: [409, 429] },
       auth: JWT_TEAM,
-      handler: async (c) => {
-        svc.rateLimit('pair_confirm', c.ip);
-        await svc.pairConfirm(teamPrincipalOf(c), parseBody(S.pairConfirm, c.body), auditOf(c, 'device_pairing.confirm', 'device_pairing'));
-        return { is_success: true };
-      },
+      handler: async (c) => svc.pairConfirm(c.ip, teamPrincipalOf(c), parseBody(S.pairConfirm, c.body), auditOf(c, 'device_pairing.confirm', 'device_pairing')),
     },
     {
       method: 'POST',
@@ -156,10 +119,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
       path: '/credentials',
       doc: { summary: 'Create an sk- or ak- credential (value shown once)', tags: ['credentials'], body: S.credential, responses: { 200: D.CredentialCreated } },
       auth: USER_TEAM,
-      handler: async (c) => {
-        const b = parseBody(S.credential, c.body);
-        return svc.createCredential(teamPrincipalOf(c), { credential_type: b.credential_type, display_name: b.display_name, expires_in_days: b.expires_in_days ?? undefined }, auditOf(c, 'credential.create', 'credential'));
-      },
+      handler: async (c) => svc.createCredential(teamPrincipalOf(c), parseBody(S.credential, c.body), auditOf(c, 'credential.create', 'credential')),
     },
     { method: 'GET', path: '/credentials', auth: USER_TEAM, doc: { summary: 'List credentials (never the value)', tags: ['credentials'], paged: true, responses: { 200: D.pageOf('credential_list', D.Credential) } }, handler: async (c) => svc.listCredentials(teamPrincipalOf(c), parsePage(c.query)) },
     {
@@ -169,8 +129,7 @@ export function identityRoutes(svc: IdentityService): RouteDef[] {
       auth: USER_TEAM,
       handler: async (c) => {
         const id = uuidParam(c, 'credentialId');
-        await svc.revokeCredential(teamPrincipalOf(c), id, auditOf(c, 'credential.revoke', 'credential', id));
-        return { is_success: true };
+        return svc.revokeCredential(teamPrincipalOf(c), id, auditOf(c, 'credential.revoke', 'credential', id));
       },
     },
     { method: 'GET', path: '/users/me', auth: USER, doc: { summary: 'The caller\'s profile, teams and feature flags', tags: ['auth'], responses: { 200: D.UserProfile } }, handler: async (c) => svc.me(principalOf(c)) },

@@ -5,12 +5,13 @@
  *   GET   /notifications                       {notification_list, page_meta, unread_count} (?unread_only=true)
  *   PATCH /notifications/{notificationId}/read {is_success}
  *   POST  /notifications/read-all              {is_success, updated_count}
+ *
+ * The use cases are src/app/notifications.ts.
  */
-import type { LiveEvents } from '../../events/index.js';
-import { notificationView } from '../../events/store.js';
-import { invalidParameter, notFound } from '../../shared/errors.js';
-import { parsePage, pageMeta } from '../../shared/pagination.js';
-import type { Ctx, RouteDef } from '../http.js';
+import type { NotificationUseCases } from '../../app/notifications.js';
+import { invalidParameter } from '../../shared/errors.js';
+import { parsePage } from '../../shared/pagination.js';
+import type { RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { auditOf, teamPrincipalOf, uuidParam } from '../params.js';
 import * as D from '../openapi/schemas.js';
@@ -18,13 +19,7 @@ import { z } from 'zod';
 
 const AUTH: RouteAuth = { kinds: ['user', 'device'], team: true };
 
-const userOf = (c: Ctx): { teamId: string; userId: string } => {
-  const p = teamPrincipalOf(c);
-  if (!p.userId) throw new Error('notification route reached without a user principal');
-  return { teamId: p.teamId, userId: p.userId };
-};
-
-export function notificationRoutes(live: LiveEvents, now: () => number): RouteDef[] {
+export function notificationRoutes(notes: NotificationUseCases): RouteDef[] {
   return [
     {
       method: 'GET',
@@ -35,9 +30,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
         const pg = parsePage(c.query);
         const raw = c.query.get('unread_only');
         if (raw !== null && raw !== '' && raw !== 'true' && raw !== 'false') throw invalidParameter('unread_only: must be true or false');
-        const u = userOf(c);
-        const r = await live.store.listNotifications(u.teamId, u.userId, raw === 'true', pg.perPage, pg.offset);
-        return { notification_list: r.rows.map(notificationView), page_meta: pageMeta(pg, r.total), unread_count: r.unread };
+        return notes.list(teamPrincipalOf(c), pg, raw === 'true');
       },
     },
     {
@@ -46,10 +39,8 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
       doc: { summary: 'Mark a notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
       handler: async (c) => {
-        const u = userOf(c);
         const id = uuidParam(c, 'notificationId');
-        if (!(await live.store.markRead(u.teamId, u.userId, id, now(), auditOf(c, 'notification.read', 'notification', id)))) throw notFound('notification', 'notification_not_found');
-        return { is_success: true };
+        return notes.markRead(teamPrincipalOf(c), id, auditOf(c, 'notification.read', 'notification', id));
       },
     },
     {
@@ -57,11 +48,7 @@ export function notificationRoutes(live: LiveEvents, now: () => number): RouteDe
       path: '/notifications/read-all',
       doc: { summary: 'Mark every notification read', tags: ['notifications'], responses: { 200: D.Success } },
       auth: AUTH,
-      handler: async (c) => {
-        const u = userOf(c);
-        const n = await live.store.markAllRead(u.teamId, u.userId, now(), auditOf(c, 'notification.read_all', 'notification'));
-        return { is_success: true, updated_count: n };
-      },
+      handler: async (c) => notes.markAllRead(teamPrincipalOf(c), auditOf(c, 'notification.read_all', 'notification')),
     },
   ];
 }

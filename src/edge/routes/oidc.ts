@@ -6,10 +6,13 @@
  *   GET  /auth/oidc/{providerId}/callback   the provider's redirect: 302 to return_to?sso_code=...
  *                                           (or ?sso_error=...), or 200 {sso_code, expires_in} without return_to
  *   POST /auth/oidc/exchange                {sso_code} -> {access_token, refresh_token, token_type, expires_in}
+ *
+ * The use cases are src/app/identity.ts (SsoUseCases); the login itself is src/identity/oidc.ts.
  */
 import { z } from 'zod';
 import { fromZodIssues, isAppError } from '../../shared/errors.js';
-import { OidcFailure, OIDC_CODE_TTL_S, type OidcLogin } from '../../identity/oidc.js';
+import { OidcFailure, OIDC_CODE_TTL_S } from '../../identity/oidc.js';
+import type { SsoUseCases } from '../../app/identity.js';
 import { Reply, type RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
 import { parseBody } from '../params.js';
@@ -39,7 +42,7 @@ const withParams = (base: string, params: Record<string, string>): string => {
 
 const NO_STORE = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
 
-export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; rateLimit: (ip: string) => void }): RouteDef[] {
+export function oidcRoutes(d: { sso: SsoUseCases; secureCookies: () => boolean }): RouteDef[] {
   return [
     {
       method: 'GET',
@@ -47,10 +50,9 @@ export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; r
       auth: PUBLIC,
       doc: { summary: 'Start an OpenID Connect login (302 to the provider)', tags: ['auth'], query: OidcStartQuery, responses: { 302: { description: "Redirect to the provider's authorization endpoint; sets the binding cookie", headers: { Location: "the provider's authorization URL", 'Set-Cookie': 'the HttpOnly binding cookie' } } }, errors: [400, 404, 429, 502] },
       handler: async (c) => {
-        d.rateLimit(c.ip);
         const q = OidcStartQuery.safeParse(Object.fromEntries(c.query));
         if (!q.success) throw fromZodIssues(q.error.issues);
-        const r = await d.oidc.start(c.params.providerId ?? '', q.data.return_to ?? null);
+        const r = await d.sso.start(c.ip, c.params.providerId ?? '', q.data.return_to ?? null);
         const cookie = `${r.cookieName}=${r.binding}; Path=/api/v1/auth/oidc/; Max-Age=${r.maxAgeS}; HttpOnly; SameSite=Lax${d.secureCookies() ? '; Secure' : ''}`;
         return new Reply(302, undefined, { Location: r.location, 'Set-Cookie': cookie, ...NO_STORE });
       },
@@ -62,7 +64,7 @@ export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; r
       doc: { summary: "The provider's redirect back: a one-time sso_code (JSON, or 302 to return_to)", tags: ['auth'], responses: { 200: OidcCallbackResponse, 302: { description: 'Redirect to return_to with sso_code (or sso_error)', headers: { Location: 'return_to?sso_code=...' } } }, errors: [400, 401, 403, 404, 409, 502] },
       handler: async (c) => {
         try {
-          const r = await d.oidc.callback(c.params.providerId ?? '', c.rawQuery, c.headers.cookie, { requestId: c.requestId, ip: c.ip });
+          const r = await d.sso.callback(c.params.providerId ?? '', c.rawQuery, c.headers.cookie, { requestId: c.requestId, ip: c.ip });
           c.log.info({ provider: c.params.providerId, user_id: r.userId, user_created: r.created }, 'single sign-on login');
           if (r.returnTo) return new Reply(302, undefined, { Location: withParams(r.returnTo, { sso_code: r.code }), ...NO_STORE });
           return new Reply(200, { sso_code: r.code, expires_in: OIDC_CODE_TTL_S }, NO_STORE);
@@ -82,8 +84,7 @@ export function oidcRoutes(d: { oidc: OidcLogin; secureCookies: () => boolean; r
       auth: PUBLIC,
       doc: { summary: 'Exchange a one-time sso_code for the token pair', tags: ['auth'], body: OidcExchangeBody, responses: { 200: OidcExchangeResponse }, errors: [401, 429] },
       handler: async (c) => {
-        d.rateLimit(c.ip);
-        return d.oidc.exchange(parseBody(OidcExchangeBody, c.body).sso_code);
+        return d.sso.exchange(c.ip, parseBody(OidcExchangeBody, c.body).sso_code);
       },
     },
   ];

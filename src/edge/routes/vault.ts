@@ -14,7 +14,7 @@
  * The use cases are src/app/vault.ts.
  */
 import { z } from 'zod';
-import { VaultUseCases, type VaultCredentials } from '../../app/vault.js';
+import type { VaultUseCases } from '../../app/vault.js';
 import { parsePage } from '../../shared/pagination.js';
 import type { Ctx, RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
@@ -51,8 +51,7 @@ const updateBody = z
   .strict()
   .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one of display_name, header_name, header_value is required');
 
-export function vaultRoutes(d: { vault: VaultCredentials }): RouteDef[] {
-  const vault = new VaultUseCases(d.vault);
+export function vaultRoutes(vault: VaultUseCases): RouteDef[] {
   const credentialId = (c: Ctx): string => uuidParam(c, 'vaultCredentialId');
   return [
     {

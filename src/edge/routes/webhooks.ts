@@ -14,9 +14,8 @@
  * The use cases are src/app/webhooks.ts.
  */
 import { z } from 'zod';
-import type { LiveEvents } from '../../events/index.js';
 import { DELIVERY_STATUSES, WEBHOOK_EVENTS } from '../../events/store.js';
-import { WebhookUseCases } from '../../app/webhooks.js';
+import type { WebhookUseCases } from '../../app/webhooks.js';
 import { invalidParameter } from '../../shared/errors.js';
 import { parsePage } from '../../shared/pagination.js';
 import type { RouteDef } from '../http.js';
@@ -41,8 +40,7 @@ const updateBody = z
   .strict()
   .refine((b) => Object.values(b).some((v) => v !== undefined), 'at least one of display_name, webhook_url, webhook_events, webhook_status is required');
 
-export function webhookRoutes(live: LiveEvents, now: () => number): RouteDef[] {
-  const hooks = new WebhookUseCases({ store: live.store, guard: live.guard, dispatcher: live.dispatcher, now });
+export function webhookRoutes(hooks: WebhookUseCases): RouteDef[] {
   return [
     {
       method: 'POST',
