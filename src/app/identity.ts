@@ -33,7 +33,7 @@ export interface Accounts extends AnonymousRateLimits {
   resetPassword(b: { reset_token: string; new_password: string }): Promise<void>;
   verifyEmail(b: { verification_token: string }): Promise<void>;
   me(p: Principal): Promise<Record<string, unknown>>;
-  pairStart(b: { device_name: string }): Promise<Record<string, unknown>>;
+  pairStart(b: { device_name: string; agent_credential?: boolean | undefined }): Promise<Record<string, unknown>>;
   pairConfirm(p: TeamPrincipal, b: { user_code: string }, audit?: AuditNote): Promise<void>;
   pairPoll(b: { pairing_id: string; poll_secret: string }): Promise<Record<string, unknown>>;
   deviceRevoke(p: Principal, audit?: AuditNote): Promise<void>;
@@ -113,7 +113,7 @@ export class AccountUseCases {
     return ok;
   }
 
-  async pairStart(ip: string, b: { device_name: string }): Promise<Record<string, unknown>> {
+  async pairStart(ip: string, b: { device_name: string; agent_credential?: boolean | undefined }): Promise<Record<string, unknown>> {
     this.svc.rateLimit('pair_start', ip);
     return this.svc.pairStart(b);
   }

@@ -141,6 +141,8 @@ export async function login(o: GlobalOpts & { name?: string }): Promise<void> {
   const pairUrl = `${apiBase(server).replace(/\/api\/v1$/, '')}/pair`;
   const paired = await gantry.pairDevice({
     deviceName,
+    // the CLI runs no agent: no ak- that it would throw away (and the user would find in the credentials list)
+    agentCredential: false,
     onCode: ({ user_code, expires_in }) => {
       const url = `${pairUrl}?code=${encodeURIComponent(user_code)}`;
       if (o.json) print(JSON.stringify({ user_code, verification_url: url, expires_in }));

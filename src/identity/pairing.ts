@@ -13,13 +13,13 @@ interface PairingDeps {
 }
 
 /** Starts a pairing: the user code to show, the poll secret and how long it is valid. */
-export async function pairStart(d: PairingDeps, b: { device_name: string }): Promise<Record<string, unknown>> {
+export async function pairStart(d: PairingDeps, b: { device_name: string; agent_credential?: boolean | undefined }): Promise<Record<string, unknown>> {
   const now = new Date();
   const pollSecret = randomToken();
   for (let i = 0; i < 5; i++) {
     const id = uuidv7();
     const userCode = generateUserCode();
-    if (await d.store.insertPairing({ id, userCode, pollSecretHash: sha256Hex(pollSecret), deviceName: b.device_name.trim(), expiresAt: new Date(now.getTime() + PAIRING_TTL_S * 1000), now }))
+    if (await d.store.insertPairing({ id, userCode, pollSecretHash: sha256Hex(pollSecret), deviceName: b.device_name.trim(), mintAgent: b.agent_credential ?? true, expiresAt: new Date(now.getTime() + PAIRING_TTL_S * 1000), now }))
       return { pairing_id: id, user_code: userCode, poll_secret: pollSecret, expires_in: PAIRING_TTL_S, poll_interval: d.pollIntervalS };
   }
   throw new AppError('internal', 'pairing_code_exhausted', 'could not allocate a pairing code');
@@ -39,17 +39,22 @@ export async function pairPoll(d: PairingDeps, b: { pairing_id: string; poll_sec
   const expired = p.expires_at.getTime() <= now.getTime();
   if (p.pairing_status === 'pending') return { pairing_status: expired ? 'expired' : 'pending' };
   if (p.pairing_status === 'delivered' || expired) return { pairing_status: 'expired' };
-  let minted: { dk: string; ak: string } | null = null;
+  let minted: { dk: string; ak: string | null } | null = null;
   const delivered = await d.store.deliverPairing(p.id, now, async (q, row) => {
     if (!row.user_id || !row.team_id) throw new AppError('internal', 'pairing_incomplete', 'confirmed pairing without user or team');
     const dk = generateCredential('device');
-    const ak = generateCredential('agent');
     const base = { teamId: row.team_id, userId: row.user_id, displayName: row.device_name, linkedTo: row.id, expiresAt: null, now };
     await d.store.insertCredential({ ...base, id: uuidv7(), type: 'device', prefix: dk.prefix, hash: dk.hash }, q);
-    await d.store.insertCredential({ ...base, id: uuidv7(), type: 'agent', prefix: ak.prefix, hash: ak.hash }, q);
-    minted = { dk: dk.value, ak: ak.value };
+    // the agent credential only for a pairing that asked for it (the desktop app runs an agent; the CLI does not)
+    let ak: string | null = null;
+    if (row.mint_agent !== false) {
+      const a = generateCredential('agent');
+      await d.store.insertCredential({ ...base, id: uuidv7(), type: 'agent', prefix: a.prefix, hash: a.hash }, q);
+      ak = a.value;
+    }
+    minted = { dk: dk.value, ak };
   });
-  const m = minted as { dk: string; ak: string } | null;
+  const m = minted as { dk: string; ak: string | null } | null;
   if (!delivered || !m) return { pairing_status: 'expired' };
-  return { pairing_status: 'confirmed', device_credential: m.dk, agent_credential: m.ak, team_id: delivered.team_id };
+  return { pairing_status: 'confirmed', device_credential: m.dk, ...(m.ak ? { agent_credential: m.ak } : {}), team_id: delivered.team_id };
 }

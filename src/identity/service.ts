@@ -443,7 +443,7 @@ export class IdentityService {
 
   // ---- device pairing (RFC 8628 style) -------------------------------------------------------
 
-  async pairStart(b: { device_name: string }): Promise<Record<string, unknown>> {
+  async pairStart(b: { device_name: string; agent_credential?: boolean | undefined }): Promise<Record<string, unknown>> {
     return pairStart(this.d, b);
   }
 

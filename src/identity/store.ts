@@ -35,6 +35,8 @@ export interface PairingRow {
   user_code: string;
   poll_secret_hash: string;
   device_name: string;
+  /** Whether the confirmed pairing also mints an agent credential (ak-); false for a CLI. */
+  mint_agent: boolean;
   pairing_status: 'pending' | 'confirmed' | 'delivered';
   user_id: string | null;
   team_id: string | null;
@@ -296,11 +298,11 @@ export class IdentityStore extends AccountStore {
 
   // ---- device pairing ------------------------------------------------------------------------
 
-  async insertPairing(p: { id: string; userCode: string; pollSecretHash: string; deviceName: string; expiresAt: Date; now: Date }): Promise<boolean> {
+  async insertPairing(p: { id: string; userCode: string; pollSecretHash: string; deviceName: string; mintAgent: boolean; expiresAt: Date; now: Date }): Promise<boolean> {
     const r = await this.q(
-      `insert into device_pairings (id, user_code, poll_secret_hash, device_name, expires_at, created_at) values (?, ?, ?, ?, ?, ?)
+      `insert into device_pairings (id, user_code, poll_secret_hash, device_name, mint_agent, expires_at, created_at) values (?, ?, ?, ?, ?, ?, ?)
        on conflict (user_code) where pairing_status = 'pending' do nothing returning id`,
-      [p.id, p.userCode, p.pollSecretHash, p.deviceName, p.expiresAt, p.now],
+      [p.id, p.userCode, p.pollSecretHash, p.deviceName, p.mintAgent, p.expiresAt, p.now],
     );
     return r.length === 1;
   }

@@ -101,6 +101,12 @@ test('gantry CLI: login by pairing, push, run --follow, tasks tail, --json, logo
   const stored = JSON.parse(readFileSync(cfgFile, 'utf8')) as { credential: string; team_id: string };
   assert.match(stored.credential, /^dk-/);
   assert.equal(stored.team_id, user.teamId);
+  // the CLI runs no agent: its pairing minted no ak- (nothing the user would find unexplained in the credentials list)
+  const creds = await t.http.get('/credentials', { token: user.accessToken, team: user.teamId });
+  const listed = creds.body.credential_list as Array<{ credential_type: string; display_name: string }>;
+  const device = listed.filter((x) => x.credential_type === 'device');
+  assert.equal(device.length, 1, creds.text);
+  assert.deepEqual(listed.filter((x) => x.display_name === device[0]?.display_name).map((x) => x.credential_type), ['device'], creds.text);
 
   const who = await gantry(['whoami', '--json']);
   assert.equal(who.code, 0, who.stderr);

@@ -94,6 +94,22 @@ test('pairing end to end: pending, slow_down, confirm once, credentials exactly 
   await assert.rejects(t.node.identity.verifyAgentCredential(ak), (e: any) => e.code === 'credential_revoked');
 });
 
+test('a pairing that asks for no agent credential (the CLI: agent_credential false) gets only its dk-; nothing else is listed', async () => {
+  const u = await registerUser(t.http);
+  const bad = await t.http.post('/desktop/pair/start', { device_name: 'laptop', agent_credential: 'no' });
+  assert.equal(bad.status, 400, bad.text);
+  const start = await t.http.post('/desktop/pair/start', { device_name: 'gantry CLI on laptop', agent_credential: false });
+  assert.equal(start.status, 200, start.text);
+  assert.equal((await t.http.post('/desktop/pair/confirm', { user_code: start.body.user_code }, { token: u.accessToken, team: u.teamId })).status, 200);
+  const got = await poll(start.body);
+  assert.equal(got.status, 200, got.text);
+  assert.equal(got.body.pairing_status, 'confirmed');
+  assert.match(got.body.device_credential, /^dk-/);
+  assert.equal(got.body.agent_credential, undefined, 'no ak- minted');
+  const list = await t.http.get('/credentials', { token: u.accessToken, team: u.teamId });
+  assert.deepEqual(list.body.credential_list.map((x: any) => `${x.credential_type}:${x.display_name}`), ['device:gantry CLI on laptop']);
+});
+
 test('pairing codes expire after 10 minutes', async () => {
   const u = await registerUser(t.http);
   const start = await t.http.post('/desktop/pair/start', { device_name: 'laptop' });

@@ -128,6 +128,8 @@ export interface PairingOptions {
   deviceName: string;
   /** Called once with the code the user confirms (signed in, in the web console or with POST /desktop/pair/confirm). */
   onCode: (code: { user_code: string; expires_in: number }) => void;
+  /** Also mint an agent credential (ak-) for this device (the server's default: true); a CLI that runs no agent passes false. */
+  agentCredential?: boolean;
   signal?: AbortSignal;
 }
 
@@ -200,7 +202,7 @@ export class GantryClient {
    * confirms it, then uses the dk- credential from now on. Returns the credential and its team.
    */
   async pairDevice(o: PairingOptions): Promise<{ device_credential: string; team_id: string }> {
-    const start = (await this.api.POST('/desktop/pair/start', { body: { device_name: o.deviceName } })).data!;
+    const start = (await this.api.POST('/desktop/pair/start', { body: { device_name: o.deviceName, ...(o.agentCredential === undefined ? {} : { agent_credential: o.agentCredential }) } })).data!;
     o.onCode({ user_code: start.user_code, expires_in: start.expires_in });
     const every = Math.max(0.2, Number(start.poll_interval) || 2) * 1000;
     for (;;) {

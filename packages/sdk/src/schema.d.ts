@@ -3791,6 +3791,8 @@ export interface operations {
             content: {
                 "application/json": {
                     device_name: string;
+                    /** @description an extension: false = the confirmed pairing mints only the dk- (a CLI runs no agent); default true */
+                    agent_credential?: boolean;
                 };
             };
         };

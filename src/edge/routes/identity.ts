@@ -18,7 +18,10 @@ const S = {
   forgot: z.strictObject({ email_address: email }),
   reset: z.strictObject({ reset_token: token, new_password: password }),
   verify: z.strictObject({ verification_token: token }),
-  pairStart: z.strictObject({ device_name: z.string().trim().min(1).max(255) }),
+  pairStart: z.strictObject({
+    device_name: z.string().trim().min(1).max(255),
+    agent_credential: z.boolean().optional().describe('an extension: false = the confirmed pairing mints only the dk- (a CLI runs no agent); default true'),
+  }),
   pairConfirm: z.strictObject({ user_code: z.string().min(1).max(32) }),
   pairPoll: z.strictObject({ pairing_id: z.uuid(), poll_secret: token }),
   credential: z.strictObject({
