@@ -3,6 +3,7 @@ import { TaskUseCases } from '../app/tasks.js';
 import { WorkflowUseCases } from '../app/workflows.js';
 import { AgentUseCases } from '../app/agents.js';
 import { AuditUseCases } from '../app/audit.js';
+import { UsageUseCases } from '../app/usage.js';
 import { UploadUseCases } from '../app/uploads.js';
 import { ContainerUseCases } from '../app/containers.js';
 import { stagedInputProblem } from '../cloud/limits.js';
@@ -16,6 +17,7 @@ export interface UseCases {
   agents: AgentUseCases;
   containers: ContainerUseCases;
   audit: AuditUseCases;
+  usage: UsageUseCases;
 }
 
 /** Builds every use case once, over the stores, actors and ports of the started modules. */
@@ -24,6 +26,8 @@ export function createUseCases(p: RouteParts): UseCases {
   const { sessions, agentGrpc } = p.agents;
   const { containerStore, containerChanges } = p.containers;
   const { vault, cloudStore } = p.cloud;
+  // the usage clock: the node's, unless a test injects its own (a budget's reset without waiting a month)
+  const usage = new UsageUseCases({ store: stores.usageStore, now: p.usageNow ?? (() => clock.now()) });
   return {
     workflows: new WorkflowUseCases(stores.workflowStore),
     tasks: new TaskUseCases({
@@ -37,6 +41,7 @@ export function createUseCases(p: RouteParts): UseCases {
       now: () => clock.now(),
       cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
       cloudInputProblem: (fileKey, what) => stagedInputProblem(p.objectStore, fileKey, what),
+      checkBudget: (principal) => usage.checkRun(principal),
     }),
     uploads: new UploadUseCases(files.staging),
     agents: new AgentUseCases({
@@ -58,5 +63,6 @@ export function createUseCases(p: RouteParts): UseCases {
       invoker: p.gateway.core,
     }),
     audit: new AuditUseCases(p.auditStore),
+    usage,
   };
 }
