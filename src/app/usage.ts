@@ -7,6 +7,7 @@
  */
 import { z } from 'zod';
 import type { TeamPrincipal } from '../identity/principal.js';
+import type { AuditNote } from '../shared/audit.js';
 import { monthOf, USAGE_GROUP_FIELDS, USAGE_GROUPS, USAGE_SUM_FIELDS, type UsageAggregate, type UsageBudget, type UsageGroupBy, type UsageSums } from '../domain/usage.js';
 import { AppError, fromZodIssues, invalidParameter, notFound } from '../shared/errors.js';
 import { paged, pageMeta, type PageRequest } from '../shared/pagination.js';
@@ -16,8 +17,8 @@ export interface UsageStore {
   aggregate(teamId: string, groupBy: UsageGroupBy, from: number, to: number, limit: number, offset: number): Promise<{ rows: UsageAggregate[]; total: number; totals: UsageSums }>;
   gpuSeconds(teamId: string, credentialId: string | null, from: number, to: number): Promise<{ team: number; credential: number }>;
   budgets(teamId: string): Promise<UsageBudget[]>;
-  setBudget(teamId: string, credentialId: string | null, gpuHours: number): Promise<UsageBudget>;
-  clearBudget(teamId: string, credentialId: string | null): Promise<boolean>;
+  setBudget(teamId: string, credentialId: string | null, gpuHours: number, audit?: AuditNote): Promise<UsageBudget>;
+  clearBudget(teamId: string, credentialId: string | null, audit?: AuditNote): Promise<boolean>;
   credentialInTeam(teamId: string, credentialId: string): Promise<boolean>;
 }
 
@@ -47,6 +48,7 @@ export const BudgetBody = z.strictObject({
 });
 
 export interface BudgetView {
+  id: string;
   credential_id: string | null;
   gpu_hours: number;
   used_gpu_hours: number;
@@ -100,19 +102,19 @@ export class UsageUseCases {
   }
 
   /** PUT /usage/budgets: sets the team's (or one credential's) monthly GPU-hour budget. */
-  async setBudget(p: TeamPrincipal, body: unknown): Promise<BudgetView> {
+  async setBudget(p: TeamPrincipal, body: unknown, audit?: AuditNote): Promise<BudgetView> {
     const parsed = BudgetBody.safeParse(body ?? {});
     if (!parsed.success) throw fromZodIssues(parsed.error.issues);
     const credentialId = parsed.data.credential_id?.toLowerCase() ?? null;
     if (credentialId && !(await this.d.store.credentialInTeam(p.teamId, credentialId))) throw notFound('credential', 'credential_not_found');
-    return this.view(await this.d.store.setBudget(p.teamId, credentialId, parsed.data.gpu_hours));
+    return this.view(await this.d.store.setBudget(p.teamId, credentialId, parsed.data.gpu_hours, audit));
   }
 
   /** DELETE /usage/budgets[?credential_id=]: removes it (404 budget_not_found when there is none). */
-  async clearBudget(p: TeamPrincipal, query: Record<string, string>): Promise<{ is_success: true }> {
+  async clearBudget(p: TeamPrincipal, query: Record<string, string>, audit?: AuditNote): Promise<{ is_success: true }> {
     const parsed = z.strictObject({ credential_id: z.uuid().optional() }).safeParse(query);
     if (!parsed.success) throw fromZodIssues(parsed.error.issues);
-    if (!(await this.d.store.clearBudget(p.teamId, parsed.data.credential_id?.toLowerCase() ?? null))) throw notFound('budget', 'budget_not_found');
+    if (!(await this.d.store.clearBudget(p.teamId, parsed.data.credential_id?.toLowerCase() ?? null, audit))) throw notFound('budget', 'budget_not_found');
     return { is_success: true };
   }
 
@@ -145,6 +147,7 @@ export class UsageUseCases {
     const used = await this.d.store.gpuSeconds(b.teamId, b.credentialId, start, reset);
     const seconds = b.credentialId === null ? used.team : used.credential;
     return {
+      id: b.id,
       credential_id: b.credentialId,
       gpu_hours: b.gpuHours,
       used_gpu_hours: hours(seconds),

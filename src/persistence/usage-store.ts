@@ -5,6 +5,8 @@
  */
 import type { Database } from './db.js';
 import { q as pooled, type Q } from './sql.js';
+import { audited } from './audit.js';
+import type { AuditNote } from '../shared/audit.js';
 import type { PgTimestamp } from './rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { USAGE_GROUP_FIELDS, type UsageAggregate, type UsageBudget, type UsageGroupBy, type UsageSums } from '../domain/usage.js';
@@ -112,7 +114,7 @@ const NIL_UUID = '00000000-0000-0000-0000-000000000000';
 
 export class PgUsageStore {
   private readonly q: Q;
-  constructor(db: Database) {
+  constructor(private readonly db: Database) {
     this.q = pooled(db);
   }
 
@@ -154,21 +156,27 @@ export class PgUsageStore {
   }
 
   /** Sets (creates or replaces) the budget of the team (credentialId null) or of one credential. */
-  async setBudget(teamId: string, credentialId: string | null, gpuHours: number): Promise<UsageBudget> {
-    const [r] = await this.q<BudgetRow>(
+  async setBudget(teamId: string, credentialId: string | null, gpuHours: number, audit?: AuditNote): Promise<UsageBudget> {
+    return audited(this.db, audit, async (q, record) => {
+      const [r] = await q<BudgetRow>(
       `insert into usage_budgets (id, team_id, credential_id, gpu_hours) values (?, ?, ?, ?)
        on conflict (team_id, coalesce(credential_id, '${NIL_UUID}'::uuid)) do update set gpu_hours = excluded.gpu_hours, updated_at = now()
        returning *`,
-      [uuidv7(), teamId, credentialId, gpuHours],
-    );
-    if (!r) throw new Error('usage budget upsert returned no row');
-    return budgetOf(r);
+        [uuidv7(), teamId, credentialId, gpuHours],
+      );
+      if (!r) throw new Error('usage budget upsert returned no row');
+      await record({ targetId: r.id, details: { credential_id: credentialId, gpu_hours: gpuHours } });
+      return budgetOf(r);
+    });
   }
 
   /** Removes a budget; false when there was none. */
-  async clearBudget(teamId: string, credentialId: string | null): Promise<boolean> {
-    const rows = await this.q<{ id: string }>(`delete from usage_budgets where team_id = ? and coalesce(credential_id, '${NIL_UUID}'::uuid) = ?::uuid returning id`, [teamId, credentialId ?? NIL_UUID]);
-    return rows.length > 0;
+  async clearBudget(teamId: string, credentialId: string | null, audit?: AuditNote): Promise<boolean> {
+    return audited(this.db, audit, async (q, record) => {
+      const rows = await q<{ id: string }>(`delete from usage_budgets where team_id = ? and coalesce(credential_id, '${NIL_UUID}'::uuid) = ?::uuid returning id`, [teamId, credentialId ?? NIL_UUID]);
+      if (rows[0]) await record({ targetId: rows[0].id, details: { credential_id: credentialId } });
+      return rows.length > 0;
+    });
   }
 
   /** Whether the credential exists in the team (any type; revoked ones too: their past usage still counts). */

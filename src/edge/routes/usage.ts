@@ -14,7 +14,7 @@ import { BudgetBody, UsageQuery, type UsageUseCases } from '../../app/usage.js';
 import { parsePage } from '../../shared/pagination.js';
 import { TextReply, type RouteDef } from '../http.js';
 import type { RouteAuth } from '../principal.js';
-import { teamPrincipalOf } from '../params.js';
+import { auditOf, teamPrincipalOf } from '../params.js';
 
 const ADMIN: RouteAuth = { kinds: ['user', 'device'], team: true, role: 'admin' };
 
@@ -52,6 +52,7 @@ const UsageResponse = z.object({
 export const BudgetView = D.named(
   'UsageBudget',
   z.object({
+    id: z.uuid(),
     credential_id: z.string().nullable().describe('null: the whole team'),
     gpu_hours: z.number(),
     used_gpu_hours: z.number().describe('GPU-hours of the attempts that ended this month'),
@@ -94,14 +95,14 @@ export function usageRoutes(usage: UsageUseCases): RouteDef[] {
       path: '/usage/budgets',
       auth: ADMIN,
       doc: { summary: 'Set the monthly GPU-hour budget of the team or of one credential (admin or owner)', tags: ['usage'], body: BudgetBody, responses: { 200: BudgetView }, errors: [404] },
-      handler: async (c) => usage.setBudget(teamPrincipalOf(c), c.body),
+      handler: async (c) => usage.setBudget(teamPrincipalOf(c), c.body, auditOf(c, 'usage_budget.set', 'usage_budget')),
     },
     {
       method: 'DELETE',
       path: '/usage/budgets',
       auth: ADMIN,
       doc: { summary: 'Remove the budget of the team (or of credential_id)', tags: ['usage'], query: z.object({ credential_id: z.uuid().optional() }), responses: { 200: D.Success }, errors: [404] },
-      handler: async (c) => usage.clearBudget(teamPrincipalOf(c), Object.fromEntries(c.query)),
+      handler: async (c) => usage.clearBudget(teamPrincipalOf(c), Object.fromEntries(c.query), auditOf(c, 'usage_budget.delete', 'usage_budget')),
     },
   ];
 }
