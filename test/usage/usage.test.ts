@@ -137,6 +137,7 @@ async function allPages(groupBy: string): Promise<{ rows: Array<Record<string, a
   let totals: Totals = { attempt_count: 0, gpu_seconds: 0, run_seconds: 0, queue_wait_seconds: 0, provisioning_seconds: 0 };
   let total = 0;
   for (let page = 1; ; page++) {
+    assert.ok(page <= 20, `${groupBy}: pagination never ends`);
     const r = await t.http.get(`/usage?group_by=${groupBy}&per_page=2&current_page=${page}`, mgmt());
     assert.equal(r.status, 200, r.text);
     assert.equal(r.body.group_by, groupBy);
@@ -266,6 +267,17 @@ async function mcpRun(workflowId: string): Promise<CallToolResult> {
 }
 
 test('GPU budget: at or over the month budget new runs get 429 gpu_budget_exhausted with the reset; they run again at the reset', async () => {
+  try {
+    await budgetScenario();
+  } finally {
+    // whatever happened, the tests after this one run without budgets and on the real clock
+    offsetMs = 0;
+    await t.http.del('/usage/budgets', mgmt());
+    await t.http.del(`/usage/budgets?credential_id=${s.sk.id}`, mgmt());
+  }
+});
+
+async function budgetScenario(): Promise<void> {
   const month = (ms: number) => {
     const d = new Date(ms);
     return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
@@ -321,10 +333,7 @@ test('GPU budget: at or over the month budget new runs get 429 gpu_budget_exhaus
   const view = (await t.http.get('/usage/budgets', mgmt())).body.budget_list.find((b: Record<string, unknown>) => b.credential_id === null);
   assert.equal(view.used_gpu_hours, 0);
   assert.equal(view.period_start, new Date(reset).toISOString());
-  offsetMs = 0;
-  await t.http.del('/usage/budgets', mgmt());
-  await t.http.del(`/usage/budgets?credential_id=${s.sk.id}`, mgmt());
-});
+}
 
 interface Sample {
   name: string;
