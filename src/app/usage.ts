@@ -17,6 +17,7 @@ export interface UsageStore {
   aggregate(teamId: string, groupBy: UsageGroupBy, from: number, to: number, limit: number, offset: number): Promise<{ rows: UsageAggregate[]; total: number; totals: UsageSums }>;
   gpuSeconds(teamId: string, credentialId: string | null, from: number, to: number): Promise<{ team: number; credential: number }>;
   budgets(teamId: string): Promise<UsageBudget[]>;
+  applicableBudgets(teamId: string, credentialId: string | null, from: number, to: number): Promise<Array<UsageBudget & { usedGpuSeconds: number }>>;
   setBudget(teamId: string, credentialId: string | null, gpuHours: number, audit?: AuditNote): Promise<UsageBudget>;
   clearBudget(teamId: string, credentialId: string | null, audit?: AuditNote): Promise<boolean>;
   credentialInTeam(teamId: string, credentialId: string): Promise<boolean>;
@@ -125,13 +126,10 @@ export class UsageUseCases {
    * Usage counts attempts that have ended (a running attempt is counted when it ends).
    */
   async checkRun(p: TeamPrincipal): Promise<void> {
-    const budgets = (await this.d.store.budgets(p.teamId)).filter((b) => b.credentialId === null || b.credentialId === p.credentialId);
-    if (budgets.length === 0) return;
     const now = this.d.now();
     const { start, reset } = monthOf(now);
-    const used = await this.d.store.gpuSeconds(p.teamId, p.credentialId ?? null, start, reset);
-    for (const b of budgets) {
-      const seconds = b.credentialId === null ? used.team : used.credential;
+    for (const b of await this.d.store.applicableBudgets(p.teamId, p.credentialId ?? null, start, reset)) {
+      const seconds = b.usedGpuSeconds;
       if (seconds < b.gpuHours * 3600) continue;
       const resetAt = new Date(reset).toISOString();
       const whose = b.credentialId === null ? "the team's" : "this credential's";

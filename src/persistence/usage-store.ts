@@ -150,6 +150,22 @@ export class PgUsageStore {
     return { team: Number(r?.team ?? 0), credential: Number(r?.cred ?? 0) };
   }
 
+  /**
+   * The run gate's one round trip: the budgets that apply to a run by this credential (the team's,
+   * and the credential's own) with the GPU-seconds each has used in [from, to). No budget: one
+   * index lookup and nothing summed.
+   */
+  async applicableBudgets(teamId: string, credentialId: string | null, from: number, to: number): Promise<Array<UsageBudget & { usedGpuSeconds: number }>> {
+    const rows = await this.q<BudgetRow & { used: number }>(
+      `select b.*, (select coalesce(sum(a.gpu_seconds), 0) from task_attempts a
+                    where a.team_id = b.team_id and a.finished_at >= ? and a.finished_at < ? and (b.credential_id is null or a.credential_id = b.credential_id))::float8 as used
+       from usage_budgets b where b.team_id = ? and (b.credential_id is null or b.credential_id = ?::uuid)
+       order by b.credential_id nulls first`,
+      [new Date(from).toISOString(), new Date(to).toISOString(), teamId, credentialId ?? NIL_UUID],
+    );
+    return rows.map((r) => ({ ...budgetOf(r), usedGpuSeconds: Number(r.used) }));
+  }
+
   async budgets(teamId: string): Promise<UsageBudget[]> {
     const rows = await this.q<BudgetRow>('select * from usage_budgets where team_id = ? order by credential_id nulls first', [teamId]);
     return rows.map(budgetOf);
