@@ -15,9 +15,9 @@ import { paged, pageMeta, type PageRequest } from '../shared/pagination.js';
 /** The usage store (src/persistence/usage-store.ts PgUsageStore). */
 export interface UsageStore {
   aggregate(teamId: string, groupBy: UsageGroupBy, from: number, to: number, limit: number, offset: number): Promise<{ rows: UsageAggregate[]; total: number; totals: UsageSums }>;
-  gpuSeconds(teamId: string, credentialId: string | null, from: number, to: number): Promise<{ team: number; credential: number }>;
+  monthGpuSeconds(teamId: string, credentialId: string | null, month: number): Promise<number>;
   budgets(teamId: string): Promise<UsageBudget[]>;
-  applicableBudgets(teamId: string, credentialId: string | null, from: number, to: number): Promise<Array<UsageBudget & { usedGpuSeconds: number }>>;
+  applicableBudgets(teamId: string, credentialId: string | null, month: number): Promise<Array<UsageBudget & { usedGpuSeconds: number }>>;
   setBudget(teamId: string, credentialId: string | null, gpuHours: number, audit?: AuditNote): Promise<UsageBudget>;
   clearBudget(teamId: string, credentialId: string | null, audit?: AuditNote): Promise<boolean>;
   credentialInTeam(teamId: string, credentialId: string): Promise<boolean>;
@@ -128,7 +128,7 @@ export class UsageUseCases {
   async checkRun(p: TeamPrincipal): Promise<void> {
     const now = this.d.now();
     const { start, reset } = monthOf(now);
-    for (const b of await this.d.store.applicableBudgets(p.teamId, p.credentialId ?? null, start, reset)) {
+    for (const b of await this.d.store.applicableBudgets(p.teamId, p.credentialId ?? null, start)) {
       const seconds = b.usedGpuSeconds;
       if (seconds < b.gpuHours * 3600) continue;
       const resetAt = new Date(reset).toISOString();
@@ -142,8 +142,7 @@ export class UsageUseCases {
 
   private async view(b: UsageBudget): Promise<BudgetView> {
     const { start, reset } = monthOf(this.d.now());
-    const used = await this.d.store.gpuSeconds(b.teamId, b.credentialId, start, reset);
-    const seconds = b.credentialId === null ? used.team : used.credential;
+    const seconds = await this.d.store.monthGpuSeconds(b.teamId, b.credentialId, start);
     return {
       id: b.id,
       credential_id: b.credentialId,

@@ -1,6 +1,6 @@
 /**
  * Usage accounting in PostgreSQL (docs/api.md "Usage and GPU budgets"): the attempt rows the task
- * store writes when an attempt ends (recordAttemptsSql, part of that very statement), the
+ * store writes when an attempt ends (recordAttemptsCtes, part of that very statement), the
  * aggregations of GET /usage and the monthly GPU-hour budgets.
  */
 import type { Database } from './db.js';
@@ -11,15 +11,17 @@ import type { PgTimestamp } from './rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { USAGE_GROUP_FIELDS, type UsageAggregate, type UsageBudget, type UsageGroupBy, type UsageSums } from '../domain/usage.js';
 
+const NIL_UUID = '00000000-0000-0000-0000-000000000000';
+
 /**
- * What a terminal transition's UPDATE must return besides TASK_COLS for recordAttemptsSql (qualify
+ * What a terminal transition's UPDATE must return besides TASK_COLS for recordAttemptsCtes (qualify
  * with the table alias when the UPDATE has a FROM).
  */
 export const usageReturning = (alias = ''): string =>
   ['workflow_id', 'workflow_slug', 'workflow_version', 'created_by_user_id', 'created_by_credential_id', 'queued_at', 'finished_at'].map((c) => `${alias}${c}`).join(', ');
 
 /**
- * A data-modifying CTE body: one task_attempts row per row of `src` (the transition's UPDATE ...
+ * Two data-modifying CTEs (`g`, `gm`; put them in the statement's WITH list): one task_attempts row per row of `src` (the transition's UPDATE ...
  * RETURNING TASK_COLS and usageReturning()) that reached a terminal state. Same statement, so the
  * same transaction as the state change: the attempt is recorded exactly when its end is committed.
  * (task_id, attempt) is the key: a repeated write (a retried statement, a takeover after a node
@@ -30,8 +32,11 @@ export const usageReturning = (alias = ''): string =>
  * GPUs held: the agent's advertised gpu_count (at least 1 when it reports a GPU model; 0 for an
  * agent without GPU: its GPU-seconds are 0, its run time still counts). A cloud-dispatched attempt
  * (no agent; the provider does not report GPUs) counts run time × 1, gpu_source 'estimate'.
+ *
+ * `gm` adds the rows `g` inserted (only those: a repeated write adds nothing) to usage_monthly,
+ * one upsert per (team, month, credential) of the statement.
  */
-export const recordAttemptsSql = (src: string): string => `
+export const recordAttemptsCtes = (src: string): string => `g as (
     insert into task_attempts (task_id, attempt, team_id, workflow_id, workflow_slug, workflow_version, credential_id, user_id, agent_id,
       dispatch_target, tool_type, gpu_type, gpu_count, outcome, gpu_source, created_at, queued_at, started_at, finished_at,
       queue_wait_s, provisioning_s, run_s, gpu_seconds)
@@ -54,7 +59,13 @@ export const recordAttemptsSql = (src: string): string => `
       from ${src} x left join agents a on a.id = x.agent_id left join credentials c on c.id = x.created_by_credential_id
       where x.task_status in ('completed','failed','cancelled')
     ) s
-    on conflict (task_id, attempt) do nothing`;
+    on conflict (task_id, attempt) do nothing
+    returning team_id, credential_id, finished_at, gpu_seconds),
+  gm as (
+    insert into usage_monthly (team_id, credential_id, month, gpu_seconds, attempt_count)
+    select team_id, coalesce(credential_id, '${NIL_UUID}'::uuid), (date_trunc('month', finished_at at time zone 'UTC'))::date, sum(gpu_seconds), count(*)::int
+    from g group by 1, 2, 3
+    on conflict (team_id, month, credential_id) do update set gpu_seconds = usage_monthly.gpu_seconds + excluded.gpu_seconds, attempt_count = usage_monthly.attempt_count + excluded.attempt_count)`;
 
 interface AggregateRow {
   k1: string | null;
@@ -88,6 +99,9 @@ const GROUP_KEYS: Record<UsageGroupBy, { select: string; group: string; order: s
 const SUMS = `count(*)::int as n, coalesce(sum(gpu_seconds), 0)::float8 as gpu_s, coalesce(sum(run_s), 0)::float8 as run_s,
   coalesce(sum(queue_wait_s), 0)::float8 as wait_s, coalesce(sum(provisioning_s), 0)::float8 as prov_s`;
 
+/** usage_monthly's key of the month starting at `month` (YYYY-MM-DD, UTC). */
+const monthKey = (month: number): string => new Date(month).toISOString().slice(0, 10);
+
 const ms3 = (x: number): number => Math.round(Number(x) * 1000) / 1000;
 
 function sumsOf(r: Pick<AggregateRow, 'n' | 'gpu_s' | 'run_s' | 'wait_s' | 'prov_s'>): UsageSums {
@@ -110,7 +124,6 @@ const budgetOf = (r: BudgetRow): UsageBudget => ({
   updatedAt: new Date(r.updated_at).getTime(),
 });
 
-const NIL_UUID = '00000000-0000-0000-0000-000000000000';
 
 export class PgUsageStore {
   private readonly q: Q;
@@ -140,28 +153,28 @@ export class PgUsageStore {
     };
   }
 
-  /** GPU-seconds of attempts that ended in [from, to): the team's, and the credential's (0 when none is given). */
-  async gpuSeconds(teamId: string, credentialId: string | null, from: number, to: number): Promise<{ team: number; credential: number }> {
-    const [r] = await this.q<{ team: number; cred: number }>(
-      `select coalesce(sum(gpu_seconds), 0)::float8 as team, coalesce(sum(gpu_seconds) filter (where credential_id = ?::uuid), 0)::float8 as cred
-       from task_attempts where team_id = ? and finished_at >= ? and finished_at < ?`,
-      [credentialId ?? NIL_UUID, teamId, new Date(from).toISOString(), new Date(to).toISOString()],
+  /** GPU-seconds of the calendar month starting at `month`: the team's (credentialId null) or one credential's. */
+  async monthGpuSeconds(teamId: string, credentialId: string | null, month: number): Promise<number> {
+    const [r] = await this.q<{ s: number }>(
+      `select coalesce(sum(gpu_seconds), 0)::float8 as s from usage_monthly where team_id = ? and month = ?::date and (?::uuid is null or credential_id = ?::uuid)`,
+      [teamId, monthKey(month), credentialId, credentialId],
     );
-    return { team: Number(r?.team ?? 0), credential: Number(r?.cred ?? 0) };
+    return Number(r?.s ?? 0);
   }
 
   /**
    * The run gate's one round trip: the budgets that apply to a run by this credential (the team's,
-   * and the credential's own) with the GPU-seconds each has used in [from, to). No budget: one
-   * index lookup and nothing summed.
+   * and the credential's own) with the GPU-seconds each has used in the calendar month starting at
+   * `month` (usage_monthly: a few rows per team, never the month's attempts). No budget: one index
+   * lookup.
    */
-  async applicableBudgets(teamId: string, credentialId: string | null, from: number, to: number): Promise<Array<UsageBudget & { usedGpuSeconds: number }>> {
+  async applicableBudgets(teamId: string, credentialId: string | null, month: number): Promise<Array<UsageBudget & { usedGpuSeconds: number }>> {
     const rows = await this.q<BudgetRow & { used: number }>(
-      `select b.*, (select coalesce(sum(a.gpu_seconds), 0) from task_attempts a
-                    where a.team_id = b.team_id and a.finished_at >= ? and a.finished_at < ? and (b.credential_id is null or a.credential_id = b.credential_id))::float8 as used
+      `select b.*, (select coalesce(sum(m.gpu_seconds), 0) from usage_monthly m
+                    where m.team_id = b.team_id and m.month = ?::date and (b.credential_id is null or m.credential_id = b.credential_id))::float8 as used
        from usage_budgets b where b.team_id = ? and (b.credential_id is null or b.credential_id = ?::uuid)
        order by b.credential_id nulls first`,
-      [new Date(from).toISOString(), new Date(to).toISOString(), teamId, credentialId ?? NIL_UUID],
+      [monthKey(month), teamId, credentialId ?? NIL_UUID],
     );
     return rows.map((r) => ({ ...budgetOf(r), usedGpuSeconds: Number(r.used) }));
   }

@@ -20,7 +20,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { addMember, registerUser } from '../helpers/identity.js';
 import { agentServer, agentsOf, createWorkflow, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitFor, waitTask, type AgentProcess, type TeamSetup } from '../agents/helpers.js';
-import { recordAttemptsSql } from '../../src/persistence/usage-store.js';
+import { recordAttemptsCtes } from '../../src/persistence/usage-store.js';
 
 let t: TestNode;
 let s: TeamSetup;
@@ -118,9 +118,15 @@ test('GPU-seconds per attempt: a task that dies on its first attempt and succeed
   close(a1.queue_wait_s, runs.get(first)?.wait_s ?? NaN, 'queue wait = created to assigned');
 
   // a replayed write (a retried statement, a takeover) records nothing more
-  await t.node.db.execute(`with u as (select * from tasks where id = any(?::uuid[])) ${recordAttemptsSql('u')}`, [`{${first},${retry}}`]);
+  const monthly = () => t.node.db.execute<{ s: number; n: number }>('select sum(gpu_seconds)::float8 as s, sum(attempt_count)::int as n from usage_monthly where team_id = ?', [s.user.teamId]);
+  const before = await monthly();
+  await t.node.db.execute(`with u as (select * from tasks where id = any(?::uuid[])), ${recordAttemptsCtes('u')} select 1`, [`{${first},${retry}}`]);
   const again = (await attempts()).filter((r) => r.task_id === first || r.task_id === retry);
   assert.deepEqual(again.map((r) => [r.task_id, r.gpu_seconds]), rows.map((r) => [r.task_id, r.gpu_seconds]));
+  assert.deepEqual(await monthly(), before, 'the monthly rollup adds nothing either');
+  // the monthly rollup (what the budget gate reads) holds exactly the attempts
+  close(before[0]?.s ?? NaN, a1.gpu_seconds + a2.gpu_seconds, 'usage_monthly = the attempts');
+  assert.equal(before[0]?.n, 2);
 });
 
 /** Every page of GET /usage for a group_by (per_page 2), and the totals it reports. */
@@ -169,12 +175,15 @@ test('GET /usage: totals of every group_by equal the sum of the attempts, pagina
 
   const rows = await attempts();
   assert.ok(rows.length >= 5);
+  const [monthly] = await t.node.db.execute<{ s: number; n: number }>('select sum(gpu_seconds)::float8 as s, sum(attempt_count)::int as n from usage_monthly where team_id = ?', [s.user.teamId]);
+  assert.equal(monthly?.n, rows.length, 'usage_monthly counts every attempt once');
   const sum = (xs: AttemptRow[], k: 'gpu_seconds' | 'run_s' | 'queue_wait_s' | 'provisioning_s'): number => xs.reduce((a, r) => a + Number(r[k]), 0);
   // independent of task_attempts: run time x GPUs from the tasks' rows and the agents they ran on
   const runs = await taskRuns(rows.map((r) => r.task_id));
   const gpus = new Map((await agentsOf(t, s)).map((a) => [a.id, a.display_name === 'big' ? 2 : 1]));
   const fromTasks = runs.reduce((a, r) => a + r.run_s * (r.agent_id ? (gpus.get(r.agent_id) ?? NaN) : NaN), 0);
   close(sum(rows, 'gpu_seconds'), fromTasks, 'attempt rows vs tasks', 0.005);
+  close(monthly?.s ?? NaN, sum(rows, 'gpu_seconds'), 'usage_monthly vs attempt rows', 0.005);
 
   const groupKey: Record<string, (r: AttemptRow) => string> = {
     day: (r) => new Date(r.finished_at).toISOString().slice(0, 10),

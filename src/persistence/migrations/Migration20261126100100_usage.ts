@@ -9,6 +9,9 @@ import { Migration } from '@mikro-orm/migrations';
  *   credential's rows of the month (task_attempts_credential_idx).
  * - usage_budgets: an optional monthly GPU-hour budget per team (credential_id null) or per
  *   credential of the team; at most one of each (the unique expression index).
+ * - usage_monthly: the GPU-seconds of a team's attempts per calendar month (UTC) and credential
+ *   (the nil UUID for runs without one), added to in the same statement as the attempt rows, so
+ *   the budget gate of a run reads a few rows instead of summing the month's attempts.
  * Expand-only (new tables): a node of the previous version neither reads nor writes them.
  */
 export class Migration20261126100100_usage extends Migration {
@@ -43,6 +46,14 @@ export class Migration20261126100100_usage extends Migration {
     );`);
     this.addSql('create index if not exists task_attempts_team_finished_idx on task_attempts (team_id, finished_at);');
     this.addSql('create index if not exists task_attempts_credential_idx on task_attempts (credential_id, finished_at) where credential_id is not null;');
+    this.addSql(`create table if not exists usage_monthly (
+      team_id uuid not null,
+      credential_id uuid not null,
+      month date not null,
+      gpu_seconds double precision not null,
+      attempt_count integer not null,
+      primary key (team_id, month, credential_id)
+    );`);
     this.addSql(`create table if not exists usage_budgets (
       id uuid primary key,
       team_id uuid not null,
@@ -56,6 +67,7 @@ export class Migration20261126100100_usage extends Migration {
 
   override down(): void {
     this.addSql('drop table if exists usage_budgets;');
+    this.addSql('drop table if exists usage_monthly;');
     this.addSql('drop table if exists task_attempts;');
   }
 }
