@@ -32,10 +32,9 @@ export class OpsQueries {
                         coalesce((select string_agg(l, ',' order by l) from jsonb_array_elements_text(required_labels) as l), '') as labels
                  from tasks where task_status in (${marks(SCHEDULABLE)})) t
            group by team_id, labels, tool_type, gpu_type`, [...SCHEDULABLE]),
-      // every attempt ever recorded (a counter): one aggregate per scrape, cached by GANTRY_METRICS_CACHE_MS
-      run<{ team_id: string; workflow_id: string; gpu_type: string; s: number }>(`select team_id, workflow_id,
-                  coalesce(gpu_type, case when dispatch_target <> 'agent' then dispatch_target else '' end) as gpu_type, sum(gpu_seconds)::float8 as s
-           from task_attempts group by 1, 2, 3`),
+      // every attempt ever recorded (a counter), from the monthly rollup the task store keeps with them
+      run<{ team_id: string; workflow_id: string; gpu_type: string; s: number }>(`select team_id, workflow_id, gpu_type, sum(gpu_seconds)::float8 as s
+           from usage_monthly group by 1, 2, 3`),
       run<{ agent_status: string; gpu_type: string; n: number }>(`select agent_status, coalesce(gpu_type, '') as gpu_type, count(*)::int as n from agents group by agent_status, coalesce(gpu_type, '')`),
       run<{ n: number; oldest_s: number }>(`select count(*)::int as n, coalesce(greatest(0, extract(epoch from (now() - min(created_at)))), 0)::float8 as oldest_s
            from webhook_deliveries where delivery_status in ('pending','delivering')`),

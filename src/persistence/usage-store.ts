@@ -13,6 +13,9 @@ import { USAGE_GROUP_FIELDS, type UsageAggregate, type UsageBudget, type UsageGr
 
 const NIL_UUID = '00000000-0000-0000-0000-000000000000';
 
+/** The GPU type label of gantry_gpu_seconds_total: the agent's GPU model, '' for none, the provider for a cloud attempt. */
+const METRIC_GPU_TYPE = `coalesce(gpu_type, case when dispatch_target <> 'agent' then dispatch_target else '' end)`;
+
 /**
  * What a terminal transition's UPDATE must return besides TASK_COLS for recordAttemptsCtes (qualify
  * with the table alias when the UPDATE has a FROM).
@@ -34,7 +37,7 @@ export const usageReturning = (alias = ''): string =>
  * (no agent; the provider does not report GPUs) counts run time × 1, gpu_source 'estimate'.
  *
  * `gm` adds the rows `g` inserted (only those: a repeated write adds nothing) to usage_monthly,
- * one upsert per (team, month, credential) of the statement.
+ * one upsert per (team, month, credential, workflow, GPU type) of the statement.
  */
 export const recordAttemptsCtes = (src: string): string => `g as (
     insert into task_attempts (task_id, attempt, team_id, workflow_id, workflow_slug, workflow_version, credential_id, user_id, agent_id,
@@ -60,12 +63,12 @@ export const recordAttemptsCtes = (src: string): string => `g as (
       where x.task_status in ('completed','failed','cancelled')
     ) s
     on conflict (task_id, attempt) do nothing
-    returning team_id, credential_id, finished_at, gpu_seconds),
+    returning team_id, credential_id, finished_at, gpu_seconds, workflow_id, ${METRIC_GPU_TYPE} as metric_gpu_type),
   gm as (
-    insert into usage_monthly (team_id, credential_id, month, gpu_seconds, attempt_count)
-    select team_id, coalesce(credential_id, '${NIL_UUID}'::uuid), (date_trunc('month', finished_at at time zone 'UTC'))::date, sum(gpu_seconds), count(*)::int
-    from g group by 1, 2, 3
-    on conflict (team_id, month, credential_id) do update set gpu_seconds = usage_monthly.gpu_seconds + excluded.gpu_seconds, attempt_count = usage_monthly.attempt_count + excluded.attempt_count)`;
+    insert into usage_monthly (team_id, credential_id, month, workflow_id, gpu_type, gpu_seconds, attempt_count)
+    select team_id, coalesce(credential_id, '${NIL_UUID}'::uuid), (date_trunc('month', finished_at at time zone 'UTC'))::date, workflow_id, metric_gpu_type, sum(gpu_seconds), count(*)::int
+    from g group by 1, 2, 3, 4, 5
+    on conflict (team_id, month, credential_id, workflow_id, gpu_type) do update set gpu_seconds = usage_monthly.gpu_seconds + excluded.gpu_seconds, attempt_count = usage_monthly.attempt_count + excluded.attempt_count)`;
 
 interface AggregateRow {
   k1: string | null;

@@ -9,9 +9,10 @@ import { Migration } from '@mikro-orm/migrations';
  *   credential's rows of the month (task_attempts_credential_idx).
  * - usage_budgets: an optional monthly GPU-hour budget per team (credential_id null) or per
  *   credential of the team; at most one of each (the unique expression index).
- * - usage_monthly: the GPU-seconds of a team's attempts per calendar month (UTC) and credential
- *   (the nil UUID for runs without one), added to in the same statement as the attempt rows, so
- *   the budget gate of a run reads a few rows instead of summing the month's attempts.
+ * - usage_monthly: the GPU-seconds of a team's attempts per calendar month (UTC), credential (the
+ *   nil UUID for runs without one), workflow and GPU type, added to in the same statement as the
+ *   attempt rows, so the budget gate of a run and the /metrics counter read a few rows instead of
+ *   summing attempts.
  * Expand-only (new tables): a node of the previous version neither reads nor writes them.
  */
 export class Migration20261126100100_usage extends Migration {
@@ -50,9 +51,11 @@ export class Migration20261126100100_usage extends Migration {
       team_id uuid not null,
       credential_id uuid not null,
       month date not null,
+      workflow_id uuid not null,
+      gpu_type text not null,
       gpu_seconds double precision not null,
       attempt_count integer not null,
-      primary key (team_id, month, credential_id)
+      primary key (team_id, month, credential_id, workflow_id, gpu_type)
     );`);
     this.addSql(`create table if not exists usage_budgets (
       id uuid primary key,
