@@ -4,7 +4,7 @@
  * aggregations of GET /usage and the monthly GPU-hour budgets.
  */
 import type { Database } from './db.js';
-import { q as pooled, type Q } from './sql.js';
+import { q as pooled, TickBatcher, type Q, type Settled } from './sql.js';
 import { audited } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import type { PgTimestamp } from './rows.js';
@@ -128,10 +128,16 @@ const budgetOf = (r: BudgetRow): UsageBudget => ({
 });
 
 
+type GateItem = { teamId: string; credentialId: string | null; month: number };
+type GateBudget = UsageBudget & { usedGpuSeconds: number };
+
 export class PgUsageStore {
   private readonly q: Q;
+  /** The run gate's reads of one tick share one statement (runs are group-committed too: no query per run). */
+  private readonly gate: TickBatcher<GateItem, GateBudget[]>;
   constructor(private readonly db: Database) {
     this.q = pooled(db);
+    this.gate = new TickBatcher((items) => this.gateBatch(items), { maxBatch: 500, maxInFlight: 2 });
   }
 
   /** A team's attempts that ended in [from, to), grouped: one page of groups, the group count and the range's totals. */
@@ -166,20 +172,27 @@ export class PgUsageStore {
   }
 
   /**
-   * The run gate's one round trip: the budgets that apply to a run by this credential (the team's,
-   * and the credential's own) with the GPU-seconds each has used in the calendar month starting at
-   * `month` (usage_monthly: a few rows per team, never the month's attempts). No budget: one index
-   * lookup.
+   * The run gate: the budgets that apply to a run by this credential (the team's, and the
+   * credential's own) with the GPU-seconds each has used in the calendar month starting at `month`
+   * (usage_monthly: a few rows per team, never the month's attempts). The gates of one tick share
+   * one statement.
    */
-  async applicableBudgets(teamId: string, credentialId: string | null, month: number): Promise<Array<UsageBudget & { usedGpuSeconds: number }>> {
-    const rows = await this.q<BudgetRow & { used: number }>(
-      `select b.*, (select coalesce(sum(m.gpu_seconds), 0) from usage_monthly m
-                    where m.team_id = b.team_id and m.month = ?::date and (b.credential_id is null or m.credential_id = b.credential_id))::float8 as used
-       from usage_budgets b where b.team_id = ? and (b.credential_id is null or b.credential_id = ?::uuid)
-       order by b.credential_id nulls first`,
-      [monthKey(month), teamId, credentialId ?? NIL_UUID],
+  applicableBudgets(teamId: string, credentialId: string | null, month: number): Promise<GateBudget[]> {
+    return this.gate.submit({ teamId, credentialId, month });
+  }
+
+  private async gateBatch(items: GateItem[]): Promise<Array<Settled<GateBudget[]>>> {
+    const rows = await this.q<BudgetRow & { i: number; used: number }>(
+      `with r as (select * from jsonb_to_recordset(?::jsonb) as x(i int, team_id uuid, credential_id uuid, month date))
+       select r.i, b.*, (select coalesce(sum(m.gpu_seconds), 0) from usage_monthly m
+                         where m.team_id = b.team_id and m.month = r.month and (b.credential_id is null or m.credential_id = b.credential_id))::float8 as used
+       from r join usage_budgets b on b.team_id = r.team_id and (b.credential_id is null or b.credential_id = r.credential_id)
+       order by r.i, b.credential_id nulls first`,
+      [JSON.stringify(items.map((it, i) => ({ i, team_id: it.teamId, credential_id: it.credentialId, month: monthKey(it.month) })))],
     );
-    return rows.map((r) => ({ ...budgetOf(r), usedGpuSeconds: Number(r.used) }));
+    const out: GateBudget[][] = items.map(() => []);
+    for (const r of rows) out[Number(r.i)]?.push({ ...budgetOf(r), usedGpuSeconds: Number(r.used) });
+    return out.map((value) => ({ value }));
   }
 
   async budgets(teamId: string): Promise<UsageBudget[]> {
