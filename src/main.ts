@@ -74,6 +74,8 @@ export interface GantryNode {
 export interface StartOptions {
   logger?: Logger;
   clock?: Clock;
+  /** The clock of usage budgets and the default GET /usage range (tests: a month's reset without waiting); default: clock. */
+  usageNow?: () => number;
 }
 
 /**
@@ -126,7 +128,7 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     if (cluster) await life.start(clusterLeave(cluster));
     const edge = createEdge({ settings, identity, rateLimits: limits.rateLimits, metrics, logger });
     const gateway = createGateway({ config, settings, containers, streams, sessions, cluster, agentStore, vault: cloud.vault, guard: liveEvents.guard, identity, clock, logger });
-    await mountRoutes(edge, { config, settings, publicUrl, db, objectStore, stores, actors, cluster, events: bus.events, identity, files, agents, liveEvents, containers, gateway, cloud, auditStore, metrics, clock, logger });
+    await mountRoutes(edge, { config, settings, publicUrl, db, objectStore, stores, actors, cluster, events: bus.events, identity, files, agents, liveEvents, containers, gateway, cloud, auditStore, metrics, clock, usageNow: opts.usageNow, logger });
     const { http, baseUrl } = await listen(life, { edge, config, settings, publicUrl, objectStore, logger });
     let closing: Promise<void> | null = null;
     const close = async (): Promise<void> => {

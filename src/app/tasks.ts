@@ -64,6 +64,8 @@ export interface TaskDeps {
    * the run request for dispatch_target comfy_cloud (400 cloud_input_too_large).
    */
   cloudInputProblem?: (fileKey: string, what: string) => Promise<string | null>;
+  /** The monthly GPU budget gate (src/app/usage.ts checkRun): throws 429 gpu_budget_exhausted; absent = no budgets. */
+  checkBudget?: (p: TeamPrincipal) => Promise<void>;
 }
 
 export const runBody = z
@@ -155,6 +157,7 @@ export class TaskUseCases {
     const parsed = runBody.safeParse(rawBody ?? {});
     if (!parsed.success) throw fromZodIssues(parsed.error.issues);
     const body = parsed.data;
+    await d.checkBudget?.(p);
     const w = await d.workflows.resolveForRun(p.teamId, ref);
     const def = w.workflow;
     const input = body.parameters ?? {};

@@ -17,6 +17,27 @@ export interface QueueFigure {
   oldestAgeS: number;
 }
 
+/**
+ * Tasks waiting for an agent of one pool: team, required-label set, tool_type and GPU type (the
+ * workflow's preferred_gpu, '' = any): what an autoscaler scales one node pool by.
+ */
+export interface PoolFigure {
+  teamId: string;
+  labels: string;
+  toolType: string;
+  gpuType: string;
+  depth: number;
+  oldestAgeS: number;
+}
+
+/** GPU-seconds of every ended attempt (task_attempts) of one team, workflow and GPU type ('' = none; the provider for cloud attempts). */
+export interface GpuSecondsFigure {
+  teamId: string;
+  workflowId: string;
+  gpuType: string;
+  gpuSeconds: number;
+}
+
 export interface AgentCount {
   status: string;
   /** The agent's GPU model ('' = none reported). */
@@ -28,6 +49,8 @@ export interface AgentCount {
 export interface OpsSnapshot {
   tasks: TaskCount[];
   queues: QueueFigure[];
+  pools: PoolFigure[];
+  gpuSeconds: GpuSecondsFigure[];
   agents: AgentCount[];
   webhookBacklog: number;
   webhookOldestAgeS: number;

@@ -46,7 +46,7 @@ export function toHttpError(e: unknown): { status: number; body: ErrorBody; head
   if (e instanceof AppError) {
     const headers: Record<string, string> = {};
     if (e.retryAfterS !== undefined) headers['Retry-After'] = String(Math.max(1, Math.ceil(e.retryAfterS)));
-    return { status: httpStatusOf[e.kind], body: { error_message: e.message, error_code: e.code }, headers, unexpected: e.kind === 'internal' };
+    return { status: httpStatusOf[e.kind], body: { ...e.fields, error_message: e.message, error_code: e.code }, headers, unexpected: e.kind === 'internal' };
   }
   return { status: 500, body: { error_message: 'internal server error', error_code: 'internal_error' }, headers: {}, unexpected: true };
 }

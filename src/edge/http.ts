@@ -70,6 +70,16 @@ export class Reply {
   ) {}
 }
 
+/** A reply whose body is text of the given content type (e.g. GET /usage's CSV export), not JSON. */
+export class TextReply {
+  constructor(
+    readonly status: number,
+    readonly contentType: string,
+    readonly text: string,
+    readonly headers: Record<string, string> = {},
+  ) {}
+}
+
 export type JsonHandler = (ctx: Ctx) => Promise<unknown>;
 export type StreamHandler = (ctx: Ctx, res: StreamResponse) => Promise<void>;
 
@@ -421,7 +431,10 @@ export class HttpEdge {
       if (badParam) throw badParam;
       const out = await def.handler?.(ctx);
       if (sr.aborted || sr.ended) return;
-      if (out instanceof Reply) {
+      if (out instanceof TextReply) {
+        setStatus(out.status);
+        sr.sendWhole(out.status, [['Content-Type', out.contentType], ...Object.entries(out.headers)], out.text);
+      } else if (out instanceof Reply) {
         setStatus(out.status);
         if (out.status === 204 || out.body === undefined) {
           sr.writeHead(out.status, out.headers);

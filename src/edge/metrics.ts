@@ -107,6 +107,27 @@ export class NodeMetrics {
     fromSnapshot('gantry_queue_oldest_waiting_seconds', 'Age of the oldest task waiting for an agent, by team and required-label set (0 when none waits). Counted in PostgreSQL', ['team_id', 'required_labels'], (s) =>
       s.queues.map((x) => ({ labels: { team_id: x.teamId, required_labels: x.labels }, value: Math.round(x.oldestAgeS * 1000) / 1000 })),
     );
+    // per pool (team, label set, tool_type, GPU type): what an autoscaler scales the right node pool by (deploy/observability/keda-scaledobject.yaml)
+    const POOL = ['team_id', 'required_labels', 'tool_type', 'gpu_type'];
+    const poolLabels = (x: OpsSnapshot['pools'][number]): Record<string, string> => ({ team_id: x.teamId, required_labels: x.labels, tool_type: x.toolType, gpu_type: x.gpuType });
+    fromSnapshot('gantry_pool_waiting_tasks', 'Tasks waiting for an agent (pending + waiting) by team, required-label set, tool_type and GPU type (the preferred_gpu, "" = any). Counted in PostgreSQL', POOL, (s) =>
+      s.pools.map((x) => ({ labels: poolLabels(x), value: x.depth })),
+    );
+    fromSnapshot('gantry_pool_oldest_waiting_seconds', 'Age of the oldest task waiting for an agent, by team, required-label set, tool_type and GPU type (0 when none waits). Counted in PostgreSQL', POOL, (s) =>
+      s.pools.map((x) => ({ labels: poolLabels(x), value: Math.round(x.oldestAgeS * 1000) / 1000 })),
+    );
+    // a counter read from task_attempts (every node reports the installation's total: max(), not sum())
+    new client.Counter({
+      name: 'gantry_gpu_seconds_total',
+      help: 'GPU-seconds (run time x GPUs held) of ended task attempts, by team, workflow and GPU type ("" = an agent without GPU model; the provider for cloud attempts). Counted in PostgreSQL',
+      labelNames: ['team_id', 'workflow_id', 'gpu_type'],
+      registers,
+      async collect() {
+        const s = await snapshot();
+        this.reset();
+        for (const g of s.gpuSeconds) this.inc({ team_id: g.teamId, workflow_id: g.workflowId, gpu_type: g.gpuType }, Math.max(0, Math.round(g.gpuSeconds * 1000) / 1000));
+      },
+    });
     fromSnapshot('gantry_agents', 'Registered agents by status and GPU type ("" = none). Counted in PostgreSQL', ['agent_status', 'gpu_type'], (s) =>
       s.agents.map((a) => ({ labels: { agent_status: a.status, gpu_type: a.gpuType }, value: a.count })),
     );

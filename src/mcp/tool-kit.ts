@@ -45,7 +45,7 @@ export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
 export const structured = (data: object, extra: CallToolResult['content'] = []): CallToolResult => ({ structuredContent: { ...data }, content: [{ type: 'text', text: JSON.stringify(data) }, ...extra] });
 
-export const toolError = (message: string, code: string): CallToolResult => ({ isError: true, content: [{ type: 'text', text: JSON.stringify({ error_message: message, error_code: code }) }] });
+export const toolError = (message: string, code: string, fields: Record<string, string> = {}): CallToolResult => ({ isError: true, content: [{ type: 'text', text: JSON.stringify({ ...fields, error_message: message, error_code: code }) }] });
 
 /** A tool body: AppErrors (the use case's refusals, REST's) become tool errors; anything else is logged and hidden. */
 export const guarded =
@@ -54,7 +54,7 @@ export const guarded =
     try {
       return await fn(args, extra);
     } catch (e) {
-      if (e instanceof AppError) return toolError(e.message, e.code);
+      if (e instanceof AppError) return toolError(e.message, e.code, e.fields);
       t.d.logger.error({ err: e, tool: name, request_id: t.requestId }, 'mcp tool failed');
       return toolError('internal error', 'internal_error');
     }

@@ -18,6 +18,7 @@ import type { AgentTransportPort, Protocols } from '../actors/ports.js';
 import type { CloudRunner } from '../cloud/runner.js';
 import { actorMetrics, type NodeMetrics } from '../edge/metrics.js';
 import type { Participant } from './lifecycle.js';
+import { PgUsageStore } from '../persistence/usage-store.js';
 import type { NodeSettings } from './settings.js';
 
 /** One task actor per open task, one scheduler per team, one agent actor per stream, one per container service and cloud dispatcher. */
@@ -31,6 +32,8 @@ export interface Stores {
   /** Task reads and the group-committed submit insert. */
   taskQueries: TaskQueries;
   workflowStore: WorkflowStore;
+  /** Usage accounting: attempt aggregations and GPU budgets (the attempts are written by taskStore). */
+  usageStore: PgUsageStore;
 }
 
 /** The task, agent and workflow stores; rows written in cluster mode carry this node's member id. */
@@ -45,7 +48,7 @@ export function createStores(d: { db: Database; cluster: Cluster<Protocols> | nu
       if (ev.type === 'workflow') workflowStore.cache.applyInvalidation(ev.workflowId, ev.dropVersions);
     });
   }
-  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId, needsSync: (teamId, inv) => d.files.sync.needsSync(teamId, inv) }), taskQueries: new TaskQueries(d.db), workflowStore };
+  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId, needsSync: (teamId, inv) => d.files.sync.needsSync(teamId, inv) }), taskQueries: new TaskQueries(d.db), workflowStore, usageStore: new PgUsageStore(d.db) };
 }
 
 /** Registers every actor kind with its dependencies (before the cluster routes messages here). */

@@ -3,6 +3,7 @@ import { TaskUseCases } from '../app/tasks.js';
 import { WorkflowUseCases } from '../app/workflows.js';
 import { AgentUseCases } from '../app/agents.js';
 import { AuditUseCases } from '../app/audit.js';
+import { UsageUseCases } from '../app/usage.js';
 import { UploadUseCases } from '../app/uploads.js';
 import { ContainerUseCases } from '../app/containers.js';
 import { AccountUseCases, SsoUseCases, TeamUseCases } from '../app/identity.js';
@@ -39,6 +40,7 @@ export interface UseCases {
   webhooks: WebhookUseCases;
   vault: VaultUseCases;
   cloudProviders: CloudProviderUseCases;
+  usage: UsageUseCases;
 }
 
 /** The outbound guard as the use cases' URL policy: a refusal is its reason, anything else (a bug, not a refusal) is thrown. */
@@ -65,6 +67,8 @@ export function createUseCases(p: RouteParts): UseCases {
   const live = p.liveEvents;
   const { identity } = p;
   const now = (): number => clock.now();
+  // the usage clock: the node's, unless a test injects its own (a budget's reset without waiting a month)
+  const usage = new UsageUseCases({ store: stores.usageStore, now: p.usageNow ?? (() => clock.now()) });
   return {
     workflows: new WorkflowUseCases(stores.workflowStore),
     tasks: new TaskUseCases({
@@ -78,6 +82,7 @@ export function createUseCases(p: RouteParts): UseCases {
       now,
       cloudConfigured: async (teamId, provider) => (await cloudStore.get(teamId, provider)) !== null,
       cloudInputProblem: (fileKey, what) => stagedInputProblem(p.objectStore, fileKey, what),
+      checkBudget: (principal) => usage.checkRun(principal),
     }),
     uploads: new UploadUseCases(files.staging),
     agents: new AgentUseCases({
@@ -124,5 +129,6 @@ export function createUseCases(p: RouteParts): UseCases {
     webhooks: new WebhookUseCases({ store: live.store, guard: outboundPolicy(live.guard), dispatcher: live.dispatcher, now }),
     vault: new VaultUseCases(vault),
     cloudProviders: new CloudProviderUseCases({ store: cloudStore, guard: outboundPolicy(p.cloud.cloudGuard), client: p.cloud.cloudClient, defaultMaxConcurrentJobs: p.config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }),
+    usage,
   };
 }

@@ -35,6 +35,7 @@ import { containerRoutes } from '../edge/routes/containers.js';
 import { mcpRoutes } from '../edge/routes/mcp.js';
 import { vaultRoutes } from '../edge/routes/vault.js';
 import { auditRoutes } from '../edge/routes/audit.js';
+import { usageRoutes } from '../edge/routes/usage.js';
 import { oidcRoutes } from '../edge/routes/oidc.js';
 import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
 import type { Gateway } from '../edge/routes/gateway.js';
@@ -76,6 +77,8 @@ export interface RouteParts {
   auditStore: AuditStore;
   metrics: NodeMetrics;
   clock: Clock;
+  /** The clock of usage budgets (StartOptions.usageNow); absent: clock. */
+  usageNow?: () => number;
   logger: Logger;
 }
 
@@ -139,6 +142,7 @@ function mountAgentsAndServices(edge: HttpEdge, p: RouteParts, app: UseCases): v
   p.agents.mountWebSocket(edge);
   edge.addAll(withIdempotency(vaultRoutes(app.vault), idem));
   edge.addAll(auditRoutes(app.audit));
+  edge.addAll(usageRoutes(app.usage));
   edge.addAll(cloudProviderRoutes(app.cloudProviders));
 }
 

@@ -3,6 +3,7 @@ import type { Database } from './db.js';
 import { q, json, iso, TickBatcher, memberFenceSql, type BatcherStats, type Settled } from './sql.js';
 import { ASSIGNMENT_COLS, rowToAssignment, rowToEvent, rowToTask, TASK_COLS, type AssignmentCols, type AssignmentRow, type BatchTaskRow, type TaskEventRow, type TaskRecordRow } from './task-rows.js';
 import { UUID_RE, uuidv7 } from '../shared/ids.js';
+import { recordAttemptsCtes, usageReturning } from './usage-store.js';
 import type { TaskAssignment, TaskEvent, TaskEventInput, TaskProgress, TaskRecord, TaskStorePort, TransitionRequest, TransitionResult } from '../actors/ports.js';
 
 /** Builds the fenced UPDATE of a transition (SET list and WHERE with the from-states and the epoch). */
@@ -101,13 +102,14 @@ const batchSql = (fence: string): string => `with r as (
       case when r.with_assignment then t.parameters end as parameters,
       case when r.with_assignment then t.input_files end as input_files,
       case when r.with_assignment then t.checkpoint_key end as checkpoint_key,
-      case when r.with_assignment then t.checkpoint_step end as checkpoint_step),
+      case when r.with_assignment then t.checkpoint_step end as checkpoint_step, ${usageReturning('t.')}),
   e as (
     insert into task_events (task_id, team_id, event_type, payload)
     select u.id, u.team_id, x.ev->>'type', x.ev->'data'
     from u join r on r.i = u.i cross join lateral jsonb_array_elements(r.events) with ordinality as x(ev, n)
     order by u.i, x.n
-    returning *)
+    returning *),
+  ${recordAttemptsCtes('u')}
   select (select coalesce(json_agg(u), '[]'::json) from u) as tasks, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`;
 
 /**
@@ -124,6 +126,9 @@ const batchSql = (fence: string): string => `with r as (
  * transition() and progress() calls of the same tick (from many task actors) share that statement:
  * batchSql updates all their rows at once, each with its own fence, and inserts the events of the
  * rows that moved. Retry-creating transitions keep their own statement (above).
+ *
+ * Usage: every statement that can end an attempt also records it (task_attempts, CTE `g`:
+ * recordAttemptsCtes), so an attempt's usage is written exactly when its end commits, once.
  */
 export class PgTaskStore implements TaskStorePort {
   /** Lifecycle writes of the same tick share one statement (per task: one at a time, in order). */
@@ -265,7 +270,8 @@ export class PgTaskStore implements TaskStorePort {
     const withAssignment = isAssigning(req);
     const extraSets = retryId ? ['retry_task_id = case when attempt <= max_retries then ?::uuid else retry_task_id end'] : [];
     const upd = fencedUpdate(req, extraSets, retryId ? [retryId] : [], this.sqlFence().fence);
-    const returning = withAssignment ? `${TASK_COLS}, ${ASSIGNMENT_COLS}` : TASK_COLS;
+    // the usage columns: an attempt that ends here is recorded in this statement (g, gm: recordAttemptsCtes)
+    const returning = `${withAssignment ? `${TASK_COLS}, ${ASSIGNMENT_COLS}` : TASK_COLS}, ${usageReturning()}`;
     const events = req.events.map((e) => ({ type: e.type, data: e.data }));
     const nowIso = new Date().toISOString();
     const sql = retryId
@@ -290,14 +296,16 @@ export class PgTaskStore implements TaskStorePort {
              union all
              select r.id, r.team_id, 'status', jsonb_build_object('task_id', r.id, 'status', 'pending', 'timestamp', ?::text), 1, 1 from r
            ) s order by s.grp, s.n
-           returning *)
+           returning *),
+         ${recordAttemptsCtes('u')}
          select (select row_to_json(u) from u) as task, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`
       : `with u as (${upd.sql} returning ${returning}),
          e as (
            insert into task_events (task_id, team_id, event_type, payload)
            select u.id, u.team_id, x.ev->>'type', x.ev->'data'
            from u, jsonb_array_elements(?::jsonb) with ordinality as x(ev, n) order by x.n
-           returning *)
+           returning *),
+         ${recordAttemptsCtes('u')}
          select (select row_to_json(u) from u) as task, (select coalesce(json_agg(e order by e.id), '[]'::json) from e) as events`;
     const notBefore = req.retryNotBefore !== undefined ? new Date(req.retryNotBefore).toISOString() : null;
     const params = retryId ? [...upd.params, retryId, notBefore, retryId, retryId, retryId, json(events), nowIso] : [...upd.params, json(events)];

@@ -27,13 +27,16 @@ export class AppError extends Error {
   readonly code: string;
   /** Seconds for a Retry-After header (429, 503). */
   readonly retryAfterS: number | undefined;
+  /** Extra fields of the error body besides error_message and error_code (e.g. gpu_budget_exhausted's reset_at). */
+  readonly fields: Record<string, string> | undefined;
 
-  constructor(kind: ErrorKind, code: string, message: string, opts: { retryAfterS?: number; cause?: unknown } = {}) {
+  constructor(kind: ErrorKind, code: string, message: string, opts: { retryAfterS?: number; cause?: unknown; fields?: Record<string, string> } = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'AppError';
     this.kind = kind;
     this.code = code;
     this.retryAfterS = opts.retryAfterS;
+    this.fields = opts.fields;
   }
 }
 

@@ -248,6 +248,17 @@ test('provider 500s at submission: after 3 tries the task fails with a clear mes
   const retry = await waitTask(failed.retry_task_id, (x) => terminal.includes(x.task_status), 'retry terminal');
   assert.equal(retry.task_status, 'completed', JSON.stringify(retry));
   assert.equal(retry.attempt, 2);
+  // usage (docs/api.md §16): one row per attempt; a cloud attempt counts run time x 1 GPU (an estimate: the provider reports no GPUs)
+  const rows = await t.node.db.execute<{ task_id: string; outcome: string; dispatch_target: string; gpu_count: number; gpu_source: string; run_s: number; gpu_seconds: number }>(
+    'select task_id, outcome, dispatch_target, gpu_count, gpu_source, run_s, gpu_seconds from task_attempts where task_id in (?, ?) order by attempt',
+    [taskId, failed.retry_task_id],
+  );
+  assert.deepEqual(rows.map((r) => [r.task_id, r.outcome, r.dispatch_target, r.gpu_count, r.gpu_source]), [
+    [taskId, 'failed', 'comfy_cloud', 1, 'estimate'],
+    [failed.retry_task_id, 'completed', 'comfy_cloud', 1, 'estimate'],
+  ]);
+  assert.equal(rows[0]!.run_s, 0, 'the refused submission never ran');
+  assert.ok(rows[1]!.run_s > 0 && rows[1]!.gpu_seconds === rows[1]!.run_s, JSON.stringify(rows[1]));
 });
 
 test('user-actionable failures: no credits (402), unknown node type, an execution error', async () => {

@@ -86,7 +86,8 @@ export class HttpClient {
  * temporary data directory. Everything it started is removed by stop().
  */
 /** opts.logger: a logger of the test's own (e.g. writing to a stream it reads), instead of the silent one. */
-export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 'node', opts: { clock?: Clock; logger?: Logger } = {}): Promise<TestNode> {
+/** opts.usageNow: the clock of usage budgets alone (a month's reset without moving the node's timers). */
+export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 'node', opts: { clock?: Clock; logger?: Logger; usageNow?: () => number } = {}): Promise<TestNode> {
   const db = await createTestDatabase(label);
   const dataDir = mkdtempSync(join(tmpdir(), 'gantry-test-'));
   const config = loadConfig(
@@ -105,7 +106,7 @@ export async function startTestNode(overrides: Partial<RawConfig> = {}, label = 
     },
   );
   const logger = opts.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
-  const node = await startNode(config, { logger, ...(opts.clock ? { clock: opts.clock } : {}) });
+  const node = await startNode(config, { logger, ...(opts.clock ? { clock: opts.clock } : {}), ...(opts.usageNow ? { usageNow: opts.usageNow } : {}) });
   const origin = `http://127.0.0.1:${node.httpPort}`;
   return {
     node,

@@ -189,6 +189,10 @@ test('every management write route appends exactly one entry with the right acto
   assert.deepEqual(keyRows, [], 'no cloud key in the audit log');
   await expectOne(A, 'DELETE', '/cloud-providers/{provider_slug}', '/cloud-providers/comfy_cloud', undefined, 'cloud_provider.delete', { targetId: 'comfy_cloud' });
 
+  // ---- monthly GPU budgets
+  const budget = await expectOne(A, 'PUT', '/usage/budgets', '/usage/budgets', { gpu_hours: 12 }, 'usage_budget.set');
+  await expectOne(A, 'DELETE', '/usage/budgets', '/usage/budgets', undefined, 'usage_budget.delete', { targetId: budget.id });
+
   // ---- agents
   const agentId = randomUUID();
   await sql(`insert into agents (id, team_id, machine_id, display_name) values (?, ?, ?, 'box')`, [agentId, team, `m-${agentId}`]);

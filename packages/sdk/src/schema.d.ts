@@ -1327,6 +1327,45 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The team's usage: attempts aggregated by day, workflow, workflow version, credential or user (admin or owner)
+         * @description format=csv (or Accept: text/csv) answers text/csv: a header row, then the groups of the page.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/usage/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The team's monthly GPU-hour budgets and this month's use (admin or owner) */
+        get: operations["getUsageBudgets"];
+        /** Set the monthly GPU-hour budget of the team or of one credential (admin or owner) */
+        put: operations["putUsageBudgets"];
+        post?: never;
+        /** Remove the budget of the team (or of credential_id) */
+        delete: operations["deleteUsageBudgets"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/cloud-providers/{provider_slug}": {
         parameters: {
             query?: never;
@@ -1596,6 +1635,8 @@ export interface components {
             error_message: string;
             /** @description stable lower_snake machine code, e.g. slug_taken, invalid_parameter, team_header_missing */
             error_code: string;
+            /** @description gpu_budget_exhausted only: when the monthly GPU budget resets (the next calendar month, UTC) */
+            reset_at?: string;
         };
         PageMeta: {
             current_page: number;
@@ -2127,6 +2168,54 @@ export interface components {
             };
             /** Format: date-time */
             created_at: string;
+        };
+        UsageRow: {
+            /** @description group_by=day: YYYY-MM-DD (UTC) of the attempts' end */
+            day?: string;
+            workflow_id?: string;
+            workflow_slug?: string;
+            workflow_version?: number;
+            /** @description group_by=credential: null for attempts of runs by a user session (JWT) */
+            credential_id?: string | null;
+            user_id?: string | null;
+            /** @description attempts (a retry is an attempt of its own) */
+            attempt_count: number;
+            /** @description run time x GPUs held, summed */
+            gpu_seconds: number;
+            gpu_hours: number;
+            /** @description ACK (running) to the end, summed */
+            run_seconds: number;
+            /** @description schedulable (created, or its retry backoff over) to assignment, summed */
+            queue_wait_seconds: number;
+            /** @description assignment (provisioning or queued) to running, summed */
+            provisioning_seconds: number;
+        };
+        UsageTotals: {
+            /** @description attempts (a retry is an attempt of its own) */
+            attempt_count: number;
+            /** @description run time x GPUs held, summed */
+            gpu_seconds: number;
+            gpu_hours: number;
+            /** @description ACK (running) to the end, summed */
+            run_seconds: number;
+            /** @description schedulable (created, or its retry backoff over) to assignment, summed */
+            queue_wait_seconds: number;
+            /** @description assignment (provisioning or queued) to running, summed */
+            provisioning_seconds: number;
+        };
+        UsageBudget: {
+            /** Format: uuid */
+            id: string;
+            /** @description null: the whole team */
+            credential_id: string | null;
+            gpu_hours: number;
+            /** @description GPU-hours of the attempts that ended this month */
+            used_gpu_hours: number;
+            is_exhausted: boolean;
+            period_start: string;
+            /** @description the first instant of the next calendar month, UTC */
+            reset_at: string;
+            updated_at: string;
         };
         CloudProvider: {
             /**
@@ -5819,6 +5908,141 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                group_by?: "day" | "workflow" | "workflow_version" | "credential" | "user";
+                /** @description start of the range, inclusive (default: the first day of the current month, UTC) */
+                from?: string;
+                /** @description end of the range, exclusive (default: the first day of the next month, UTC) */
+                to?: string;
+                /** @description csv: the groups of the page as text/csv with a header row (also chosen by Accept: text/csv) */
+                format?: "json" | "csv";
+                current_page?: number;
+                per_page?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        usage_list: components["schemas"]["UsageRow"][];
+                        page_meta: components["schemas"]["PageMeta"];
+                        usage_totals: components["schemas"]["UsageTotals"];
+                        group_by: string;
+                        from: string;
+                        to: string;
+                    };
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getUsageBudgets: {
+        parameters: {
+            query?: {
+                current_page?: number;
+                per_page?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        budget_list: components["schemas"]["UsageBudget"][];
+                        page_meta: components["schemas"]["PageMeta"];
+                    };
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            default: components["responses"]["Error"];
+        };
+    };
+    putUsageBudgets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description GPU-hours per calendar month (UTC); 0 refuses every run */
+                    gpu_hours: number;
+                    /**
+                     * Format: uuid
+                     * @description the budget of this credential of the team; omitted: the whole team
+                     */
+                    credential_id?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageBudget"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteUsageBudgets: {
+        parameters: {
+            query?: {
+                credential_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Success"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
             default: components["responses"]["Error"];
         };
     };

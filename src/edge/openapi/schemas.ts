@@ -29,6 +29,7 @@ export const ErrorEnvelope = named(
   z.object({
     error_message: z.string().describe('human-readable message'),
     error_code: z.string().describe('stable lower_snake machine code, e.g. slug_taken, invalid_parameter, team_header_missing'),
+    reset_at: ts.optional().describe('gpu_budget_exhausted only: when the monthly GPU budget resets (the next calendar month, UTC)'),
   }),
 );
 
