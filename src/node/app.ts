@@ -3,6 +3,7 @@ import { TaskUseCases } from '../app/tasks.js';
 import { WorkflowUseCases } from '../app/workflows.js';
 import { AgentUseCases } from '../app/agents.js';
 import { AuditUseCases } from '../app/audit.js';
+import { SchedulingUseCases } from '../app/scheduling.js';
 import { UploadUseCases } from '../app/uploads.js';
 import { ContainerUseCases } from '../app/containers.js';
 import { stagedInputProblem } from '../cloud/limits.js';
@@ -16,6 +17,7 @@ export interface UseCases {
   agents: AgentUseCases;
   containers: ContainerUseCases;
   audit: AuditUseCases;
+  scheduling: SchedulingUseCases;
 }
 
 /** Builds every use case once, over the stores, actors and ports of the started modules. */
@@ -58,5 +60,6 @@ export function createUseCases(p: RouteParts): UseCases {
       invoker: p.gateway.core,
     }),
     audit: new AuditUseCases(p.auditStore),
+    scheduling: new SchedulingUseCases({ store: stores.schedulingStore, actors }),
   };
 }

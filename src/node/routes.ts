@@ -35,6 +35,7 @@ import { containerRoutes } from '../edge/routes/containers.js';
 import { mcpRoutes } from '../edge/routes/mcp.js';
 import { vaultRoutes } from '../edge/routes/vault.js';
 import { auditRoutes } from '../edge/routes/audit.js';
+import { schedulingRoutes } from '../edge/routes/scheduling.js';
 import { oidcRoutes } from '../edge/routes/oidc.js';
 import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
 import type { Gateway } from '../edge/routes/gateway.js';
@@ -142,6 +143,7 @@ function mountAgentsAndServices(edge: HttpEdge, p: RouteParts, app: UseCases): v
   p.agents.mountWebSocket(edge);
   edge.addAll(withIdempotency(vaultRoutes({ vault }), idem));
   edge.addAll(auditRoutes(app.audit));
+  edge.addAll(schedulingRoutes(app.scheduling));
   edge.addAll(cloudProviderRoutes({ store: cloudStore, guard: cloudGuard, client: cloudClient, defaultMaxConcurrentJobs: config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }));
 }
 

@@ -15,6 +15,7 @@ import { Migration20261125000300_task_trace } from './Migration20261125000300_ta
 import { Migration20261126000100_cloud_partner_nodes } from './Migration20261126000100_cloud_partner_nodes.js';
 import { Migration20261126000200_task_checkpoint } from './Migration20261126000200_task_checkpoint.js';
 import { Migration20261126002800_webhook_dropped } from './Migration20261126002800_webhook_dropped.js';
+import { Migration20261126100000_scheduling } from './Migration20261126100000_scheduling.js';
 
 /**
  * Checked-in migrations in the order they apply. Never edit one that has landed; add a new one.
@@ -38,4 +39,5 @@ export const migrationsList = [
   { name: 'Migration20261126000100_cloud_partner_nodes', class: Migration20261126000100_cloud_partner_nodes },
   { name: 'Migration20261126000200_task_checkpoint', class: Migration20261126000200_task_checkpoint },
   { name: 'Migration20261126002800_webhook_dropped', class: Migration20261126002800_webhook_dropped },
+  { name: 'Migration20261126100000_scheduling', class: Migration20261126100000_scheduling },
 ];
