@@ -67,13 +67,10 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
   /** The activation reads: the queue, the held tasks, the agents, and the credential limits. */
   private async reads(): Promise<[TaskRecord[], TaskRecord[], AgentInfo[]]> {
     const now = this.ctx.clock.now();
-    const [waiting, active, agents, limits, usage] = await Promise.all([
-      this.d.tasks.schedulable(this.teamId),
-      this.d.tasks.active(this.teamId),
-      this.d.agents.online(this.teamId),
-      this.d.limits?.forTeam(this.teamId) ?? Promise.resolve(null),
-      this.seeded ? Promise.resolve(null) : (this.d.tasks.recentUsage?.(this.teamId, now - this.mem.ledger.windowS * 1000) ?? Promise.resolve(null)),
-    ]);
+    const none = Promise.resolve(null);
+    const limitsRead = this.d.limits ? this.d.limits.forTeam(this.teamId) : none;
+    const seedRead = this.d.tasks.recentUsage && !this.seeded ? this.d.tasks.recentUsage(this.teamId, now - this.mem.ledger.windowS * 1000) : none;
+    const [waiting, active, agents, limits, usage] = await Promise.all([this.d.tasks.schedulable(this.teamId), this.d.tasks.active(this.teamId), this.d.agents.online(this.teamId), limitsRead, seedRead]);
     if (limits) {
       this.mem.limits.clear();
       for (const [k, v] of limits) this.mem.limits.set(k, v);

@@ -20,6 +20,8 @@ export class Migration20261126100000_scheduling extends Migration {
       updated_at timestamptz not null default now()
     );`);
     this.addSql('create index if not exists credential_scheduling_team_idx on credential_scheduling (team_id);');
+    // what an agent's executor runs (tool_type is a placement constraint); [] = any (an older agent)
+    this.addSql(`alter table agents add column if not exists tool_types jsonb not null default '[]';`);
     // the fair-share ledger's seed: a team's tasks that held an agent recently
     this.addSql('create index if not exists tasks_team_finished_idx on tasks (team_id, finished_at) where queued_at is not null or started_at is not null;');
   }
@@ -27,6 +29,7 @@ export class Migration20261126100000_scheduling extends Migration {
   override down(): void {
     this.addSql('drop index if exists tasks_team_finished_idx;');
     this.addSql('drop table if exists credential_scheduling;');
+    this.addSql('alter table agents drop column if exists tool_types;');
     this.addSql('alter table workflows drop constraint if exists workflows_default_priority_ck;');
     this.addSql('alter table workflows drop column if exists default_priority;');
     this.addSql('alter table tasks drop constraint if exists tasks_priority_ck;');
