@@ -77,7 +77,7 @@ export interface SchedulerEnv {
   policy?: PolicySettings;
 }
 
-const FIFO_LRU: PolicySettings = { strategy: 'fifo-lru', agingS: 0, warmLookahead: 0 };
+const FIFO_LRU: PolicySettings = { strategy: 'fifo-lru', agingS: 0, warmLookahead: 0, warmSlackTasks: 0 };
 
 /** What survives a rebuild of the view: the fair-share ledger, the credential limits, warm placement. */
 export interface SchedulerMemory {

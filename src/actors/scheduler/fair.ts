@@ -11,8 +11,9 @@
  * types runs only those) the warm one (it last ran the same workflow version, or holds one of the
  * task's required models loaded), then the preferred GPU (a case-insensitive substring of the
  * agent's GPU name), then the least recently used. When a submitter's next task has no warm agent
- * free, a later task of the same submitter and level (at most `warmLookahead` places behind it) that
- * does may go first, unless the head has waited an aging interval already (so it cannot starve).
+ * free, a later task of the same submitter and level (at most `warmLookahead` places behind it,
+ * submitted less than one aging interval after it) that does may go first: only a bounded number
+ * of tasks can ever overtake a task, so it cannot starve.
  */
 import type { TaskRecord } from '../ports.js';
 import type { AgentSlot, PlanStep } from './fifo-lru.js';
@@ -43,17 +44,29 @@ export interface FairSettings {
   agingS: number;
   /** How far behind its head a submitter's task may be taken to land on a warm agent; 0 = strict FIFO. */
   warmLookahead: number;
+  /**
+   * A submitter of the same level whose usage is at most this many tasks' worth (quantumS) above
+   * the least one's may take a free slot its warm task fits, instead of a cold start; 0 = never.
+   */
+  warmSlackTasks: number;
   /** The team's held tasks and quota (0 = unlimited). */
   teamActive: number;
   teamMax: number;
 }
 
-/** The task's priority after aging: one level up per agingS waited, never above 1. */
+/**
+ * Aging lifts a task at most to this level: priority 1 stays for runs submitted at 1, so an aged
+ * backlog never overtakes urgent work (at level 2 it competes by fair share, where a heavy
+ * submitter's usage puts it behind the light ones).
+ */
+export const AGED_PRIORITY_CAP = 2;
+
+/** The task's priority after aging: one level up per agingS waited, up to AGED_PRIORITY_CAP. */
 export function effectivePriority(t: TaskRecord, now: number, agingS: number): number {
   const p = t.priority ?? DEFAULT_PRIORITY;
-  if (agingS <= 0 || p <= 1) return p;
+  if (agingS <= 0 || p <= AGED_PRIORITY_CAP) return p;
   const levels = Math.floor(Math.max(0, now - t.createdAt) / (agingS * 1000));
-  return Math.max(1, p - levels);
+  return Math.max(AGED_PRIORITY_CAP, p - levels);
 }
 
 /** Case-insensitive substring: "A100" matches "NVIDIA A100-SXM4-80GB". */
@@ -73,6 +86,13 @@ export function isWarm(t: TaskRecord, a: Pick<AgentSlot, 'lastWorkflow' | 'loade
 interface Sim extends AgentSlot {
   modelSet: Set<string> | null;
   pref: string;
+}
+
+interface Choice {
+  g: Group;
+  t: TaskRecord;
+  ti: number;
+  a: Sim;
 }
 
 interface Group {
@@ -96,6 +116,14 @@ function sigOf(t: TaskRecord): string {
   return s;
 }
 
+/** Whether a beats b for the task: preferred GPU, then least recently used, then the lower id. */
+function better(t: TaskRecord, a: Sim, b: Sim): boolean {
+  const pref = t.preferredGpu ? t.preferredGpu.toLowerCase() : null;
+  const sa = pref !== null && a.pref.includes(pref) ? 0 : 1;
+  const sb = pref !== null && b.pref.includes(pref) ? 0 : 1;
+  return sa < sb || (sa === sb && (a.lastAssignedAt < b.lastAssignedAt || (a.lastAssignedAt === b.lastAssignedAt && a.agentId < b.agentId)));
+}
+
 function fits(t: TaskRecord, a: Sim): boolean {
   if (a.free <= 0 || a.draining || a.teamId !== t.teamId) return false;
   if (!runsTool(a, t.toolType)) return false;
@@ -108,12 +136,22 @@ function fits(t: TaskRecord, a: Sim): boolean {
   return true;
 }
 
-/** Preferred GPU, then least recently used, then the lower id. */
-function best(t: TaskRecord, agents: readonly Sim[]): Sim | null {
+/**
+ * Preferred GPU, then least recently used, then the lower id. Agents whose slots are used up are
+ * swap-removed from the list on the way (order does not matter: ties are broken by the fields).
+ */
+function best(t: TaskRecord, agents: Sim[]): Sim | null {
   let b: Sim | null = null;
   let bScore = 2;
   const pref = t.preferredGpu ? t.preferredGpu.toLowerCase() : null;
-  for (const a of agents) {
+  for (let i = 0; i < agents.length; i++) {
+    const a = agents[i] as Sim;
+    if (a.free <= 0) {
+      agents[i] = agents[agents.length - 1] as Sim;
+      agents.pop();
+      i--;
+      continue;
+    }
     if (!fits(t, a)) continue;
     const score = pref !== null && a.pref.includes(pref) ? 0 : 1;
     if (b === null || score < bScore || (score === bScore && (a.lastAssignedAt < b.lastAssignedAt || (a.lastAssignedAt === b.lastAssignedAt && a.agentId < b.agentId)))) {
@@ -124,7 +162,6 @@ function best(t: TaskRecord, agents: readonly Sim[]): Sim | null {
   return b;
 }
 
-const EMPTY: readonly Sim[] = [];
 
 /** One pass of the fair strategy: which tasks go to which agent, which pending ones must wait. */
 export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlot>, usage: FairUsage, now: number, s: FairSettings): { assign: PlanStep[]; wait: string[] } {
@@ -151,14 +188,17 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       if (a.lastWorkflow) index(`w:${a.lastWorkflow}`, a);
       for (const m of a.loaded ?? []) index(`m:${m}`, a);
     }
-    const warmOf = (t: TaskRecord): readonly Sim[] => {
-      let out: Sim[] | null = null;
-      const add = (l: Sim[] | undefined): void => {
-        if (l) out = out ? out.concat(l) : l;
+    /** The best free agent warm for the task (same workflow version, or one of its models loaded). */
+    const bestWarm = (t: TaskRecord): Sim | null => {
+      let b: Sim | null = null;
+      const consider = (l: Sim[] | undefined): void => {
+        if (!l || l.length === 0) return;
+        const a = best(t, l);
+        if (a && (b === null || better(t, a, b))) b = a;
       };
-      if (t.workflowKey) add(warm.get(`w:${t.workflowKey}`));
-      for (const m of t.requiredModels) add(warm.get(`m:${m}`));
-      return out ?? EMPTY;
+      if (t.workflowKey) consider(warm.get(`w:${t.workflowKey}`));
+      for (const m of t.requiredModels) consider(warm.get(`m:${m}`));
+      return b;
     };
     // levels 1..5, each: submitter -> its tasks in FIFO (seq) order
     const levels: Array<Map<string, Group>> = [];
@@ -181,45 +221,48 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
     const inPass = new Map<string, number>();
     const noFit = new Set<string>();
     const bypassMs = (s.agingS > 0 ? s.agingS : 300) * 1000;
+    const slack = s.warmSlackTasks * usage.quantumS;
     const share = (g: Group): number => ((usage.gpuSeconds.get(g.sub) ?? 0) + (inPass.get(g.sub) ?? 0) * usage.quantumS) / g.weight;
     const capped = (g: Group): boolean => g.cap !== null && (usage.active.get(g.sub) ?? 0) + (inPass.get(g.sub) ?? 0) >= g.cap;
 
-    /** Places the group's next placeable task (or a warm one just behind it); false when none is left. */
-    const placeNext = (g: Group): boolean => {
+    /** Skips the group's taken and unplaceable tasks; its head, or null when none is left. */
+    const headOf = (g: Group): TaskRecord | null => {
       while (g.next < g.tasks.length) {
-        if (g.taken?.has(g.next)) {
-          g.next++;
-          continue;
-        }
         const h = g.tasks[g.next] as TaskRecord;
-        if (noFit.has(sigOf(h))) {
-          g.next++;
-          continue;
-        }
-        let t = h;
-        let ti = g.next;
-        let a = best(h, warmOf(h));
-        if (!a && s.warmLookahead > 0 && now - h.createdAt < bypassMs) {
-          const end = Math.min(g.tasks.length, g.next + 1 + s.warmLookahead);
-          for (let j = g.next + 1; j < end; j++) {
-            if (g.taken?.has(j)) continue;
-            const c = g.tasks[j] as TaskRecord;
-            if (noFit.has(sigOf(c))) continue;
-            const wa = best(c, warmOf(c));
-            if (wa) {
-              a = wa;
-              t = c;
-              ti = j;
-              break;
-            }
-          }
-        }
-        a ??= best(h, free);
-        if (!a) {
-          noFit.add(sigOf(h)); // agents only lose free slots within a pass: nothing will fit it later
-          g.next++;
-          continue;
-        }
+        if (g.taken?.has(g.next) || noFit.has(sigOf(h))) g.next++;
+        else return h;
+      }
+      return null;
+    };
+    /** A warm placement in the group: its head, or a task at most warmLookahead behind it. */
+    const findWarm = (g: Group): Choice | null => {
+      const h = headOf(g);
+      if (!h) return null;
+      const a = bestWarm(h);
+      if (a) return { g, t: h, ti: g.next, a };
+      const end = Math.min(g.tasks.length, g.next + 1 + s.warmLookahead);
+      for (let j = g.next + 1; j < end; j++) {
+        if (g.taken?.has(j)) continue;
+        const c = g.tasks[j] as TaskRecord;
+        if (c.createdAt - h.createdAt >= bypassMs) break; // submitted an aging interval later: may not overtake
+        if (noFit.has(sigOf(c))) continue;
+        const wa = bestWarm(c);
+        if (wa) return { g, t: c, ti: j, a: wa };
+      }
+      return null;
+    };
+    /** The group's head on the best agent (cold); null (and the head skipped) when no free agent fits it. */
+    const findCold = (g: Group): Choice | null => {
+      for (let h = headOf(g); h; h = headOf(g)) {
+        const a = best(h, free);
+        if (a) return { g, t: h, ti: g.next, a };
+        noFit.add(sigOf(h)); // agents only lose free slots within a pass: nothing will fit it later
+        g.next++;
+      }
+      return null;
+    };
+    const take = (p: Choice): void => {
+      const { g, t, ti, a } = p;
         if (ti === g.next) g.next++;
         else (g.taken ??= new Set()).add(ti);
         a.free -= 1;
@@ -230,9 +273,6 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
         if (t.workflowKey) a.lastWorkflow = t.workflowKey;
         placed.add(t.id);
         assign.push({ taskId: t.id, agentId: a.agentId });
-        return true;
-      }
-      return false;
     };
 
     for (let lvl = 1; lvl <= 5 && !full(); lvl++) {
@@ -250,7 +290,20 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
           }
         }
         const g = gs[bi] as Group;
-        if (capped(g) || !placeNext(g)) gs.splice(bi, 1);
+        if (capped(g) || headOf(g) === null) {
+          gs.splice(bi, 1);
+          continue;
+        }
+        // warm first: this submitter's, else (within the slack of one fair share's worth) another's
+        // of the same level, else this submitter's head, cold
+        let p = findWarm(g);
+        for (let i = 0; !p && slack > 0 && i < gs.length; i++) {
+          const o = gs[i] as Group;
+          if (o !== g && share(o) <= bShare + slack / o.weight && !capped(o)) p = findWarm(o);
+        }
+        p ??= findCold(g);
+        if (p) take(p);
+        else gs.splice(bi, 1);
       }
     }
   }

@@ -18,9 +18,11 @@ export interface PolicySettings {
   agingS: number;
   /** GANTRY_SCHEDULER_WARM_LOOKAHEAD: how far a warm task may overtake its submitter's head (0 = strict FIFO). */
   warmLookahead: number;
+  /** How many tasks' worth of fair share a submitter may be ahead and still take a slot its warm task fits (0 = never). */
+  warmSlackTasks: number;
 }
 
-export const DEFAULT_POLICY: PolicySettings = { strategy: 'fair', agingS: 300, warmLookahead: 64 };
+export const DEFAULT_POLICY: PolicySettings = { strategy: 'fair', agingS: 300, warmLookahead: 1000, warmSlackTasks: 20 };
 
 export interface PolicyUsage extends FairUsage {
   /** Tasks the team holds now, and its quota (0 = unlimited). */
@@ -39,5 +41,5 @@ export const noUsage = (teamActive = 0, teamMax = 0): PolicyUsage => ({ gpuSecon
 /** One scheduling pass. `queue` in FIFO (seq) order; agents with their free slots (not modified). */
 export function schedule(queue: readonly TaskRecord[], agents: ReadonlyMap<string, AgentSlot>, usage: PolicyUsage, now: number, settings: PolicySettings): PolicyDecision {
   if (settings.strategy === 'fifo-lru') return plan(queue, agents, usage.teamActive, usage.teamMax);
-  return planFair(queue, agents.values(), usage, now, { agingS: settings.agingS, warmLookahead: settings.warmLookahead, teamActive: usage.teamActive, teamMax: usage.teamMax });
+  return planFair(queue, agents.values(), usage, now, { agingS: settings.agingS, warmLookahead: settings.warmLookahead, warmSlackTasks: settings.warmSlackTasks, teamActive: usage.teamActive, teamMax: usage.teamMax });
 }
