@@ -20,6 +20,9 @@ import type { AgentSlot, PlanStep } from './fifo-lru.js';
 
 export const DEFAULT_PRIORITY = 3;
 
+/** At most this many look-ahead tasks are examined per pass (then placement is by the heads only). */
+const PROBE_BUDGET = 20_000;
+
 export interface SubmitterLimits {
   /** Fair-share weight (> 0): usage is divided by it. */
   weight: number;
@@ -222,6 +225,7 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
     const noFit = new Set<string>();
     const bypassMs = (s.agingS > 0 ? s.agingS : 300) * 1000;
     const slack = s.warmSlackTasks * usage.quantumS;
+    let probes = 0; // look-ahead tasks examined in this pass (bounded: the pass stays cheap with a long queue)
     const share = (g: Group): number => ((usage.gpuSeconds.get(g.sub) ?? 0) + (inPass.get(g.sub) ?? 0) * usage.quantumS) / g.weight;
     const capped = (g: Group): boolean => g.cap !== null && (usage.active.get(g.sub) ?? 0) + (inPass.get(g.sub) ?? 0) >= g.cap;
 
@@ -241,7 +245,7 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       const a = bestWarm(h);
       if (a) return { g, t: h, ti: g.next, a };
       const end = Math.min(g.tasks.length, g.next + 1 + s.warmLookahead);
-      for (let j = g.next + 1; j < end; j++) {
+      for (let j = g.next + 1; j < end && probes < PROBE_BUDGET; j++, probes++) {
         if (g.taken?.has(j)) continue;
         const c = g.tasks[j] as TaskRecord;
         if (c.createdAt - h.createdAt >= bypassMs) break; // submitted an aging interval later: may not overtake
