@@ -3,7 +3,7 @@
  * (user JWT):
  *
  *   GET /credentials/{credentialId}/scheduling   {credential_id, scheduling_weight, max_concurrent_tasks}
- *   PUT /credentials/{credentialId}/scheduling   {scheduling_weight?, max_concurrent_tasks?} -> the same
+ *   PUT /credentials/{credentialId}/scheduling   {scheduling_weight?, max_concurrent_tasks?} -> {id} (the credential's)
  */
 import { z } from 'zod';
 import type { SchedulingUseCases } from '../../app/scheduling.js';
@@ -39,14 +39,14 @@ export function schedulingRoutes(scheduling: SchedulingUseCases): RouteDef[] {
     {
       method: 'PUT',
       path: '/credentials/{credentialId}/scheduling',
-      doc: { summary: "Set a credential's fair-share weight and max_concurrent_tasks (owner or admin)", tags: ['scheduling'], body: putBody, responses: { 200: CredentialSchedulingSchema } },
+      doc: { summary: "Set a credential's fair-share weight and max_concurrent_tasks (owner or admin)", tags: ['scheduling'], body: putBody, responses: { 200: D.IdResult } },
       auth: ADMIN,
       handler: async (c) => {
         const id = uuidParam(c, 'credentialId');
         const b = parseBody(putBody, c.body);
         const r = await scheduling.putScheduling(teamPrincipalOf(c), id, b, auditOf(c, 'credential.scheduling_update', 'credential', id));
         c.log.info({ credential_id: id, scheduling_weight: r.scheduling_weight, max_concurrent_tasks: r.max_concurrent_tasks }, 'credential scheduling updated');
-        return r;
+        return { id: r.credential_id };
       },
     },
   ];
