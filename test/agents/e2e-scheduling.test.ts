@@ -127,6 +127,14 @@ test('fair share: a second submitter is not starved behind a first one that queu
   // FIFO within each submitter
   assert.deepEqual(order.filter((x) => heavy.includes(x)), heavy);
   assert.deepEqual(order.filter((x) => light.includes(x)), light);
+  // what a restarted scheduler seeds its fair-share ledger with: every run, its submitter, released
+  const seed = await t.node.taskStore.recentUsage(s.user.teamId, Date.now() - 3600_000);
+  const bySub = new Map<string, number>();
+  for (const r of seed) {
+    assert.ok(r.end !== null && r.end >= r.start && r.gpus === 1, JSON.stringify(r));
+    bySub.set(r.submitter, (bySub.get(r.submitter) ?? 0) + 1);
+  }
+  assert.deepEqual(Object.fromEntries(bySub), { [s.sk.id]: 6, [sk2.id]: 3 });
 });
 
 for (const transport of AGENT_TRANSPORTS)
