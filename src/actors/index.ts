@@ -1,5 +1,6 @@
 import type { LocalActorSystem } from './runtime/system.js';
-import type { AgentStorePort, AgentTransportPort, CloudJobsPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from './ports.js';
+import type { AgentStorePort, AgentTransportPort, CloudJobsPort, ContainerChangesPort, ContainerStorePort, EventBusPort, Protocols, QuotaPort, SchedulingLimitsPort, TaskMetricsPort, TaskStorePort } from './ports.js';
+import type { PolicySettings } from './scheduler/policy.js';
 import { AgentMsg, AgentReplySchemas } from './agent/protocol.js';
 import { SchedulerMsg, SchedulerReplySchemas } from './scheduler/protocol.js';
 import { TaskMsg, TaskReplySchemas } from './task/protocol.js';
@@ -39,6 +40,10 @@ export interface ActorDeps {
   metrics?: TaskMetricsPort;
   /** Hosted cloud providers: runs provider jobs for the cloud dispatchers. */
   cloudJobs: CloudJobsPort;
+  /** The team schedulers' policy (default fair), fair share's window, and per-credential limits. */
+  schedulerPolicy?: PolicySettings;
+  fairShareWindowS?: number;
+  schedulingLimits?: SchedulingLimitsPort;
 }
 
 /** Each kind's zod message union: what the envelope codec (remoting) and wire decoders validate with. */
@@ -62,7 +67,18 @@ export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): 
     parse: parseTaskMsg,
     idleMs: 60_000,
   });
-  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, { tasks: d.tasks, agents: d.agents, quotas: d.quotas, events: d.events, askTimeoutMs: d.askTimeoutMs, resyncMs: d.schedulerResyncMs ?? 0, ...(d.metrics ? { metrics: d.metrics } : {}) }), {
+  sys.register(SCHEDULER, (id, ctx) => new TeamSchedulerActor(id, ctx, {
+        tasks: d.tasks,
+        agents: d.agents,
+        quotas: d.quotas,
+        events: d.events,
+        askTimeoutMs: d.askTimeoutMs,
+        resyncMs: d.schedulerResyncMs ?? 0,
+        ...(d.metrics ? { metrics: d.metrics } : {}),
+        ...(d.schedulerPolicy ? { policy: d.schedulerPolicy } : {}),
+        ...(d.fairShareWindowS ? { fairShareWindowS: d.fairShareWindowS } : {}),
+        ...(d.schedulingLimits ? { limits: d.schedulingLimits } : {}),
+      }), {
     parse: parseSchedulerMsg,
     idleMs: 10 * 60_000,
   });

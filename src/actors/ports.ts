@@ -11,6 +11,8 @@ import type { SchedulerMsg, SchedulerReplies } from './scheduler/protocol.js';
 import type { AgentMsg, AgentReplies } from './agent/protocol.js';
 import type { ContainerServiceMsg, ContainerServiceReplies } from './container/protocol.js';
 import type { CloudDispatcherMsg, CloudDispatcherReplies } from './cloud/protocol.js';
+import type { LedgerSeedRow } from './scheduler/ledger.js';
+import type { SubmitterLimits } from './scheduler/fair.js';
 import type { InstanceState, ServiceInstance, ServiceRecord, ServiceStatus } from '../domain/containers/schema.js';
 
 export { TASK_STATUSES, TERMINAL_STATUSES, isTerminal, ACTOR_KINDS } from '../domain/tasks/record.js';
@@ -152,6 +154,11 @@ export interface TaskStorePort {
   nonTerminal(): Promise<TaskRecord[]>;
   /** The payload an agent needs to run the task. */
   assignment(taskId: string): Promise<TaskAssignment | null>;
+  /**
+   * The team's tasks that held an agent since `sinceMs` (assigned, and still held or released
+   * after it), with their submitter and the agent's GPU count: seeds the fair-share ledger.
+   */
+  recentUsage?(teamId: string, sinceMs: number): Promise<LedgerSeedRow[]>;
 }
 
 /** Fan-out of committed task events (SSE, webhooks, notifications) — in-memory or Redis pub/sub. */
@@ -178,6 +185,11 @@ export interface AgentStorePort {
   /** Agents currently online (or draining) of a team, as the scheduler needs them. */
   online(teamId: string): Promise<AgentInfo[]>;
   setStatus(agentId: string, status: 'online' | 'busy' | 'draining' | 'offline', currentTaskId?: string | null): Promise<void>;
+}
+
+/** Per-credential scheduling settings (fair-share weight, max_concurrent_tasks) of a team's credentials. */
+export interface SchedulingLimitsPort {
+  forTeam(teamId: string): Promise<Map<string, SubmitterLimits>>;
 }
 
 export interface QuotaPort {

@@ -43,6 +43,10 @@ export const AgentInfoMsg = z.object({
   draining: z.boolean(),
   /** Active team models/custom nodes the agent lacks: a task assigned to it provisions first. */
   needsSync: z.boolean(),
+  /** Tool types its executor runs (comfyui, nerfstudio); absent or empty = any (older agents). */
+  toolTypes: z.array(z.string()).optional(),
+  /** Models its runtime holds loaded (or the last run used), as paths under the models root: warm placement. */
+  loaded: z.array(z.string()).optional(),
 });
 export type AgentInfo = z.infer<typeof AgentInfoMsg>;
 

@@ -50,6 +50,10 @@ export interface AgentConfig {
   simulateHang?: boolean;
   /** simulate executor: every task kills the agent (SIGKILL). */
   simulateCrash?: boolean;
+  /** simulate executor: the tool types it advertises (default both). */
+  simulateToolTypes?: Array<'comfyui' | 'nerfstudio'>;
+  /** simulate executor: model paths it reports loaded (warm placement). */
+  simulateLoaded?: string[];
   window: number;
   logLevel: string;
   /** OpenTelemetry traces: off, or otlp (exported as the standard OTEL_* variables say). */
@@ -106,6 +110,8 @@ export const AGENT_FLAGS = [
   ['simulate-fail', 'GANTRY_AGENT_SIMULATE_FAIL', '', 'simulate executor: every task fails (tool_error) halfway; --simulate-fail=MESSAGE sets the error'],
   ['simulate-hang', 'GANTRY_AGENT_SIMULATE_HANG', 'false', 'simulate executor: every task hangs after its steps until cancelled (or timed out)'],
   ['simulate-crash', 'GANTRY_AGENT_SIMULATE_CRASH', 'false', 'simulate executor: every task kills the agent process (SIGKILL) after its first tick'],
+  ['simulate-tool-types', 'GANTRY_AGENT_SIMULATE_TOOL_TYPES', 'comfyui,nerfstudio', 'simulate executor: the tool types it advertises (the scheduler places only those on it)'],
+  ['simulate-loaded', 'GANTRY_AGENT_SIMULATE_LOADED', '', 'simulate executor: comma-separated model paths it reports loaded (the scheduler prefers a warm agent)'],
   ['container-runtime', 'GANTRY_AGENT_CONTAINER_RUNTIME', '(docker when its socket exists, else none)', 'docker | exec | none: how container services run on this host (exec: docker_image is the command, the process listens on $PORT)'],
   ['docker-socket', 'GANTRY_AGENT_DOCKER_SOCKET', '/var/run/docker.sock', 'Docker Engine API socket (docker runtime)'],
   ['tunnel-url', 'GANTRY_AGENT_TUNNEL_URL', '(--comfy-url with the comfyui executor)', 'local http://HOST:PORT exposed to team members through GET /agents/{id}/tunnel; "none" to expose nothing'],
@@ -189,6 +195,10 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
   const simulateCrash = boolOf(values['simulate-crash'] as boolean | undefined) || boolOf(env.GANTRY_AGENT_SIMULATE_CRASH);
   if (executor !== 'simulate' && (simulateFail !== undefined || simulateHang || simulateCrash))
     throw new UsageError('--simulate-fail, --simulate-hang and --simulate-crash need --executor simulate');
+  const list = (v: string | undefined): string[] => [...new Set((v ?? '').split(',').map((x) => x.trim()).filter(Boolean))];
+  const simulateToolTypes = list(get('simulate-tool-types') ?? 'comfyui,nerfstudio');
+  for (const t of simulateToolTypes) if (t !== 'comfyui' && t !== 'nerfstudio') throw new UsageError(`--simulate-tool-types: comfyui and/or nerfstudio, got ${JSON.stringify(t)}`);
+  const simulateLoaded = list(get('simulate-loaded'));
   const dockerSocket = get('docker-socket') ?? '/var/run/docker.sock';
   const runtimeFlag = get('container-runtime') ?? (existsSync(dockerSocket) ? 'docker' : 'none');
   if (runtimeFlag !== 'docker' && runtimeFlag !== 'exec' && runtimeFlag !== 'none') throw new UsageError('--container-runtime: docker, exec or none');
@@ -236,6 +246,8 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
     simulateFail,
     simulateHang,
     simulateCrash,
+    simulateToolTypes: simulateToolTypes as Array<'comfyui' | 'nerfstudio'>,
+    simulateLoaded,
     window: intIn('window', get('window') ?? String(DEFAULT_WINDOW), 4, 4096),
     logLevel: get('log-level') ?? 'info',
     tracing: tracingOf(get('tracing') ?? 'off'),

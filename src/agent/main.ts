@@ -60,6 +60,7 @@ function executorConfig(c: AgentConfig): ExecutorConfig {
         ...(c.simulateFail !== undefined ? { failMessage: c.simulateFail } : {}),
         hang: c.simulateHang ?? false,
         crash: c.simulateCrash ?? false,
+        loaded: c.simulateLoaded ?? [],
       };
     case 'comfyui':
       return { kind: 'comfyui', baseUrl: c.comfyUrl, ...(c.comfyLivenessS !== undefined ? { livenessTimeoutMs: c.comfyLivenessS * 1000 } : {}) };
@@ -133,14 +134,14 @@ function containerRuntimeOf(c: AgentConfig, log: Logger): ContainerRuntime | nul
 }
 
 /** The heartbeat payload: CPU, RAM and the GPUs (sampled again after each beat when nvidia-smi gave the first sample). */
-function heartbeatOf(gpus: GpuInfo[], firstSample: GpuSample[] | null, runningTasks: () => number): () => Heartbeat {
+function heartbeatOf(gpus: GpuInfo[], firstSample: GpuSample[] | null, runningTasks: () => number, loaded: () => string[]): () => Heartbeat {
   const cpu = new CpuMeter();
   let gpuSample: GpuSample[] | null = firstSample;
   return () => {
     const total = os.totalmem();
     const sample = gpuSample ?? gpus.map((g, index) => ({ index, name: g.name, utilization_percent: 0, vram_used_gb: 0, vram_total_gb: g.vram_gb, temperature_c: 0 }));
     if (firstSample) void sampleGpus().then((s) => (gpuSample = s ?? gpuSample));
-    return { cpu_percent: cpu.percent(), ram_used_bytes: total - os.freemem(), ram_total_bytes: total, gpus: sample, running_tasks: runningTasks() };
+    return { cpu_percent: cpu.percent(), ram_used_bytes: total - os.freemem(), ram_total_bytes: total, gpus: sample, running_tasks: runningTasks(), loaded_models: loaded() };
   };
 }
 
@@ -164,12 +165,15 @@ async function containerServices(
   return { runtime, containers, tunnelTarget, tunnel };
 }
 
+/** The tool types this agent's executor runs (advertised in hello: the scheduler places only those here). */
+const toolTypesOf = (c: AgentConfig): string[] => (c.executor === 'simulate' ? (c.simulateToolTypes ?? ['comfyui', 'nerfstudio']) : [c.executor]);
+
 /** The task runner: one slot per --concurrency, a scratch directory per task. */
 function runnerOf(c: AgentConfig, executor: Executor, machineId: string, log: Logger, provision: RunnerOptions['provision']): AgentRunner {
   return new AgentRunner(executor, {
     slots: c.concurrency,
     workDir: c.workDir ? path.resolve(c.workDir) : path.join(os.tmpdir(), `gantry-agent-${machineId.replace(/[^A-Za-z0-9._-]/g, '_')}`),
-    toolTypes: c.executor === 'simulate' ? null : new Set([c.executor]),
+    toolTypes: new Set(toolTypesOf(c)),
     executorName: c.executor,
     logger: log,
     provision,
@@ -229,6 +233,8 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
       slots: c.concurrency,
       running: runner.held(),
       executor: c.executor,
+      tool_types: toolTypesOf(c),
+      loaded_models: baseExecutor.loaded?.() ?? [],
       draining: runner.draining,
       container_runtime: runtime?.name ?? '',
       containers: (containers?.reports() ?? []).map(reportOf),
@@ -249,7 +255,7 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
         .then(() => client.close())
         .then(() => resolveDone(3), () => resolveDone(3));
     },
-    heartbeat: o.heartbeat === false ? undefined : heartbeatOf(gpus, firstSample, () => runner.runningCount()),
+    heartbeat: o.heartbeat === false ? undefined : heartbeatOf(gpus, firstSample, () => runner.runningCount(), () => baseExecutor.loaded?.() ?? []),
   });
   runner.attach(client);
 

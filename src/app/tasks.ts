@@ -72,6 +72,8 @@ export const runBody = z
   .object({
     parameters: z.record(z.string(), z.unknown()).optional(),
     dispatch_target: z.enum(['agent', 'comfy_cloud']).optional(),
+    /** 1 (highest) .. 5; default the workflow's default_priority, else 3. */
+    priority: z.int('must be an integer from 1 to 5').min(1, 'must be an integer from 1 to 5').max(5, 'must be an integer from 1 to 5').optional(),
   })
   .strict();
 
@@ -202,6 +204,7 @@ export class TaskUseCases {
         preferredGpu: def.preferred_gpu ?? null,
         createdByUserId: p.userId ?? null,
         createdByCredentialId: p.credentialId ?? null,
+        priority: body.priority ?? def.default_priority ?? 3,
         ...(idem ? { idempotency: { key: idem.key, fingerprint: idem.fingerprint, responseStatus: 202, responseBody: { task_id: taskId } } } : {}),
       });
     } catch (e) {

@@ -34,6 +34,7 @@ export const Workflow = z.object({
   default_dispatch_target: z.enum(DISPATCH_TARGETS),
   min_vram_gb: z.number(),
   required_models: z.array(z.string()),
+  default_priority: z.int().min(1).max(5).optional().describe('priority (1 highest .. 5) of runs that give none; omitted when unset (3)'),
   version: z.int(),
   workflow_status: z.enum(WORKFLOW_STATUSES),
   created_at: ts,

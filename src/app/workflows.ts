@@ -52,6 +52,8 @@ export function workflowRead(w: WorkflowRecord, opts: { includeJson: boolean }):
     default_dispatch_target: d.default_dispatch_target,
     min_vram_gb: d.min_vram_gb,
     required_models: d.required_models,
+    // an extension of the contract: present only when the workflow sets it
+    ...(d.default_priority != null ? { default_priority: d.default_priority } : {}),
     version: w.version,
     workflow_status: w.status,
     created_at: w.createdAt,

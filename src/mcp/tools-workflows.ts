@@ -24,6 +24,7 @@ const workflowRef = {
 };
 const runArgs = {
   ...workflowRef,
+  priority: z.number().optional().describe('1 (highest) to 5; default the workflow\'s default_priority, else 3. Higher priority runs first; waiting runs rise one level per aging interval.'),
   parameters: z
     .record(z.string(), z.unknown())
     .optional()
@@ -87,9 +88,9 @@ export function registerWorkflowTools(t: ToolContext): void {
     }),
   );
 
-  const run = async (a: RefArgs & { parameters?: Record<string, unknown> | undefined; idempotency_key?: string | undefined }): Promise<string> => {
+  const run = async (a: RefArgs & { parameters?: Record<string, unknown> | undefined; priority?: number | undefined; idempotency_key?: string | undefined }): Promise<string> => {
     const w = workflowTarget(a);
-    const body = a.parameters ? { parameters: a.parameters } : {};
+    const body = { ...(a.parameters ? { parameters: a.parameters } : {}), ...(a.priority !== undefined ? { priority: a.priority } : {}) };
     hygiene(w.params, body);
     const r = await d.tasks.submitRun(p, { target: w.target, body, idempotencyKey: a.idempotency_key || undefined, method: 'POST', path: `${d.basePath}${w.path}/run` });
     return String(r.body.task_id);

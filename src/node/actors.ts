@@ -7,6 +7,7 @@ import { PgTaskStore } from '../persistence/task-store.js';
 import { PgAgentStore } from '../persistence/agent-store.js';
 import { TaskQueries } from '../persistence/task-queries.js';
 import { WorkflowStore } from '../persistence/workflow-store.js';
+import { CredentialSchedulingStore } from '../persistence/credential-scheduling.js';
 import type { PgContainerStore } from '../persistence/container-store.js';
 import type { RedisInvalidation } from '../cluster/invalidation-redis.js';
 import type { Cluster } from '../cluster/index.js';
@@ -34,6 +35,8 @@ export interface Stores {
   workflowStore: WorkflowStore;
   /** Usage accounting: attempt aggregations and GPU budgets (the attempts are written by taskStore). */
   usageStore: PgUsageStore;
+  /** Per-credential fair-share weights and caps. */
+  schedulingStore: CredentialSchedulingStore;
 }
 
 /** The task, agent and workflow stores; rows written in cluster mode carry this node's member id. */
@@ -48,7 +51,7 @@ export function createStores(d: { db: Database; cluster: Cluster<Protocols> | nu
       if (ev.type === 'workflow') workflowStore.cache.applyInvalidation(ev.workflowId, ev.dropVersions);
     });
   }
-  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId, needsSync: (teamId, inv) => d.files.sync.needsSync(teamId, inv) }), taskQueries: new TaskQueries(d.db), workflowStore, usageStore: new PgUsageStore(d.db) };
+  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId, needsSync: (teamId, inv) => d.files.sync.needsSync(teamId, inv) }), taskQueries: new TaskQueries(d.db), workflowStore, usageStore: new PgUsageStore(d.db), schedulingStore: new CredentialSchedulingStore(d.db) };
 }
 
 /** Registers every actor kind with its dependencies (before the cluster routes messages here). */
@@ -83,6 +86,9 @@ export function registerAll(
     progressIntervalMs: PROGRESS_MIN_INTERVAL_MS,
     askTimeoutMs: 15_000,
     schedulerResyncMs: d.settings.schedulerResyncMs,
+    schedulerPolicy: { strategy: config.GANTRY_SCHEDULER_STRATEGY, agingS: config.GANTRY_PRIORITY_AGING_S, warmLookahead: config.GANTRY_SCHEDULER_WARM_LOOKAHEAD, warmSlackTasks: config.GANTRY_SCHEDULER_WARM_SLACK_TASKS },
+    fairShareWindowS: config.GANTRY_FAIRSHARE_WINDOW_S,
+    schedulingLimits: d.stores.schedulingStore,
     containers: d.containers,
     containerChanges: d.containerChanges,
   });

@@ -4,6 +4,7 @@ import { WorkflowUseCases } from '../app/workflows.js';
 import { AgentUseCases } from '../app/agents.js';
 import { AuditUseCases } from '../app/audit.js';
 import { UsageUseCases } from '../app/usage.js';
+import { SchedulingUseCases } from '../app/scheduling.js';
 import { UploadUseCases } from '../app/uploads.js';
 import { ContainerUseCases } from '../app/containers.js';
 import { AccountUseCases, SsoUseCases, TeamUseCases } from '../app/identity.js';
@@ -41,6 +42,7 @@ export interface UseCases {
   vault: VaultUseCases;
   cloudProviders: CloudProviderUseCases;
   usage: UsageUseCases;
+  scheduling: SchedulingUseCases;
 }
 
 /** The outbound guard as the use cases' URL policy: a refusal is its reason, anything else (a bug, not a refusal) is thrown. */
@@ -130,5 +132,6 @@ export function createUseCases(p: RouteParts): UseCases {
     vault: new VaultUseCases(vault),
     cloudProviders: new CloudProviderUseCases({ store: cloudStore, guard: outboundPolicy(p.cloud.cloudGuard), client: p.cloud.cloudClient, defaultMaxConcurrentJobs: p.config.GANTRY_CLOUD_MAX_CONCURRENT_JOBS }),
     usage,
+    scheduling: new SchedulingUseCases({ store: stores.schedulingStore, actors }),
   };
 }

@@ -36,6 +36,7 @@ import { mcpRoutes } from '../edge/routes/mcp.js';
 import { vaultRoutes } from '../edge/routes/vault.js';
 import { auditRoutes } from '../edge/routes/audit.js';
 import { usageRoutes } from '../edge/routes/usage.js';
+import { schedulingRoutes } from '../edge/routes/scheduling.js';
 import { oidcRoutes } from '../edge/routes/oidc.js';
 import { cloudProviderRoutes } from '../edge/routes/cloud-providers.js';
 import type { Gateway } from '../edge/routes/gateway.js';
@@ -142,6 +143,7 @@ function mountAgentsAndServices(edge: HttpEdge, p: RouteParts, app: UseCases): v
   p.agents.mountWebSocket(edge);
   edge.addAll(withIdempotency(vaultRoutes(app.vault), idem));
   edge.addAll(auditRoutes(app.audit));
+  edge.addAll(schedulingRoutes(app.scheduling));
   edge.addAll(usageRoutes(app.usage));
   edge.addAll(cloudProviderRoutes(app.cloudProviders));
 }

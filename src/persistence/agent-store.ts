@@ -37,6 +37,7 @@ interface AgentTableRow {
   session_id: string | null;
   container_runtime: string;
   tunnel: boolean;
+  tool_types: unknown;
   created_at: PgTimestamp;
   updated_at: PgTimestamp;
 }
@@ -66,6 +67,7 @@ export const rowToAgent = (r: AgentTableRow): AgentRow => ({
   nodeId: r.node_id ?? null,
   containerRuntime: r.container_runtime ?? '',
   tunnel: Boolean(r.tunnel),
+  toolTypes: jsonStrings(r.tool_types),
   createdAt: ts(r.created_at) ?? 0,
 });
 
@@ -138,14 +140,14 @@ export class PgAgentStore implements AgentStorePort {
     const vram = r.gpus.reduce((s, g) => s + (g.vram_gb || 0), 0);
     const gpuType = r.gpus[0]?.name ?? null;
     const rows = await q(this.db)<AgentTableRow>(
-      `insert into agents (id, team_id, machine_id, display_name, agent_status, labels, gpu_type, gpu_count, vram_total_gb, gpus, models, custom_nodes, slots, agent_version, credential_id, node_id, last_seen_at)
-       values (?, ?, ?, ?, 'offline', ?::jsonb, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, now())
+      `insert into agents (id, team_id, machine_id, display_name, agent_status, labels, gpu_type, gpu_count, vram_total_gb, gpus, models, custom_nodes, slots, agent_version, credential_id, node_id, last_seen_at, tool_types)
+       values (?, ?, ?, ?, 'offline', ?::jsonb, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, now(), ?::jsonb)
        on conflict (team_id, machine_id) do update set display_name = excluded.display_name, labels = excluded.labels, gpu_type = excluded.gpu_type,
          gpu_count = excluded.gpu_count, vram_total_gb = excluded.vram_total_gb, gpus = excluded.gpus, models = excluded.models,
          custom_nodes = excluded.custom_nodes, slots = excluded.slots, agent_version = excluded.agent_version, credential_id = excluded.credential_id,
-         node_id = excluded.node_id, last_seen_at = now(), updated_at = now()
+         node_id = excluded.node_id, last_seen_at = now(), updated_at = now(), tool_types = excluded.tool_types
        returning *`,
-      [uuidv7(), r.teamId, r.machineId, r.displayName, json(r.labels), gpuType, r.gpus.length, vram, json(r.gpus), json(r.models), json(r.customNodes), r.slots, r.agentVersion, r.credentialId, r.nodeId],
+      [uuidv7(), r.teamId, r.machineId, r.displayName, json(r.labels), gpuType, r.gpus.length, vram, json(r.gpus), json(r.models), json(r.customNodes), r.slots, r.agentVersion, r.credentialId, r.nodeId, json(r.toolTypes ?? [])],
     );
     const row = rows[0];
     if (!row) throw new Error('agent upsert returned no row');

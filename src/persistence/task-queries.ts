@@ -85,6 +85,7 @@ export class TaskQueries {
       created_by_user_id: t.createdByUserId,
       created_by_credential_id: t.createdByCredentialId,
       trace_parent: t.traceParent ?? null,
+      priority: t.priority ?? 3,
       at: t.at,
       idem_key: t.idempotency?.key ?? null,
       idem_fp: t.idempotency?.fingerprint ?? null,
@@ -98,7 +99,7 @@ export class TaskQueries {
            select * from jsonb_to_recordset(?::jsonb) as x(ord int, id uuid, team_id uuid, workflow_id uuid, workflow_slug text, workflow_version int,
              snapshot_id uuid, dispatch_target text, tool_type text, parameters jsonb, resolved_workflow jsonb, input_files jsonb, max_retries int,
              task_timeout_s int, required_labels jsonb, min_vram_gb float8, required_models jsonb, preferred_gpu text, created_by_user_id uuid,
-             created_by_credential_id uuid, trace_parent text, at text, idem_key text, idem_fp text, idem_status int, idem_body jsonb)),
+             created_by_credential_id uuid, trace_parent text, priority int, at text, idem_key text, idem_fp text, idem_status int, idem_body jsonb)),
          k as (
            insert into idempotency_keys (team_id, idem_key, fingerprint, response_status, response_body, task_id)
            select team_id, idem_key, idem_fp, idem_status, idem_body, id from v where idem_key is not null order by ord
@@ -106,9 +107,9 @@ export class TaskQueries {
            returning task_id),
          t as (
            insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type, parameters,
-             resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, trace_parent)
+             resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, trace_parent, priority)
            select id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, 'pending', dispatch_target, tool_type, parameters,
-             resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, trace_parent
+             resolved_workflow, input_files, max_retries, task_timeout_s, required_labels, min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, trace_parent, priority
            from v where v.idem_key is null or v.id in (select task_id from k) order by ord
            returning id, team_id, seq, created_at),
          e as (
@@ -149,6 +150,9 @@ export class TaskQueries {
         parentTaskId: null,
         retryTaskId: null,
         traceParent: t.traceParent ?? null,
+        priority: t.priority ?? 3,
+        submitter: t.createdByCredentialId ?? t.createdByUserId ?? null,
+        workflowKey: `${t.workflowId}@${t.workflowVersion}`,
       };
       return { value: events };
     });

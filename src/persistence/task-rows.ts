@@ -29,6 +29,11 @@ export interface TaskRecordRow {
   retry_task_id: string | null;
   not_before: PgTimestamp | null;
   trace_parent: string | null;
+  priority: number;
+  created_by_user_id: string | null;
+  created_by_credential_id: string | null;
+  workflow_id: string;
+  workflow_version: number;
 }
 
 /** ASSIGNMENT_COLS: absent (a single transition) or null (the batch) when the transition did not assign. */
@@ -79,6 +84,9 @@ export function rowToTask(r: TaskRecordRow): TaskRecord {
     retryTaskId: r.retry_task_id ?? null,
     notBefore: ts(r.not_before),
     traceParent: r.trace_parent ?? null,
+    priority: Number(r.priority ?? 3),
+    submitter: r.created_by_credential_id ?? r.created_by_user_id ?? null,
+    workflowKey: r.workflow_id ? `${r.workflow_id}@${Number(r.workflow_version)}` : null,
   };
 }
 
@@ -93,7 +101,8 @@ export const rowToEvent = (r: TaskEventRow): TaskEvent => ({
 
 /** The columns of a TaskRecord (never the large JSON: workflow, parameters, output). */
 export const TASK_COLS = `id, team_id, task_status, attempt, max_retries, lease_epoch, agent_id, dispatch_target, tool_type, task_timeout_s, required_labels,
-  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id, not_before, trace_parent`;
+  min_vram_gb, required_models, preferred_gpu, seq, started_at, created_at, parent_task_id, retry_task_id, not_before, trace_parent,
+  priority, created_by_user_id, created_by_credential_id, workflow_id, workflow_version`;
 /** What an agent needs besides the record (returned by the assigning transition). */
 export const ASSIGNMENT_COLS = 'resolved_workflow, parameters, input_files, checkpoint_key, checkpoint_step';
 

@@ -1,6 +1,8 @@
 import { NON_TERMINAL } from '../domain/tasks/record.js';
 import type { Database } from './db.js';
-import { q, json, iso, TickBatcher, memberFenceSql, type BatcherStats, type Settled } from './sql.js';
+import { q, json, iso, ts, TickBatcher, memberFenceSql, type BatcherStats, type Settled } from './sql.js';
+import type { PgTimestamp } from './rows.js';
+import type { LedgerSeedRow } from '../actors/scheduler/ledger.js';
 import { ASSIGNMENT_COLS, rowToAssignment, rowToEvent, rowToTask, TASK_COLS, type AssignmentCols, type AssignmentRow, type BatchTaskRow, type TaskEventRow, type TaskRecordRow } from './task-rows.js';
 import { UUID_RE, uuidv7 } from '../shared/ids.js';
 import { recordAttemptsCtes, usageReturning } from './usage-store.js';
@@ -279,10 +281,10 @@ export class PgTaskStore implements TaskStorePort {
          r as (
            insert into tasks (id, team_id, workflow_id, workflow_slug, workflow_version, snapshot_id, task_status, dispatch_target, tool_type,
              parameters, resolved_workflow, input_files, attempt, max_retries, parent_task_id, lease_epoch, task_timeout_s, required_labels,
-             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, not_before, trace_parent, checkpoint_key, checkpoint_step)
+             min_vram_gb, required_models, preferred_gpu, created_by_user_id, created_by_credential_id, not_before, trace_parent, checkpoint_key, checkpoint_step, priority)
            select ?::uuid, p.team_id, p.workflow_id, p.workflow_slug, p.workflow_version, p.snapshot_id, 'pending', p.dispatch_target, p.tool_type,
              p.parameters, p.resolved_workflow, p.input_files, p.attempt + 1, p.max_retries, p.id, 0, p.task_timeout_s, p.required_labels,
-             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id, ?::timestamptz, p.trace_parent, p.checkpoint_key, p.checkpoint_step
+             p.min_vram_gb, p.required_models, p.preferred_gpu, p.created_by_user_id, p.created_by_credential_id, ?::timestamptz, p.trace_parent, p.checkpoint_key, p.checkpoint_step, p.priority
            from u join tasks p on p.id = u.id
            where u.retry_task_id = ?::uuid
            returning id, team_id),
@@ -403,6 +405,29 @@ export class PgTaskStore implements TaskStorePort {
   async assignment(taskId: string): Promise<TaskAssignment | null> {
     const rows = await q(this.db)<AssignmentRow>(`select id, attempt, tool_type, ${ASSIGNMENT_COLS}, task_timeout_s, required_models, trace_parent from tasks where id = ?`, [taskId]);
     return rows[0] ? rowToAssignment(rows[0]) : null;
+  }
+
+  /** The fair-share ledger's seed: the team's tasks that held an agent since `sinceMs` (see TaskStorePort.recentUsage). */
+  async recentUsage(teamId: string, sinceMs: number): Promise<LedgerSeedRow[]> {
+    const rows = await q(this.db)<{ id: string; submitter: string | null; start_at: PgTimestamp; end_at: PgTimestamp | null; gpus: number | null; agent_id: string | null; workflow_id: string; workflow_version: number }>(
+      `select t.id, coalesce(t.created_by_credential_id, t.created_by_user_id)::text as submitter, coalesce(t.queued_at, t.started_at) as start_at,
+         case when t.task_status in ('provisioning','queued','running') then null else coalesce(t.finished_at, t.updated_at) end as end_at,
+         a.gpu_count as gpus, t.agent_id, t.workflow_id, t.workflow_version
+       from tasks t left join agents a on a.id = t.agent_id
+       where t.team_id = ? and (t.queued_at is not null or t.started_at is not null)
+         and (t.task_status in ('provisioning','queued','running') or t.finished_at >= ?::timestamptz)
+       order by t.seq desc limit 100000`,
+      [teamId, new Date(sinceMs).toISOString()],
+    );
+    return rows.map((r) => ({
+      taskId: String(r.id),
+      submitter: r.submitter ?? '',
+      start: ts(r.start_at) ?? sinceMs,
+      end: ts(r.end_at),
+      gpus: Number(r.gpus ?? 1),
+      agentId: r.agent_id ?? null,
+      workflowKey: `${r.workflow_id}@${Number(r.workflow_version)}`,
+    }));
   }
 
   /** Many records in one statement (the scheduler's bulk refresh); ids that are not UUIDs or not found are absent. */

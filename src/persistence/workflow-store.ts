@@ -62,6 +62,7 @@ interface WorkflowRow {
   default_dispatch_target: string;
   min_vram_gb: number;
   required_models: unknown;
+  default_priority: number | null;
   version: number;
   workflow_status: WorkflowStatus;
   created_by: string | null;
@@ -126,6 +127,7 @@ function rowDefinition(r: WorkflowRow): WorkflowDefinition {
     default_dispatch_target: r.default_dispatch_target,
     min_vram_gb: Number(r.min_vram_gb),
     required_models: r.required_models ?? [],
+    default_priority: r.default_priority === null || r.default_priority === undefined ? null : Number(r.default_priority),
   });
 }
 
@@ -171,6 +173,7 @@ const DEF_COLUMNS = [
   'default_dispatch_target',
   'min_vram_gb',
   'required_models',
+  'default_priority',
 ] as const;
 const JSONB_COLUMNS = new Set<string>(['workflow_json', 'parameters', 'required_labels', 'required_models']);
 

@@ -89,6 +89,16 @@ export const configSchema = z.object({
   GANTRY_MAX_OWNED_TEAMS: int(0, 0, 100_000),
   GANTRY_MAX_AGENTS: int(0, 0, 1_000_000),
   GANTRY_MAX_CONCURRENT_TASKS: int(0, 0, 1_000_000),
+  /** The team scheduler's policy: fair (priority, aging, fair share, warm placement) or fifo-lru (FIFO, least recently used agent). */
+  GANTRY_SCHEDULER_STRATEGY: z.enum(['fair', 'fifo-lru']).default('fair'),
+  /** fair: a waiting task rises one priority level per this many seconds (0 = no aging). */
+  GANTRY_PRIORITY_AGING_S: int(300, 0, 30 * 86_400),
+  /** fair: the sliding window of GPU-seconds that fair share compares submitters over. */
+  GANTRY_FAIRSHARE_WINDOW_S: int(3600, 1, 30 * 86_400),
+  /** fair: how many places a task may overtake its submitter's oldest one to run on a warm agent (0 = strict FIFO per submitter). */
+  GANTRY_SCHEDULER_WARM_LOOKAHEAD: int(1000, 0, 100_000),
+  /** fair: a submitter up to this many tasks' worth of GPU-seconds ahead of the least served one may take a slot its warm task fits (0 = strict fair share order). */
+  GANTRY_SCHEDULER_WARM_SLACK_TASKS: int(20, 0, 10_000),
   GANTRY_JWT_PRIVATE_KEY: optStr,
   /**
    * The deployment's secret (>= 32 characters): encrypts the token signing keys kept in PostgreSQL.

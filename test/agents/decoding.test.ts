@@ -99,7 +99,10 @@ test('result: outputs and keys typed, extra_json merged only when it is a JSON o
 
 test('heartbeat: telemetry normalised (NaN counts as 0, utilisation within 0-100); credit, inventory, status; an empty message is the unknown variant', () => {
   const h = decoded({ heartbeat: { cpu_percent: Number.NaN, ram_used_bytes: 10, ram_total_bytes: 20, gpus: [{ index: 0, name: 'g', utilization_percent: 180, vram_used_gb: -1, vram_total_gb: 24, temperature_c: 50 }], running_tasks: 1 } });
-  assert.deepEqual(h, { msg: 'heartbeat', heartbeat: { cpu_percent: 0, ram_used_bytes: 10, ram_total_bytes: 20, gpus: [{ index: 0, name: 'g', utilization_percent: 100, vram_used_gb: 0, vram_total_gb: 24, temperature_c: 50 }], running_tasks: 1 } });
+  assert.deepEqual(h, { msg: 'heartbeat', heartbeat: { cpu_percent: 0, ram_used_bytes: 10, ram_total_bytes: 20, gpus: [{ index: 0, name: 'g', utilization_percent: 100, vram_used_gb: 0, vram_total_gb: 24, temperature_c: 50 }], running_tasks: 1, loaded_models: [] } });
+  // loaded models (warm placement): deduplicated, empty entries dropped
+  const w = decoded({ heartbeat: { running_tasks: 0, loaded_models: ['checkpoints/a.safetensors', '', 'checkpoints/a.safetensors'] } });
+  assert.deepEqual((w as { heartbeat: { loaded_models: string[] } }).heartbeat.loaded_models, ['checkpoints/a.safetensors']);
   assert.deepEqual(decoded({ credit: { grant: 12 } }), { msg: 'credit', credit: { grant: 12 } });
   assert.deepEqual(decoded({ inventory: { models: [{ path: 'a' }, { path: '' }], custom_nodes: ['n@1', ''] } }), { msg: 'inventory', inventory: { models: ['a'], custom_nodes: ['n@1'] } });
   assert.deepEqual(decoded({ status: { draining: true } }), { msg: 'status', status: { draining: true } });

@@ -75,6 +75,7 @@ const SINGLETONS: Record<string, string> = {
   'GET /teams/current': 'the X-Team-ID team',
   'GET /r/tasks/{taskId}/result': 'result record (contract)',
   'GET /agents/{agentId}/tunnel': 'tunnel status (contract)',
+  'GET /credentials/{credentialId}/scheduling': "a credential's scheduling settings (one record per credential)",
   'GET /workflows/{workflowId}/export': 'the create request shape (contract)',
 };
 

@@ -190,6 +190,12 @@ test('run_workflow: a validation error is a tool error with the REST message; wa
   assert.match(missing.error_message, /prompt/);
   const unknownWf = errorOf(await call(client, 'run_workflow', { workflow_id: otherWorkflowId, parameters: {} }));
   assert.equal(unknownWf.error_code, 'workflow_not_found');
+  // priority (1-5) as in the REST body: out of range is the same 400 message
+  const badPriority = errorOf(await call(client, 'run_workflow', { workflow_id: workflowId, parameters: { prompt: 'x' }, priority: 9 }));
+  const restPriority = await t.http.post(`/r/workflows/${workflowId}/run`, { parameters: { prompt: 'x' }, priority: 9 }, { token: s.sk.value });
+  assert.equal(restPriority.status, 400);
+  assert.equal(badPriority.error_code, 'invalid_parameter');
+  assert.equal(badPriority.error_message, restPriority.body.error_message);
 
   const started = data(await call(client, 'run_workflow', { workflow_slug: (data(await call(client, 'get_workflow', { workflow_id: slowWorkflowId })).workflow.workflow_slug as string), parameters: { prompt: 'slow' } }));
   const taskId = started.task_id as string;

@@ -61,7 +61,7 @@ test('run validation: unknown key, missing required and bad values are 400 namin
     assert.equal(r.status, 400, JSON.stringify(body));
     assert.match(r.body.error_message, new RegExp(key));
   }
-  const u = await t.http.post(`/r/workflows/${wfId}/run`, { parameters: { prompt: 'x' }, priority: 1 }, as(alice));
+  const u = await t.http.post(`/r/workflows/${wfId}/run`, { parameters: { prompt: 'x' }, urgency: 1 }, as(alice));
   assert.equal(u.status, 400);
   assert.equal((await t.http.post(`/r/workflows/${wfId}/run`, { parameters: { prompt: 'x' }, dispatch_target: 'mars' }, as(alice))).status, 400);
 });
@@ -123,7 +123,9 @@ test('result: 409 before completion, 200 after, 410 after output retention; canc
 
 test('cancel over HTTP from waiting and running; the agent is told to interrupt', async () => {
   const agent = await new FakeAgent(t.node, { teamId: alice.teamId, slots: 50 }).connect(); // earlier tests left waiting tasks: FIFO hands those out first
-  const r = await t.http.post(`/r/workflows/${wfId}/run`, { parameters: { prompt: 'c' } }, as(alice));
+  // a workflow no agent ran yet (warm placement would send a run of wfId to the agent that ran it last)
+  const fresh = await t.http.post('/workflows', comfyBody({ required_labels: [], required_models: [], min_vram_gb: 0 }), as(alice));
+  const r = await t.http.post(`/r/workflows/${fresh.body.id}/run`, { parameters: { prompt: 'c' } }, as(alice));
   const a = await agent.assignment(r.body.task_id);
   agent.ack(a);
   await waitForStatus(t.node, r.body.task_id, 'running');

@@ -1327,6 +1327,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/credentials/{credentialId}/scheduling": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A credential's fair-share weight and max_concurrent_tasks (owner or admin) */
+        get: operations["getCredentialsByCredentialIdScheduling"];
+        /** Set a credential's fair-share weight and max_concurrent_tasks (owner or admin) */
+        put: operations["putCredentialsByCredentialIdScheduling"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/usage": {
         parameters: {
             query?: never;
@@ -1702,6 +1720,8 @@ export interface components {
             default_dispatch_target: "agent" | "comfy_cloud";
             min_vram_gb: number;
             required_models: string[];
+            /** @description priority (1 highest .. 5) of runs that give none; omitted when unset (3) */
+            default_priority?: number;
             version: number;
             /** @enum {string} */
             workflow_status: "active" | "archived";
@@ -2217,6 +2237,12 @@ export interface components {
             reset_at: string;
             updated_at: string;
         };
+        CredentialScheduling: {
+            /** Format: uuid */
+            credential_id: string;
+            scheduling_weight: number;
+            max_concurrent_tasks: number | null;
+        };
         CloudProvider: {
             /**
              * Format: uuid
@@ -2553,6 +2579,7 @@ export interface operations {
                     min_vram_gb?: number;
                     /** @default [] */
                     required_models?: string[];
+                    default_priority?: number;
                 };
             };
         };
@@ -2628,6 +2655,7 @@ export interface operations {
                     min_vram_gb?: number;
                     /** @default [] */
                     required_models?: string[];
+                    default_priority?: number;
                 };
             };
         };
@@ -2720,6 +2748,7 @@ export interface operations {
                     default_dispatch_target?: "agent" | "comfy_cloud";
                     min_vram_gb?: number;
                     required_models?: string[];
+                    default_priority?: number;
                     snapshot_note?: string;
                     /** @enum {string} */
                     workflow_status?: "active" | "archived";
@@ -2939,6 +2968,7 @@ export interface operations {
                     };
                     /** @enum {string} */
                     dispatch_target?: "agent" | "comfy_cloud";
+                    priority?: number;
                 };
             };
         };
@@ -2980,6 +3010,7 @@ export interface operations {
                     };
                     /** @enum {string} */
                     dispatch_target?: "agent" | "comfy_cloud";
+                    priority?: number;
                 };
             };
         };
@@ -5908,6 +5939,67 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getCredentialsByCredentialIdScheduling: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                credentialId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CredentialScheduling"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            default: components["responses"]["Error"];
+        };
+    };
+    putCredentialsByCredentialIdScheduling: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                credentialId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    scheduling_weight?: number;
+                    max_concurrent_tasks?: number | null;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdResult"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
             default: components["responses"]["Error"];
         };
     };

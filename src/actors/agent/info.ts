@@ -13,4 +13,5 @@ export const agentInfoOf = (a: AgentRow, needsSync = false): AgentInfo => ({
   slots: a.slots,
   draining: a.agentStatus === 'draining',
   needsSync,
+  ...(a.toolTypes && a.toolTypes.length > 0 ? { toolTypes: a.toolTypes } : {}),
 });

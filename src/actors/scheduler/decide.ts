@@ -1,84 +1,12 @@
 import type { AgentInfo, TaskEvent, TaskRecord } from '../ports.js';
 import { dispatchTo, type Handlers } from '../runtime/handlers.js';
 import type { SchedulerMsg, SchedulerReply, SchedulerStats } from './protocol.js';
+import type { AgentSlot } from './fifo-lru.js';
+import { UsageLedger } from './ledger.js';
+import type { SubmitterLimits } from './fair.js';
+import { schedule, type PolicySettings } from './policy.js';
 
-export interface AgentSlot extends AgentInfo {
-  /** Free execution slots (slots minus tasks assigned to it). */
-  free: number;
-  /** Clock time of the last assignment (least recently used wins ties). */
-  lastAssignedAt: number;
-}
-
-/** Why an agent cannot take a task; null when it can. */
-export function ineligibility(task: TaskRecord, a: AgentSlot): string | null {
-  if (a.teamId !== task.teamId) return 'other team';
-  if (a.draining) return 'draining';
-  if (a.free <= 0) return 'no free slot';
-  for (const l of task.requiredLabels) if (!a.labels.includes(l)) return `missing label ${l}`;
-  if (task.minVramGb > 0 && a.vramTotalGb < task.minVramGb) return `vram ${a.vramTotalGb} < ${task.minVramGb}`;
-  if (task.requiredModels.length > 0) {
-    const have = new Set(a.models);
-    for (const m of task.requiredModels) if (!have.has(m)) return `missing model ${m}`;
-  }
-  return null;
-}
-
-/**
- * Among eligible agents: prefer the workflow's preferred GPU type, then the least recently used
- * (then the lower id, so the choice is deterministic).
- */
-export function pickAgent(task: TaskRecord, agents: Iterable<AgentSlot>): AgentSlot | null {
-  let best: AgentSlot | null = null;
-  let bestScore = 2;
-  const pref = task.preferredGpu?.toLowerCase() ?? null;
-  for (const a of agents) {
-    if (ineligibility(task, a) !== null) continue;
-    const score = pref !== null && (a.gpuType ?? '').toLowerCase() === pref ? 0 : 1;
-    if (best === null || score < bestScore || (score === bestScore && (a.lastAssignedAt < best.lastAssignedAt || (a.lastAssignedAt === best.lastAssignedAt && a.agentId < best.agentId)))) {
-      best = a;
-      bestScore = score;
-    }
-  }
-  return best;
-}
-
-/** Scheduling one pass: which tasks (in FIFO order) go to which agent, which must wait. */
-export interface PlanStep {
-  taskId: string;
-  agentId: string | null;
-}
-
-/**
- * One pass in FIFO order. Only agents with a free slot are considered, and once every free slot
- * (or the team's quota) is used up the rest of the queue is only checked for `pending` tasks to
- * move to `waiting`: a long backlog with a busy fleet costs one cheap scan, not a search per task.
- */
-export function plan(queue: readonly TaskRecord[], agents: Map<string, AgentSlot>, activeCount: number, maxConcurrent: number): { assign: PlanStep[]; wait: string[] } {
-  const assign: PlanStep[] = [];
-  const wait: string[] = [];
-  const sim: AgentSlot[] = [];
-  let capacity = 0;
-  for (const a of agents.values())
-    if (!a.draining && a.free > 0) {
-      sim.push({ ...a });
-      capacity += a.free;
-    }
-  let active = activeCount;
-  for (const t of queue) {
-    const full = capacity <= 0 || (maxConcurrent > 0 && active >= maxConcurrent);
-    const a = full || t.dispatchTarget !== 'agent' ? null : pickAgent(t, sim);
-    if (!a) {
-      if (t.status === 'pending') wait.push(t.id);
-      continue;
-    }
-    a.free -= 1;
-    capacity -= 1;
-    a.lastAssignedAt = Number.MAX_SAFE_INTEGER - 1e6 + assign.length; // assigned in this pass: now the most recently used
-    active += 1;
-    assign.push({ taskId: t.id, agentId: a.agentId });
-  }
-  return { assign, wait };
-}
+export { ineligibility, pickAgent, plan, type AgentSlot, type PlanStep } from './fifo-lru.js';
 
 // ---------------------------------------------------------------------------------------------
 // The scheduler as a pure core: decide(state, msg, now) -> {state, effects, reply}
@@ -105,6 +33,12 @@ export interface SchedulerState {
   loadInFlight: boolean;
   /** Tasks with a pending -> waiting write in flight (not marked twice; the next batch waits for it). */
   marking: Set<string>;
+  /** Fair share: GPU-seconds per submitter over the window (kept across resyncs). */
+  ledger: UsageLedger;
+  /** Per-credential fair-share weight and cap. */
+  limits: Map<string, SubmitterLimits>;
+  /** agent -> the workflow version it last ran (warm placement; kept while the agent is known). */
+  lastWorkflow: Map<string, string>;
 }
 
 /** Results of the I/O the shell ran for an earlier decision, fed back as messages (never on the wire). */
@@ -139,10 +73,35 @@ export interface SchedulerEnv {
   now: number;
   /** The team's quota (0 = unlimited). */
   maxConcurrent: number;
+  /** The scheduling policy; absent = fifo-lru (the scheduler before priorities). */
+  policy?: PolicySettings;
 }
 
-export function initialState(teamId: string, schedulable: readonly TaskRecord[], active: readonly TaskRecord[], agents: readonly AgentInfo[]): SchedulerState {
-  const s: SchedulerState = { teamId, queue: new Map(), agents: new Map(), active: new Map(), passPending: false, toLoad: new Set(), loading: new Map(), nextLoad: 1, loadInFlight: false, marking: new Set() };
+const FIFO_LRU: PolicySettings = { strategy: 'fifo-lru', agingS: 0, warmLookahead: 0, warmSlackTasks: 0 };
+
+/** What survives a rebuild of the view: the fair-share ledger, the credential limits, warm placement. */
+export interface SchedulerMemory {
+  ledger?: UsageLedger;
+  limits?: Map<string, SubmitterLimits>;
+  lastWorkflow?: Map<string, string>;
+}
+
+export function initialState(teamId: string, schedulable: readonly TaskRecord[], active: readonly TaskRecord[], agents: readonly AgentInfo[], mem: SchedulerMemory = {}): SchedulerState {
+  const s: SchedulerState = {
+    teamId,
+    queue: new Map(),
+    agents: new Map(),
+    active: new Map(),
+    passPending: false,
+    toLoad: new Set(),
+    loading: new Map(),
+    nextLoad: 1,
+    loadInFlight: false,
+    marking: new Set(),
+    ledger: mem.ledger ?? new UsageLedger(3600),
+    limits: mem.limits ?? new Map(),
+    lastWorkflow: mem.lastWorkflow ?? new Map(),
+  };
   for (const t of schedulable) s.queue.set(t.id, t);
   for (const t of active) s.active.set(t.id, t.agentId);
   for (const a of agents) upsertAgent(s, a);
@@ -153,7 +112,7 @@ function upsertAgent(s: SchedulerState, a: AgentInfo): void {
   const prev = s.agents.get(a.agentId);
   let used = 0;
   for (const ag of s.active.values()) if (ag === a.agentId) used++;
-  s.agents.set(a.agentId, { ...a, free: Math.max(0, a.slots - used), lastAssignedAt: prev?.lastAssignedAt ?? 0 });
+  s.agents.set(a.agentId, { ...a, free: Math.max(0, a.slots - used), lastAssignedAt: prev?.lastAssignedAt ?? 0, lastWorkflow: s.lastWorkflow.get(a.agentId) ?? null });
 }
 
 const schedulable = (s: SchedulerState, t: TaskRecord): boolean => t.teamId === s.teamId && (t.status === 'pending' || t.status === 'waiting');
@@ -177,6 +136,12 @@ const freeSlot = (s: SchedulerState, agentId: string): void => {
 export const statsOf = (s: SchedulerState): SchedulerStats => ({ queued: s.queue.size, active: s.active.size, agents: [...s.agents.values()].map((a) => ({ agentId: a.agentId, free: a.free })) });
 
 const bySeq = (a: TaskRecord, b: TaskRecord): number => a.seq - b.seq;
+
+/** The fair-share inputs of a pass: the ledger's window, the limits, the team's held tasks and quota. */
+function usageOf(s: SchedulerState, env: SchedulerEnv): Parameters<typeof schedule>[2] {
+  const u = (env.policy?.strategy ?? 'fifo-lru') === 'fair' ? s.ledger.usage(env.now) : { gpuSeconds: new Map<string, number>(), active: new Map<string, number>(), quantumS: 60 };
+  return { ...u, limits: s.limits, teamActive: s.active.size, teamMax: env.maxConcurrent };
+}
 
 /** One pass over the FIFO queue: assign what can run (optimistic reservation), mark the rest waiting. */
 function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
@@ -212,7 +177,7 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
   // nothing can be placed (no free slot, or the quota is used up): FIFO order does not matter, only
   // which tasks are still `pending` (they move to `waiting`), so skip the sort and the search
   const full = (env.maxConcurrent > 0 && s.active.size >= env.maxConcurrent) || ![...s.agents.values()].some((a) => !a.draining && a.free > 0);
-  const p = full ? { assign: [], wait: [...s.queue.values()].filter((t) => t.status === 'pending').map((t) => t.id) } : plan(due.sort(bySeq), s.agents, s.active.size, env.maxConcurrent);
+  const p = full ? { assign: [], wait: [...s.queue.values()].filter((t) => t.status === 'pending').map((t) => t.id) } : schedule(due.sort(bySeq), s.agents, usageOf(s, env), env.now, env.policy ?? FIFO_LRU);
   if (!full) for (const t of notDue) if (t.status === 'pending') p.wait.push(t.id);
   for (const step of p.assign) {
     const agent = step.agentId ? s.agents.get(step.agentId) : undefined;
@@ -225,6 +190,11 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
     s.active.set(step.taskId, agent.agentId);
     agent.free -= 1;
     agent.lastAssignedAt = env.now;
+    s.ledger.start(step.taskId, task?.submitter ?? '', agent.gpuCount, env.now);
+    if (task?.workflowKey) {
+      agent.lastWorkflow = task.workflowKey;
+      s.lastWorkflow.set(agent.agentId, task.workflowKey);
+    }
     // the record rides along so an idle task actor does not read it again (its write is fenced anyway)
     effects.push({ type: 'assign', taskId: step.taskId, agentId: agent.agentId, provision: agent.needsSync, task });
   }
@@ -254,19 +224,22 @@ const handlers: Handler = {
     if (schedulable(s, m.task)) s.queue.set(m.task.id, m.task);
     return [];
   },
-  task_requeued: (m, s) => {
+  task_requeued: (m, s, env) => {
+    s.ledger.end(m.taskId, env.now);
     s.active.delete(m.taskId);
     refresh(s, m.taskId);
     return [];
   },
-  task_removed: (m, s) => {
+  task_removed: (m, s, env) => {
+    s.ledger.end(m.taskId, env.now);
     s.queue.delete(m.taskId);
     s.active.delete(m.taskId);
     s.toLoad.delete(m.taskId);
     touch(s, m.taskId);
     return [];
   },
-  slot_freed: (m, s) => {
+  slot_freed: (m, s, env) => {
+    s.ledger.end(m.taskId, env.now);
     const agentId = s.active.get(m.taskId) ?? m.agentId;
     if (s.active.delete(m.taskId) && agentId) freeSlot(s, agentId);
     s.queue.delete(m.taskId);
@@ -277,6 +250,7 @@ const handlers: Handler = {
   assign_rejected: (m, s) => {
     // the task actor refused (cancelled meanwhile, or a fenced write lost): release the slot, re-read it
     if (s.active.get(m.taskId) === m.agentId) {
+      s.ledger.drop(m.taskId);
       s.active.delete(m.taskId);
       freeSlot(s, m.agentId);
     }
@@ -289,6 +263,11 @@ const handlers: Handler = {
   },
   agent_down: (m, s) => {
     s.agents.delete(m.agentId);
+    return [];
+  },
+  limits_changed: (m, s) => {
+    if (m.weight === 1 && m.maxConcurrent === null) s.limits.delete(m.credentialId);
+    else s.limits.set(m.credentialId, { weight: m.weight, maxConcurrent: m.maxConcurrent });
     return [];
   },
   kick: (_m, s, env) => {

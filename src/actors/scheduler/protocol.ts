@@ -13,6 +13,8 @@ export const SchedulerMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('agent_up'), agent: AgentInfoMsg }),
   z.object({ type: z.literal('agent_down'), agentId: z.string() }),
   z.object({ type: z.literal('assign_rejected'), taskId: z.string(), agentId: z.string() }),
+  // a credential's fair-share weight or max_concurrent_tasks changed (PUT /credentials/{id}/scheduling)
+  z.object({ type: z.literal('limits_changed'), credentialId: z.string(), weight: z.number().positive(), maxConcurrent: z.number().int().positive().nullable() }),
   z.object({ type: z.literal('kick') }),
   // timer: while tasks wait, the view is rebuilt from PostgreSQL now and then (a message lost with a
   // dead cluster node must not leave a slot counted busy forever)
@@ -44,6 +46,7 @@ export const SchedulerReplySchemas: { [T in SchedulerMsgType]: z.ZodType<Schedul
   agent_up: Ok,
   agent_down: Ok,
   assign_rejected: Ok,
+  limits_changed: Ok,
   kick: Ok,
   resync: Ok,
 };

@@ -1,8 +1,10 @@
 import type { Actor, ActorContext, ReplyHandle } from '../runtime/system.js';
 import { CLOUD_DISPATCHER_KIND, cloudDispatcherId, SCHEDULER_KIND, TASK_KIND } from '../../domain/tasks/record.js';
-import type { AgentStorePort, EventBusPort, Protocols, QuotaPort, TaskMetricsPort, TaskStorePort } from '../ports.js';
+import type { AgentInfo, AgentStorePort, EventBusPort, Protocols, QuotaPort, SchedulingLimitsPort, TaskMetricsPort, TaskRecord, TaskStorePort } from '../ports.js';
 import { endSpan, startSpan, traceparentOfSpan, tracingEnabled } from '../../shared/tracing.js';
-import { decide, initialState, statsOf, type SchedulerEffect, type SchedulerInput, type SchedulerState } from './decide.js';
+import { decide, initialState, statsOf, type SchedulerEffect, type SchedulerInput, type SchedulerMemory, type SchedulerState } from './decide.js';
+import { UsageLedger } from './ledger.js';
+import { DEFAULT_POLICY, type PolicySettings } from './policy.js';
 import { SchedulerMsg, type SchedulerReply } from './protocol.js';
 
 export const SCHEDULER = SCHEDULER_KIND;
@@ -20,6 +22,12 @@ export interface SchedulerDeps {
    */
   resyncMs?: number;
   metrics?: TaskMetricsPort;
+  /** The scheduling policy (default: fair, aging 300 s). */
+  policy?: PolicySettings;
+  /** Fair share's sliding window in seconds (default 3600). */
+  fairShareWindowS?: number;
+  /** Per-credential weights and caps (absent: none). */
+  limits?: SchedulingLimitsPort;
 }
 
 export const parseSchedulerMsg = (m: SchedulerMsg): SchedulerMsg => SchedulerMsg.parse(m);
@@ -44,13 +52,39 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
     private readonly ctx: Ctx,
     private readonly d: SchedulerDeps,
   ) {
-    this.s = initialState(teamId, [], [], []);
+    this.mem = { ledger: new UsageLedger(d.fairShareWindowS ?? 3600), limits: new Map(), lastWorkflow: new Map() };
+    this.s = initialState(teamId, [], [], [], this.mem);
   }
 
+  /** Survives rebuilds of the view: the fair-share ledger, the credential limits, what each agent ran last. */
+  private readonly mem: Required<SchedulerMemory>;
+
   async onActivate(): Promise<void> {
-    const [waiting, active, agents] = await Promise.all([this.d.tasks.schedulable(this.teamId), this.d.tasks.active(this.teamId), this.d.agents.online(this.teamId)]);
-    this.s = initialState(this.teamId, waiting, active, agents);
+    const [waiting, active, agents] = await this.reads();
+    this.s = initialState(this.teamId, waiting, active, agents, this.mem);
   }
+
+  /** The activation reads: the queue, the held tasks, the agents, and the credential limits. */
+  private async reads(): Promise<[TaskRecord[], TaskRecord[], AgentInfo[]]> {
+    const now = this.ctx.clock.now();
+    const none = Promise.resolve(null);
+    const limitsRead = this.d.limits ? this.d.limits.forTeam(this.teamId) : none;
+    const seedRead = this.d.tasks.recentUsage && !this.seeded ? this.d.tasks.recentUsage(this.teamId, now - this.mem.ledger.windowS * 1000) : none;
+    const [waiting, active, agents, limits, usage] = await Promise.all([this.d.tasks.schedulable(this.teamId), this.d.tasks.active(this.teamId), this.d.agents.online(this.teamId), limitsRead, seedRead]);
+    if (limits) {
+      this.mem.limits.clear();
+      for (const [k, v] of limits) this.mem.limits.set(k, v);
+    }
+    if (usage) {
+      // once per activation: afterwards the ledger is fed by this scheduler's own events
+      this.seeded = true;
+      this.mem.ledger.seed(usage);
+      for (const r of [...usage].sort((a, b) => a.start - b.start)) if (r.agentId && r.workflowKey) this.mem.lastWorkflow.set(r.agentId, r.workflowKey);
+    }
+    return [waiting, active, agents];
+  }
+
+  private seeded = false;
 
   receive(m: SchedulerMsg): SchedulerReply | undefined {
     if (m.type === 'stats' && !this.quiescent()) {
@@ -71,13 +105,13 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
     if (!this.quiescent() || this.resyncing) return this.armResync();
     this.resyncing = true;
     this.inflight++;
-    const reads = Promise.all([this.d.tasks.schedulable(this.teamId), this.d.tasks.active(this.teamId), this.d.agents.online(this.teamId)]);
+    const reads = this.reads();
     this.ctx.reenterAfter(reads, (r) => {
       this.inflight--;
       this.resyncing = false;
       if (r.ok && this.quiescent()) {
         const [waiting, active, agents] = r.value;
-        this.s = initialState(this.teamId, waiting, active, agents);
+        this.s = initialState(this.teamId, waiting, active, agents, this.mem);
         this.step({ type: 'kick' });
       }
       this.armResync();
@@ -94,7 +128,7 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
   }
 
   private step(m: SchedulerInput): SchedulerReply | undefined {
-    const dec = decide(this.s, m, { now: this.ctx.clock.now(), maxConcurrent: this.d.quotas.maxConcurrentTasks(this.teamId) });
+    const dec = decide(this.s, m, { now: this.ctx.clock.now(), maxConcurrent: this.d.quotas.maxConcurrentTasks(this.teamId), policy: this.d.policy ?? DEFAULT_POLICY });
     this.s = dec.state;
     for (const e of dec.effects) this.run(e);
     // tasks wait: make sure a resync is armed (re-armed by every message: it fires only when the queue sat still)

@@ -87,6 +87,12 @@ export class ComfyUIExecutor implements Executor {
   private readonly sockets = new Set<WebSocket>();
   /** In-flight runs: abortAll() ends them (the agent's ComfyUI supervisor saw ComfyUI die). */
   private readonly inflight = new Set<(reason: string) => void>();
+  /** The model files the last run's graph loads (warm placement: ComfyUI keeps them cached). */
+  private lastModels: string[] = [];
+
+  loaded(): string[] {
+    return this.lastModels;
+  }
 
   constructor(opts: ComfyUIOptions) {
     this.baseUrl = opts.baseUrl.replace(/\/+$/, '');
@@ -128,6 +134,7 @@ export class ComfyUIExecutor implements Executor {
 
   async run(ctx: ExecContext): Promise<ExecResult> {
     const graph = prepareGraph(ctx.workflow);
+    this.lastModels = modelsOfGraph(graph);
     if (ctx.signal.aborted) throw new ExecutorError('cancelled', 'task cancelled');
     const clientId = `${this.clientIdPrefix}-${randomUUID().replace(/-/g, '')}`;
     const queue = new MessageQueue();
@@ -211,4 +218,21 @@ function prepareGraph(workflow: unknown): ApiGraph {
   const g = toApiGraph(workflow);
   if (!g.ok) throw new ExecutorError('bad_input', g.error);
   return g.graph;
+}
+
+/** Loader inputs and the models directory their value is relative to. */
+const LOADER_INPUTS: Readonly<Record<string, string>> = { ckpt_name: 'checkpoints', unet_name: 'diffusion_models', vae_name: 'vae', lora_name: 'loras', clip_name: 'clip', control_net_name: 'controlnet' };
+
+/** The model paths (under the models root) a graph's loader nodes name, e.g. checkpoints/sd15.safetensors. */
+export function modelsOfGraph(graph: ApiGraph): string[] {
+  const out = new Set<string>();
+  for (const node of Object.values(graph)) {
+    const inputs = (node as { inputs?: unknown }).inputs;
+    if (!inputs || typeof inputs !== 'object') continue;
+    for (const [k, v] of Object.entries(inputs as Record<string, unknown>)) {
+      const dir = LOADER_INPUTS[k];
+      if (dir && typeof v === 'string' && v && out.size < 32) out.add(`${dir}/${v.replace(/\\/g, '/')}`);
+    }
+  }
+  return [...out];
 }

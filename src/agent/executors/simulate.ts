@@ -25,6 +25,8 @@ export interface SimulateOptions {
   hang?: boolean;
   /** Every task kills the agent process (SIGKILL) after its first progress tick. */
   crash?: boolean;
+  /** Model paths reported loaded (warm placement; tests make an agent warm with it). */
+  loaded?: string[];
 }
 
 export class SimulateExecutor implements Executor {
@@ -35,6 +37,7 @@ export class SimulateExecutor implements Executor {
   private readonly failMessage: string | undefined;
   private readonly hang: boolean;
   private readonly crash: boolean;
+  private readonly loadedModels: string[];
 
   constructor(opts: SimulateOptions = {}) {
     this.durationMs = Math.max(0, opts.durationMs ?? 1000);
@@ -43,6 +46,11 @@ export class SimulateExecutor implements Executor {
     this.failMessage = opts.failMessage === undefined ? undefined : opts.failMessage || 'simulated failure';
     this.hang = opts.hang ?? false;
     this.crash = opts.crash ?? false;
+    this.loadedModels = opts.loaded ?? [];
+  }
+
+  loaded(): string[] {
+    return this.loadedModels;
   }
 
   async run(ctx: ExecContext): Promise<ExecResult> {

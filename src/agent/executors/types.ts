@@ -84,6 +84,8 @@ export interface ExecResult {
 export interface Executor {
   readonly name: string;
   run(ctx: ExecContext): Promise<ExecResult>;
+  /** Model paths (under the models root) its runtime holds loaded or the last run used: reported for warm placement. */
+  loaded?(): string[];
   close?(): Promise<void>;
 }
 

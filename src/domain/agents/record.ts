@@ -32,6 +32,8 @@ export interface AgentRow {
   /** Container runtime it offers ('' none) and whether it exposes a tunnel target. */
   containerRuntime: string;
   tunnel: boolean;
+  /** Tool types its executor runs; [] = any (an older agent). */
+  toolTypes?: string[];
   createdAt: number;
 }
 
@@ -47,6 +49,8 @@ export interface AgentRegistration {
   agentVersion: string;
   credentialId: string | null;
   nodeId: string;
+  /** Tool types its executor runs (hello.tool_types, else derived from the executor); [] = any. */
+  toolTypes?: string[];
 }
 
 export const agentJson = (a: AgentRow, reduced: boolean): Record<string, unknown> => {

@@ -21,6 +21,8 @@ export interface NewTask {
   preferredGpu: string | null;
   createdByUserId: string | null;
   createdByCredentialId: string | null;
+  /** 1 (highest) .. 5; absent = 3. */
+  priority?: number;
   /** W3C traceparent of the submit span (tracing on). */
   traceParent?: string | null;
   /** Idempotency-Key of the run: recorded in the same statement as the task; when the key is taken, no task is inserted. */

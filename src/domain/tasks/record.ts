@@ -59,6 +59,12 @@ export const TaskRecordSchema = z.object({
   notBefore: z.number().nullable().optional(),
   /** W3C traceparent of the submit span (tracing on): later spans of the task join its trace. */
   traceParent: z.string().nullable().optional(),
+  /** 1 (highest) .. 5; absent = 3. */
+  priority: z.number().int().min(1).max(5).optional(),
+  /** Who submitted it, for fair share: the credential id (sk- or dk-), else the user id; null = unknown. */
+  submitter: z.string().nullable().optional(),
+  /** `<workflow id>@<version>`: warm placement prefers the agent that last ran the same. */
+  workflowKey: z.string().nullable().optional(),
 });
 export type TaskRecord = z.infer<typeof TaskRecordSchema>;
 

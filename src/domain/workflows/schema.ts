@@ -105,6 +105,8 @@ const fields = {
   default_dispatch_target: z.enum(DISPATCH_TARGETS),
   min_vram_gb: z.number('must be a number').min(0, 'must be >= 0').max(2048, 'must be <= 2048'),
   required_models: z.array(modelPathSchema).max(MAX_REQUIRED_MODELS, `at most ${MAX_REQUIRED_MODELS} entries`),
+  /** The priority of runs that give none (1 highest .. 5); unset = 3. */
+  default_priority: z.int('must be an integer from 1 to 5').min(1, 'must be an integer from 1 to 5').max(5, 'must be an integer from 1 to 5'),
 };
 
 export const workflowCreateSchema = z.strictObject({
@@ -121,6 +123,7 @@ export const workflowCreateSchema = z.strictObject({
   default_dispatch_target: fields.default_dispatch_target.default('agent'),
   min_vram_gb: fields.min_vram_gb.default(0),
   required_models: fields.required_models.default([]),
+  default_priority: fields.default_priority.optional(),
 });
 export type WorkflowCreateInput = z.input<typeof workflowCreateSchema>;
 export type WorkflowCreate = z.output<typeof workflowCreateSchema>;
@@ -143,6 +146,7 @@ export const workflowUpdateSchema = z
     default_dispatch_target: fields.default_dispatch_target.optional(),
     min_vram_gb: fields.min_vram_gb.optional(),
     required_models: fields.required_models.optional(),
+    default_priority: fields.default_priority.optional(),
     snapshot_note: z.string().max(2000, 'must be at most 2000 characters').optional(),
     workflow_status: z.enum(WORKFLOW_STATUSES).optional(),
   })

@@ -238,6 +238,7 @@ export class AgentStreams {
     }
   }
 
+  /** Placement: what an agent's executor runs ([] = any: simulate, or an executor this server does not know). */
   private async onHello(c: Conn, h: HelloMessage): Promise<void> {
     const machineId = h.machine_id;
     const { labels, gpus, models, custom_nodes: customNodes, slots } = h;
@@ -259,12 +260,13 @@ export class AgentStreams {
       agentVersion: h.agent_version || 'unknown',
       credentialId: c.credentialId,
       nodeId: this.o.nodeId(),
+      toolTypes: toolTypesOf(h.tool_types, h.executor),
     });
     // before the session opens: the first AgentInfo the scheduler sees already says whether a task
     // sent to this agent must provision first
     const needsSync = await this.needsSync(c.teamId, models, customNodes);
     if (c.closed) return;
-    const info: AgentInfo = { ...agentInfoOf(row), draining: h.draining, needsSync };
+    const info: AgentInfo = { ...agentInfoOf(row), draining: h.draining, needsSync, loaded: h.loaded_models };
     c.agentId = row.id;
     c.machineId = machineId;
     c.info = info;
@@ -333,8 +335,17 @@ export class AgentStreams {
         throw e;
       }
     }
+    // what its runtime holds loaded changed: the scheduler's view follows (warm placement)
+    const { loaded_models: loaded, ...stats } = hb;
+    if (c.info && c.sessionId) {
+      const cur = this.currentInfo(c);
+      if ((cur.loaded ?? []).join('\n') !== loaded.join('\n')) {
+        c.info = { ...cur, loaded };
+        this.o.sessions.update(agentId, c.sessionId, c.info);
+      }
+    }
     // the schema already bounded and normalised every field
-    await this.o.agents.heartbeat(agentId, { ...hb, reported_at: new Date(now).toISOString() });
+    await this.o.agents.heartbeat(agentId, { ...stats, reported_at: new Date(now).toISOString() });
   }
 
   /** The task output the actors store, or an error string when the agent reported keys it may not use. */
@@ -460,4 +471,10 @@ export class AgentStreams {
         this.endConn(c, { error: unavailable('heartbeat_missed', `no message for ${Math.round((now - c.lastSeenAt) / 1000)} s (3 heartbeat intervals)`), fatal: false });
     }
   }
+}
+
+/** Tool types of an agent: as its hello says, else derived from its executor (simulate or unknown: any). */
+function toolTypesOf(advertised: string[], executor: string): string[] {
+  if (advertised.length > 0) return advertised;
+  return executor === 'comfyui' || executor === 'nerfstudio' ? [executor] : [];
 }

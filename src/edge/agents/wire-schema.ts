@@ -12,6 +12,7 @@
 import { z } from 'zod';
 import { AgentReportMsg, type AgentReport } from '../../actors/agent/protocol.js';
 import { AppError, fromZodIssues } from '../../shared/errors.js';
+import { TOOL_TYPES } from '../../domain/tasks/record.js';
 import type { AgentMessage__Output } from '../../protocol/agent-wire.js';
 
 type ReportType = AgentReport['type'];
@@ -54,6 +55,13 @@ const customNodes = z
   .max(10_000)
   .transform((ns) => ns.filter(Boolean));
 
+/** Model paths an agent reports loaded (warm placement): at most 64, each at most 1000 characters. */
+const loadedModels = z
+  .array(z.string().max(1000))
+  .max(10_000)
+  .default([])
+  .transform((ms) => [...new Set(ms.filter(Boolean))].slice(0, 64));
+
 const Hello = z.object({
   machine_id: z.string().regex(MACHINE_ID_RE, '1-200 characters of A-Z a-z 0-9 . _ : @ -'),
   agent_version: z.string().max(100),
@@ -78,6 +86,13 @@ const Hello = z.object({
   container_runtime: z.enum(['', 'docker', 'exec']).catch(''),
   containers: z.array(z.lazy(() => ContainerReport)).max(10_000),
   tunnel: z.boolean(),
+  /** Unknown values are dropped (a newer agent's tool); empty = derived from `executor`. */
+  tool_types: z
+    .array(z.string().max(100))
+    .max(64)
+    .default([])
+    .transform((ts) => [...new Set(ts.filter((t) => (TOOL_TYPES as readonly string[]).includes(t)))]),
+  loaded_models: loadedModels,
 });
 
 const ContainerReport = z.object({
@@ -105,6 +120,7 @@ const Heartbeat = z.object({
     )
     .max(64),
   running_tasks: u32,
+  loaded_models: loadedModels,
 });
 
 const Ack = TaskRef.transform((r) => ({ type: 'ack' as const, ...refOf(r) })).pipe(AckToActor);

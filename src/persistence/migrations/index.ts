@@ -15,6 +15,7 @@ import { Migration20261125000300_task_trace } from './Migration20261125000300_ta
 import { Migration20261126000100_cloud_partner_nodes } from './Migration20261126000100_cloud_partner_nodes.js';
 import { Migration20261126000200_task_checkpoint } from './Migration20261126000200_task_checkpoint.js';
 import { Migration20261126002800_webhook_dropped } from './Migration20261126002800_webhook_dropped.js';
+import { Migration20261126100000_scheduling } from './Migration20261126100000_scheduling.js';
 import { Migration20261126100100_usage } from './Migration20261126100100_usage.js';
 import { Migration20261126100200_session_affinity } from './Migration20261126100200_session_affinity.js';
 import { Migration20261126100300_pairing_mint_agent } from './Migration20261126100300_pairing_mint_agent.js';
@@ -41,6 +42,7 @@ export const migrationsList = [
   { name: 'Migration20261126000100_cloud_partner_nodes', class: Migration20261126000100_cloud_partner_nodes },
   { name: 'Migration20261126000200_task_checkpoint', class: Migration20261126000200_task_checkpoint },
   { name: 'Migration20261126002800_webhook_dropped', class: Migration20261126002800_webhook_dropped },
+  { name: 'Migration20261126100000_scheduling', class: Migration20261126100000_scheduling },
   { name: 'Migration20261126100100_usage', class: Migration20261126100100_usage },
   { name: 'Migration20261126100200_session_affinity', class: Migration20261126100200_session_affinity },
   { name: 'Migration20261126100300_pairing_mint_agent', class: Migration20261126100300_pairing_mint_agent },

@@ -9,6 +9,10 @@ export interface Heartbeat {
   'ram_total_bytes'?: (number | string | Long);
   'gpus'?: (_gantry_agent_v1_GpuStats)[];
   'running_tasks'?: (number);
+  /**
+   * As Hello.loaded_models, now (a change updates the scheduler's view).
+   */
+  'loaded_models'?: (string)[];
 }
 
 export interface Heartbeat__Output {
@@ -17,4 +21,8 @@ export interface Heartbeat__Output {
   'ram_total_bytes': (number);
   'gpus': (_gantry_agent_v1_GpuStats__Output)[];
   'running_tasks': (number);
+  /**
+   * As Hello.loaded_models, now (a change updates the scheduler's view).
+   */
+  'loaded_models': (string)[];
 }

@@ -51,6 +51,16 @@ export interface Hello {
    * The agent exposes a local port through the gateway's agent tunnel (e.g. its ComfyUI UI).
    */
   'tunnel'?: (boolean);
+  /**
+   * The tool types its executor runs (comfyui, nerfstudio): the scheduler places only those here.
+   * Empty (an older agent): derived from `executor` (simulate or unknown: any).
+   */
+  'tool_types'?: (string)[];
+  /**
+   * Model paths (under the models root) its runtime holds loaded or its last run used, e.g.
+   * checkpoints/sd15.safetensors: the scheduler prefers such a warm agent. Also in Heartbeat.
+   */
+  'loaded_models'?: (string)[];
 }
 
 export interface Hello__Output {
@@ -99,4 +109,14 @@ export interface Hello__Output {
    * The agent exposes a local port through the gateway's agent tunnel (e.g. its ComfyUI UI).
    */
   'tunnel': (boolean);
+  /**
+   * The tool types its executor runs (comfyui, nerfstudio): the scheduler places only those here.
+   * Empty (an older agent): derived from `executor` (simulate or unknown: any).
+   */
+  'tool_types': (string)[];
+  /**
+   * Model paths (under the models root) its runtime holds loaded or its last run used, e.g.
+   * checkpoints/sd15.safetensors: the scheduler prefers such a warm agent. Also in Heartbeat.
+   */
+  'loaded_models': (string)[];
 }

@@ -1,0 +1,317 @@
+/**
+ * The `fair` strategy (the default): one scheduling pass as a pure function.
+ *
+ * Order: effective priority first (1 highest; a waiting task rises one level per aging interval),
+ * then, among tasks of the same effective priority, the submitter (credential, else user) with the
+ * least weighted GPU-seconds over the fair-share window (each assignment made within the pass
+ * charges the submitter one `quantumS`, so a burst of free slots is shared too), FIFO within a
+ * submitter. A credential at its max_concurrent_tasks is skipped (its tasks wait).
+ *
+ * Placement: among eligible agents (the tool type is a constraint: an agent that advertises tool
+ * types runs only those) the warm one (it last ran the same workflow version, or holds one of the
+ * task's required models loaded), then the preferred GPU (a case-insensitive substring of the
+ * agent's GPU name), then the least recently used. When a submitter's next task has no warm agent
+ * free, a later task of the same submitter and level (at most `warmLookahead` places behind it,
+ * submitted less than one aging interval after it) that does may go first: only a bounded number
+ * of tasks can ever overtake a task, so it cannot starve.
+ */
+import type { TaskRecord } from '../ports.js';
+import type { AgentSlot, PlanStep } from './fifo-lru.js';
+
+export const DEFAULT_PRIORITY = 3;
+
+/** At most this many look-ahead tasks are examined per pass (then placement is by the heads only). */
+const PROBE_BUDGET = 20_000;
+
+export interface SubmitterLimits {
+  /** Fair-share weight (> 0): usage is divided by it. */
+  weight: number;
+  /** Tasks it may hold at once; null = no cap. */
+  maxConcurrent: number | null;
+}
+
+/** What the scheduler knows of the team's recent use, for one pass. */
+export interface FairUsage {
+  /** GPU-seconds per submitter over the window (held tasks count their time so far). */
+  gpuSeconds: ReadonlyMap<string, number>;
+  /** Tasks each submitter holds now (provisioning/queued/running). */
+  active: ReadonlyMap<string, number>;
+  /** Per-credential weight and cap (absent = weight 1, no cap). */
+  limits: ReadonlyMap<string, SubmitterLimits>;
+  /** GPU-seconds charged per assignment within the pass (about one task's worth). */
+  quantumS: number;
+}
+
+export interface FairSettings {
+  /** Seconds per level of aging; 0 = no aging. */
+  agingS: number;
+  /** How far behind its head a submitter's task may be taken to land on a warm agent; 0 = strict FIFO. */
+  warmLookahead: number;
+  /**
+   * A submitter of the same level whose usage is at most this many tasks' worth (quantumS) above
+   * the least one's may take a free slot its warm task fits, instead of a cold start; 0 = never.
+   */
+  warmSlackTasks: number;
+  /** The team's held tasks and quota (0 = unlimited). */
+  teamActive: number;
+  teamMax: number;
+}
+
+/**
+ * Aging lifts a task at most to this level: priority 1 stays for runs submitted at 1, so an aged
+ * backlog never overtakes urgent work (at level 2 it competes by fair share, where a heavy
+ * submitter's usage puts it behind the light ones).
+ */
+export const AGED_PRIORITY_CAP = 2;
+
+/** The task's priority after aging: one level up per agingS waited, up to AGED_PRIORITY_CAP. */
+export function effectivePriority(t: TaskRecord, now: number, agingS: number): number {
+  const p = t.priority ?? DEFAULT_PRIORITY;
+  if (agingS <= 0 || p <= AGED_PRIORITY_CAP) return p;
+  const levels = Math.floor(Math.max(0, now - t.createdAt) / (agingS * 1000));
+  return Math.max(AGED_PRIORITY_CAP, p - levels);
+}
+
+/** Case-insensitive substring: "A100" matches "NVIDIA A100-SXM4-80GB". */
+export const gpuMatches = (pref: string | null | undefined, gpuType: string | null): boolean => !!pref && (gpuType ?? '').toLowerCase().includes(pref.toLowerCase());
+
+/** Whether the agent's executor runs this tool type (an agent that says nothing runs any). */
+export const runsTool = (a: Pick<AgentSlot, 'toolTypes'>, toolType: string): boolean => !a.toolTypes || a.toolTypes.length === 0 || a.toolTypes.includes(toolType);
+
+/** Whether the agent is warm for the task: it last ran the same workflow version, or holds one of its models loaded. */
+export function isWarm(t: TaskRecord, a: Pick<AgentSlot, 'lastWorkflow' | 'loaded'>): boolean {
+  if (t.workflowKey && a.lastWorkflow === t.workflowKey) return true;
+  if (!a.loaded || a.loaded.length === 0) return false;
+  for (const m of t.requiredModels) if (a.loaded.includes(m)) return true;
+  return false;
+}
+
+interface Sim extends AgentSlot {
+  modelSet: Set<string> | null;
+  pref: string;
+}
+
+interface Choice {
+  g: Group;
+  t: TaskRecord;
+  ti: number;
+  a: Sim;
+}
+
+interface Group {
+  sub: string;
+  tasks: TaskRecord[];
+  next: number;
+  /** Indices behind `next` taken by the warm look-ahead. */
+  taken: Set<number> | null;
+  weight: number;
+  cap: number | null;
+}
+
+/** The task's placement constraints as one string: a pass remembers which found no free agent. */
+const sigCache = new WeakMap<TaskRecord, string>();
+function sigOf(t: TaskRecord): string {
+  let s = sigCache.get(t);
+  if (s === undefined) {
+    s = `${t.toolType}|${t.minVramGb}|${t.requiredLabels.join('\u0000')}|${t.requiredModels.join('\u0000')}`;
+    sigCache.set(t, s);
+  }
+  return s;
+}
+
+/** Whether a beats b for the task: preferred GPU, then least recently used, then the lower id. */
+function better(t: TaskRecord, a: Sim, b: Sim): boolean {
+  const pref = t.preferredGpu ? t.preferredGpu.toLowerCase() : null;
+  const sa = pref !== null && a.pref.includes(pref) ? 0 : 1;
+  const sb = pref !== null && b.pref.includes(pref) ? 0 : 1;
+  return sa < sb || (sa === sb && (a.lastAssignedAt < b.lastAssignedAt || (a.lastAssignedAt === b.lastAssignedAt && a.agentId < b.agentId)));
+}
+
+function fits(t: TaskRecord, a: Sim): boolean {
+  if (a.free <= 0 || a.draining || a.teamId !== t.teamId) return false;
+  if (!runsTool(a, t.toolType)) return false;
+  for (const l of t.requiredLabels) if (!a.labels.includes(l)) return false;
+  if (t.minVramGb > 0 && a.vramTotalGb < t.minVramGb) return false;
+  if (t.requiredModels.length > 0) {
+    const have = (a.modelSet ??= new Set(a.models));
+    for (const m of t.requiredModels) if (!have.has(m)) return false;
+  }
+  return true;
+}
+
+/**
+ * Preferred GPU, then least recently used, then the lower id. Agents whose slots are used up are
+ * swap-removed from the list on the way (order does not matter: ties are broken by the fields).
+ */
+function best(t: TaskRecord, agents: Sim[]): Sim | null {
+  let b: Sim | null = null;
+  let bScore = 2;
+  const pref = t.preferredGpu ? t.preferredGpu.toLowerCase() : null;
+  for (let i = 0; i < agents.length; i++) {
+    const a = agents[i] as Sim;
+    if (a.free <= 0) {
+      agents[i] = agents[agents.length - 1] as Sim;
+      agents.pop();
+      i--;
+      continue;
+    }
+    if (!fits(t, a)) continue;
+    const score = pref !== null && a.pref.includes(pref) ? 0 : 1;
+    if (b === null || score < bScore || (score === bScore && (a.lastAssignedAt < b.lastAssignedAt || (a.lastAssignedAt === b.lastAssignedAt && a.agentId < b.agentId)))) {
+      b = a;
+      bScore = score;
+    }
+  }
+  return b;
+}
+
+
+/** One pass of the fair strategy: which tasks go to which agent, which pending ones must wait. */
+export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlot>, usage: FairUsage, now: number, s: FairSettings): { assign: PlanStep[]; wait: string[] } {
+  const assign: PlanStep[] = [];
+  const placed = new Set<string>();
+  const free: Sim[] = [];
+  let capacity = 0;
+  for (const a of agents)
+    if (!a.draining && a.free > 0) {
+      free.push({ ...a, modelSet: null, pref: (a.gpuType ?? '').toLowerCase() });
+      capacity += a.free;
+    }
+  let active = s.teamActive;
+  const full = (): boolean => capacity <= 0 || (s.teamMax > 0 && active >= s.teamMax);
+  if (!full()) {
+    // warm index: workflow version or loaded model -> free agents
+    const warm = new Map<string, Sim[]>();
+    const index = (k: string, a: Sim): void => {
+      const l = warm.get(k);
+      if (l) l.push(a);
+      else warm.set(k, [a]);
+    };
+    for (const a of free) {
+      if (a.lastWorkflow) index(`w:${a.lastWorkflow}`, a);
+      for (const m of a.loaded ?? []) index(`m:${m}`, a);
+    }
+    /** The best free agent warm for the task (same workflow version, or one of its models loaded). */
+    const bestWarm = (t: TaskRecord): Sim | null => {
+      let b: Sim | null = null;
+      const consider = (l: Sim[] | undefined): void => {
+        if (!l || l.length === 0) return;
+        const a = best(t, l);
+        if (a && (b === null || better(t, a, b))) b = a;
+      };
+      if (t.workflowKey) consider(warm.get(`w:${t.workflowKey}`));
+      for (const m of t.requiredModels) consider(warm.get(`m:${m}`));
+      return b;
+    };
+    // levels 1..5, each: submitter -> its tasks in FIFO (seq) order
+    const levels: Array<Map<string, Group>> = [];
+    for (let i = 0; i <= 5; i++) levels.push(new Map());
+    let sorted = true;
+    for (let i = 1; i < queue.length && sorted; i++) if ((queue[i] as TaskRecord).seq < (queue[i - 1] as TaskRecord).seq) sorted = false;
+    const ordered = sorted ? queue : [...queue].sort((x, y) => x.seq - y.seq);
+    for (const t of ordered) {
+      if (t.dispatchTarget !== 'agent') continue;
+      const lvl = levels[Math.min(5, Math.max(1, effectivePriority(t, now, s.agingS)))] as Map<string, Group>;
+      const sub = t.submitter ?? '';
+      let g = lvl.get(sub);
+      if (!g) {
+        const lim = usage.limits.get(sub);
+        g = { sub, tasks: [], next: 0, taken: null, weight: lim && lim.weight > 0 ? lim.weight : 1, cap: lim?.maxConcurrent ?? null };
+        lvl.set(sub, g);
+      }
+      g.tasks.push(t);
+    }
+    const inPass = new Map<string, number>();
+    const noFit = new Set<string>();
+    const bypassMs = (s.agingS > 0 ? s.agingS : 300) * 1000;
+    const slack = s.warmSlackTasks * usage.quantumS;
+    let probes = 0; // look-ahead tasks examined in this pass (bounded: the pass stays cheap with a long queue)
+    const share = (g: Group): number => ((usage.gpuSeconds.get(g.sub) ?? 0) + (inPass.get(g.sub) ?? 0) * usage.quantumS) / g.weight;
+    const capped = (g: Group): boolean => g.cap !== null && (usage.active.get(g.sub) ?? 0) + (inPass.get(g.sub) ?? 0) >= g.cap;
+
+    /** Skips the group's taken and unplaceable tasks; its head, or null when none is left. */
+    const headOf = (g: Group): TaskRecord | null => {
+      while (g.next < g.tasks.length) {
+        const h = g.tasks[g.next] as TaskRecord;
+        if (g.taken?.has(g.next) || noFit.has(sigOf(h))) g.next++;
+        else return h;
+      }
+      return null;
+    };
+    /** A warm placement in the group: its head, or a task at most warmLookahead behind it. */
+    const findWarm = (g: Group): Choice | null => {
+      const h = headOf(g);
+      if (!h) return null;
+      const a = bestWarm(h);
+      if (a) return { g, t: h, ti: g.next, a };
+      const end = Math.min(g.tasks.length, g.next + 1 + s.warmLookahead);
+      for (let j = g.next + 1; j < end && probes < PROBE_BUDGET; j++, probes++) {
+        if (g.taken?.has(j)) continue;
+        const c = g.tasks[j] as TaskRecord;
+        if (c.createdAt - h.createdAt >= bypassMs) break; // submitted an aging interval later: may not overtake
+        if (noFit.has(sigOf(c))) continue;
+        const wa = bestWarm(c);
+        if (wa) return { g, t: c, ti: j, a: wa };
+      }
+      return null;
+    };
+    /** The group's head on the best agent (cold); null (and the head skipped) when no free agent fits it. */
+    const findCold = (g: Group): Choice | null => {
+      for (let h = headOf(g); h; h = headOf(g)) {
+        const a = best(h, free);
+        if (a) return { g, t: h, ti: g.next, a };
+        noFit.add(sigOf(h)); // agents only lose free slots within a pass: nothing will fit it later
+        g.next++;
+      }
+      return null;
+    };
+    const take = (p: Choice): void => {
+      const { g, t, ti, a } = p;
+        if (ti === g.next) g.next++;
+        else (g.taken ??= new Set()).add(ti);
+        a.free -= 1;
+        capacity -= 1;
+        active += 1;
+        inPass.set(g.sub, (inPass.get(g.sub) ?? 0) + 1);
+        a.lastAssignedAt = Number.MAX_SAFE_INTEGER - 1e6 + assign.length; // assigned in this pass: now the most recently used
+        if (t.workflowKey) a.lastWorkflow = t.workflowKey;
+        placed.add(t.id);
+        assign.push({ taskId: t.id, agentId: a.agentId });
+    };
+
+    for (let lvl = 1; lvl <= 5 && !full(); lvl++) {
+      const gs = [...(levels[lvl] as Map<string, Group>).values()];
+      while (gs.length > 0 && !full()) {
+        let bi = 0;
+        let bShare = share(gs[0] as Group);
+        for (let i = 1; i < gs.length; i++) {
+          const g = gs[i] as Group;
+          const sh = share(g);
+          const b = gs[bi] as Group;
+          if (sh < bShare || (sh === bShare && (g.tasks[g.next]?.seq ?? Infinity) < (b.tasks[b.next]?.seq ?? Infinity))) {
+            bi = i;
+            bShare = sh;
+          }
+        }
+        const g = gs[bi] as Group;
+        if (capped(g) || headOf(g) === null) {
+          gs.splice(bi, 1);
+          continue;
+        }
+        // warm first: this submitter's, else (within the slack of one fair share's worth) another's
+        // of the same level, else this submitter's head, cold
+        let p = findWarm(g);
+        for (let i = 0; !p && slack > 0 && i < gs.length; i++) {
+          const o = gs[i] as Group;
+          if (o !== g && share(o) <= bShare + slack / o.weight && !capped(o)) p = findWarm(o);
+        }
+        p ??= findCold(g);
+        if (p) take(p);
+        else gs.splice(bi, 1);
+      }
+    }
+  }
+  const wait: string[] = [];
+  for (const t of queue) if (t.status === 'pending' && !placed.has(t.id)) wait.push(t.id);
+  return { assign, wait };
+}

@@ -1,0 +1,121 @@
+/**
+ * The scheduling policy as a pure function (src/actors/scheduler/policy.ts): the fair strategy's
+ * rules one by one, fifo-lru unchanged, and the fair-share ledger.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TaskRecord } from '../../src/actors/ports.js';
+import type { AgentSlot } from '../../src/actors/scheduler/fifo-lru.js';
+import { effectivePriority, gpuMatches } from '../../src/actors/scheduler/fair.js';
+import { UsageLedger } from '../../src/actors/scheduler/ledger.js';
+import { DEFAULT_POLICY, noUsage, schedule, type PolicySettings, type PolicyUsage } from '../../src/actors/scheduler/policy.js';
+
+let seq = 0;
+const task = (o: Partial<TaskRecord> = {}): TaskRecord => ({
+  id: o.id ?? `t${++seq}`,
+  teamId: 'team',
+  status: 'waiting',
+  attempt: 1,
+  maxRetries: 0,
+  leaseEpoch: 0,
+  agentId: null,
+  dispatchTarget: 'agent',
+  toolType: 'comfyui',
+  timeoutS: 0,
+  requiredLabels: [],
+  minVramGb: 0,
+  requiredModels: [],
+  preferredGpu: null,
+  seq: o.seq ?? ++seq,
+  startedAt: null,
+  createdAt: 0,
+  parentTaskId: null,
+  retryTaskId: null,
+  ...o,
+});
+const agent = (o: Partial<AgentSlot> = {}): AgentSlot => ({ agentId: 'a1', teamId: 'team', labels: [], gpuType: 'NVIDIA RTX 4090', gpuCount: 1, vramTotalGb: 24, models: [], slots: 1, draining: false, needsSync: false, free: 1, lastAssignedAt: 0, ...o });
+const agents = (...as: AgentSlot[]): Map<string, AgentSlot> => new Map(as.map((a) => [a.agentId, a]));
+const FAIR: PolicySettings = DEFAULT_POLICY;
+const FIFO: PolicySettings = { ...DEFAULT_POLICY, strategy: 'fifo-lru' };
+const order = (q: TaskRecord[], n: number, u: PolicyUsage = noUsage(), now = 0, s = FAIR): string[] =>
+  schedule(q, agents(agent({ free: n, slots: n })), u, now, s).assign.map((x) => x.taskId);
+
+test('fair: priority first (1 highest), FIFO within a priority; fifo-lru ignores priority', () => {
+  const q = [task({ id: 'p5', priority: 5 }), task({ id: 'p3' }), task({ id: 'p1', priority: 1 }), task({ id: 'p3b', priority: 3 })];
+  assert.deepEqual(order(q, 4), ['p1', 'p3', 'p3b', 'p5']);
+  assert.deepEqual(order(q, 4, noUsage(), 0, FIFO), ['p5', 'p3', 'p1', 'p3b']);
+});
+
+test('aging: one level per interval, up to level 2 (level 1 stays for runs submitted at 1)', () => {
+  const t = task({ priority: 5, createdAt: 0 });
+  assert.equal(effectivePriority(t, 299_999, 300), 5);
+  assert.equal(effectivePriority(t, 300_000, 300), 4);
+  assert.equal(effectivePriority(t, 10 * 300_000, 300), 2);
+  assert.equal(effectivePriority(t, 10 * 300_000, 0), 5, 'aging off');
+  const q = [task({ id: 'old5', priority: 5, createdAt: 0 }), task({ id: 'new1', priority: 1, createdAt: 3_000_000 }), task({ id: 'new3', priority: 3, createdAt: 3_000_000 })];
+  assert.deepEqual(order(q, 3, noUsage(), 3_000_000), ['new1', 'old5', 'new3']);
+});
+
+test('fair share: the submitter with the least weighted GPU-seconds goes first; a burst alternates; weights divide usage', () => {
+  const q = [task({ id: 'a1', submitter: 'A' }), task({ id: 'a2', submitter: 'A' }), task({ id: 'a3', submitter: 'A' }), task({ id: 'b1', submitter: 'B' }), task({ id: 'b2', submitter: 'B' })];
+  assert.deepEqual(order(q, 4), ['a1', 'b1', 'a2', 'b2']);
+  const used = { ...noUsage(), gpuSeconds: new Map([['A', 100], ['B', 150]]) };
+  assert.equal(order(q, 1, used)[0], 'a1');
+  assert.equal(order(q, 1, { ...used, limits: new Map([['B', { weight: 2, maxConcurrent: null }]]) })[0], 'b1', 'B weighs 2: 75 < 100');
+});
+
+test('max_concurrent_tasks: a credential at its cap gets no slot; its tasks wait', () => {
+  const q = [task({ id: 'a1', submitter: 'A', status: 'pending' }), task({ id: 'a2', submitter: 'A', status: 'pending' }), task({ id: 'b1', submitter: 'B' })];
+  const u = { ...noUsage(), active: new Map([['A', 1]]), limits: new Map([['A', { weight: 1, maxConcurrent: 2 }]]) };
+  const p = schedule(q, agents(agent({ free: 3, slots: 3 })), u, 0, FAIR);
+  assert.deepEqual(p.assign.map((x) => x.taskId).sort(), ['a1', 'b1']);
+  assert.deepEqual(p.wait, ['a2']);
+});
+
+test('placement: warm (loaded model or last workflow version) beats preferred GPU beats LRU; preferred_gpu is a case-insensitive substring', () => {
+  const cold = agent({ agentId: 'a-cold', lastAssignedAt: 0, gpuType: 'NVIDIA A100-SXM4-80GB', models: ['checkpoints/x.safetensors'] });
+  const warm = agent({ agentId: 'b-warm', lastAssignedAt: 99, loaded: ['checkpoints/x.safetensors'], models: ['checkpoints/x.safetensors'] });
+  const t = task({ requiredModels: ['checkpoints/x.safetensors'], preferredGpu: 'a100' });
+  assert.equal(schedule([t], agents(cold, warm), noUsage(), 0, FAIR).assign[0]?.agentId, 'b-warm');
+  assert.equal(schedule([t], agents(cold, warm), noUsage(), 0, FIFO).assign[0]?.agentId, 'a-cold', 'fifo-lru: no warmth, exact GPU match only ("a100" is not the name): LRU');
+  const byWf = agent({ agentId: 'c-ran', lastAssignedAt: 99, lastWorkflow: 'wf@2' });
+  assert.equal(schedule([task({ workflowKey: 'wf@2' })], agents(agent({ agentId: 'a-lru' }), byWf), noUsage(), 0, FAIR).assign[0]?.agentId, 'c-ran');
+  assert.equal(schedule([task({ workflowKey: 'wf@3' })], agents(agent({ agentId: 'a-lru' }), byWf), noUsage(), 0, FAIR).assign[0]?.agentId, 'a-lru', 'another version is not warm');
+  assert.equal(schedule([task({ preferredGpu: 'A100' })], agents(agent({ agentId: 'a-rtx' }), agent({ agentId: 'b-a100', lastAssignedAt: 5, gpuType: 'NVIDIA A100-SXM4-80GB' })), noUsage(), 0, FAIR).assign[0]?.agentId, 'b-a100');
+  assert.ok(gpuMatches('a100', 'NVIDIA A100-SXM4-80GB'));
+  assert.ok(!gpuMatches('H100', 'NVIDIA A100-SXM4-80GB'));
+});
+
+test('tool_type constrains placement under fair (an agent without tool types runs any)', () => {
+  const comfy = agent({ agentId: 'a-comfy', toolTypes: ['comfyui'] });
+  const ns = agent({ agentId: 'b-ns', lastAssignedAt: 9, toolTypes: ['nerfstudio'] });
+  assert.equal(schedule([task({ toolType: 'nerfstudio' })], agents(comfy, ns), noUsage(), 0, FAIR).assign[0]?.agentId, 'b-ns');
+  const p = schedule([task({ id: 'n', toolType: 'nerfstudio', status: 'pending' })], agents(comfy), noUsage(), 0, FAIR);
+  assert.deepEqual([p.assign, p.wait], [[], ['n']]);
+  assert.equal(schedule([task({ toolType: 'nerfstudio' })], agents(agent({ agentId: 'any' })), noUsage(), 0, FAIR).assign[0]?.agentId, 'any');
+});
+
+test('warm look-ahead: a later task of the same submitter may take a warm agent; not one submitted an aging interval later', () => {
+  const a = agent({ agentId: 'a', loaded: ['m/y'], models: ['m/x', 'm/y'] });
+  const q = [task({ id: 'x', requiredModels: ['m/x'], createdAt: 0 }), task({ id: 'y', requiredModels: ['m/y'], createdAt: 1000 })];
+  assert.equal(schedule(q, agents(a), noUsage(), 2000, FAIR).assign[0]?.taskId, 'y');
+  const late = [q[0] as TaskRecord, task({ id: 'y2', requiredModels: ['m/y'], createdAt: 400_000 })];
+  assert.equal(schedule(late, agents(a), noUsage(), 500_000, FAIR).assign[0]?.taskId, 'x');
+  assert.equal(schedule(q, agents(a), noUsage(), 2000, { ...FAIR, warmLookahead: 0 }).assign[0]?.taskId, 'x', 'look-ahead off: strict FIFO');
+});
+
+test('ledger: held time x GPUs, released tasks count while their release is in the window, seeded rows count', () => {
+  const l = new UsageLedger(60);
+  l.start('t1', 'A', 2, 0);
+  assert.equal(l.usage(10_000).gpuSeconds.get('A'), 20);
+  assert.equal(l.usage(10_000).active.get('A'), 1);
+  l.end('t1', 10_000);
+  l.start('t2', 'B', 0, 10_000); // no GPU reported: counts as 1
+  l.drop('t2');
+  const u = l.usage(20_000);
+  assert.equal(u.gpuSeconds.get('A'), 20);
+  assert.equal(u.gpuSeconds.get('B'), undefined, 'a refused assignment is not charged');
+  assert.equal(l.usage(71_000).gpuSeconds.get('A'), undefined, 'out of the window');
+  l.seed([{ taskId: 's1', submitter: 'C', start: 100_000, end: 105_000, gpus: 1 }, { taskId: 's2', submitter: 'C', start: 100_000, end: null, gpus: 1 }]);
+  assert.equal(l.usage(110_000).gpuSeconds.get('C'), 15);
+});
