@@ -54,7 +54,7 @@ describe('against the real Docker Engine (the run\'s dockerd)', { skip: dockerSk
     const addr = await start(s, (i) => exits.push(i));
     assert.equal(addr.host, '127.0.0.1');
     const info = await docker().getContainer(containerName(s)).inspect();
-    assert.equal(info.Name, `/gantry-busy-${s.instanceId.slice(0, 8)}`);
+    assert.equal(info.Name, `/gantry-busy-${s.instanceId}`);
     assert.equal(info.Config.Image, busyboxImage);
     assert.ok(info.Config.Env.includes('MODEL=tiny') && info.Config.Env.includes('HF_TOKEN=hf_secret'));
     assert.deepEqual(
@@ -113,10 +113,11 @@ describe('against the real Docker Engine (the run\'s dockerd)', { skip: dockerSk
     const rt2 = new DockerRuntime({ logger, socketPath: dockerSocket });
     try {
       assert.deepEqual((await rt2.list()).find((x) => x.instanceId === s.instanceId), { instanceId: s.instanceId, host: '127.0.0.1', port: addr.port, serviceId: s.serviceId, running: true, healthPath: '/health' });
-      const exits: ExitInfo[] = [];
-      await rt2.watch(s.instanceId, (i) => exits.push(i));
       const again = await rt2.start(s, () => undefined);
       assert.equal(again.port, addr.port, 'the running container is reused, not recreated');
+      // one wait per container: the latest caller hears the exit
+      const exits: ExitInfo[] = [];
+      await rt2.watch(s.instanceId, (i) => exits.push(i));
       assert.equal((await containersByLabel(docker(), LABEL_INSTANCE, s.instanceId)).length, 1);
       await docker().getContainer(containerName(s)).kill({ signal: 'SIGKILL' });
       await waitFor(() => exits.length > 0, 'the adopted container\'s exit', 20_000);

@@ -44,11 +44,15 @@ export function daemonReason(e: unknown): string {
   return errMessage(e).replace(/^\(HTTP code \d+\) [^-]*- /, '').trim();
 }
 
-/** The container name for an instance: gantry-<slug>-<first 8 of the instance id>, docker-safe. */
+/**
+ * The container name for an instance: gantry-<slug>-<instance id>, docker-safe. The whole id: its
+ * first 8 characters are a UUIDv7's clock bits, shared by replicas placed in the same minute (the
+ * daemon refuses a second container of the same name: 409 Conflict).
+ */
 export function containerName(spec: Pick<ContainerSpec, 'serviceSlug' | 'instanceId'>): string {
   const clean = (s: string) => s.replace(/[^a-zA-Z0-9_.-]+/g, '-').replace(/^[^a-zA-Z0-9]+/, '');
   const slug = clean(spec.serviceSlug).replace(/[-_.]+$/, '') || 'service';
-  return `gantry-${slug}-${clean(spec.instanceId).slice(0, 8) || 'x'}`;
+  return `gantry-${slug}-${clean(spec.instanceId) || 'x'}`;
 }
 
 /** GPU device requests: -1 all, N > 0 that many, 0 none. */
@@ -84,6 +88,8 @@ interface Tracked {
   stopping: boolean;
   /** Aborts the pending wait request (close, remove). */
   abort: AbortController;
+  /** Set once a wait request is pending: who hears the exit (the latest caller: one wait per container). */
+  onExit?: (info: ExitInfo) => void;
 }
 
 export class DockerRuntime implements ContainerRuntime {
@@ -124,14 +130,19 @@ export class DockerRuntime implements ContainerRuntime {
     const name = containerName(spec);
     // env values may be secrets: log the names only
     this.logger.info({ ...log, name, env: spec.env.map((e) => e.name), gpuCount: spec.gpuCount }, 'docker runtime: creating container');
-    const container = await this.docker.createContainer({
-      name,
-      Image: spec.image,
-      Env: spec.env.map((e) => `${e.name}=${e.value}`),
-      Labels: labels,
-      ExposedPorts: { [port]: {} },
-      HostConfig: hostConfig,
-    });
+    let container: Dockerode.Container;
+    try {
+      container = await this.docker.createContainer({
+        name,
+        Image: spec.image,
+        Env: spec.env.map((e) => `${e.name}=${e.value}`),
+        Labels: labels,
+        ExposedPorts: { [port]: {} },
+        HostConfig: hostConfig,
+      });
+    } catch (e) {
+      throw new Error(`the daemon could not create the container of ${spec.image}: ${daemonReason(e)}`);
+    }
     const t: Tracked = { containerId: container.id, stopping: false, abort: new AbortController() };
     this.tracked.set(spec.instanceId, t);
     try {
@@ -212,8 +223,7 @@ export class DockerRuntime implements ContainerRuntime {
   async watch(instanceId: string, onExit: (info: ExitInfo) => void): Promise<void> {
     const c = await this.find(instanceId);
     if (!c || c.State !== 'running') return;
-    const t = this.tracked.get(instanceId);
-    if (t && t.containerId === c.Id) return; // already watched
+    // already watched: onExit takes over the pending wait
     this.watchContainer(instanceId, c.Id, onExit);
   }
 
@@ -274,12 +284,17 @@ export class DockerRuntime implements ContainerRuntime {
       this.tracked.set(instanceId, t);
     }
     const me = t;
+    if (me.onExit) {
+      me.onExit = onExit;
+      return;
+    }
+    me.onExit = onExit;
     const fire = (info: ExitInfo) => {
       if (me.stopping || this.tracked.get(instanceId) !== me) return;
       me.stopping = true; // once
       this.logger.warn({ instanceId, containerId, code: info.code }, 'docker runtime: container exited on its own');
       try {
-        onExit(info);
+        me.onExit?.(info);
       } catch (err) {
         this.logger.error({ err, instanceId }, 'docker runtime: onExit threw');
       }
