@@ -59,6 +59,8 @@ export async function startTestDockerd({ ownerPid = process.pid, log = () => und
   if (file && !/statically linked|static-pie/.test(file)) return { error: `${busybox} is not statically linked (install busybox-static)` };
 
   const dir = mkdtempSync(join(tmpdir(), 'gantry-dockerd-'));
+  // what a daemon stopped the hard way leaves mounted under its dirs (the netns file, overlays)
+  const unmount = `awk '$2 ~ "^${dir}/" { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done`;
   const sock = join(dir, 'docker.sock');
   const pidfile = join(dir, 'dockerd.pid');
   const logfile = join(dir, 'dockerd.log');
@@ -68,7 +70,7 @@ export async function startTestDockerd({ ownerPid = process.pid, log = () => und
   let exited = false;
   child.on('exit', () => (exited = true));
   // the watchdog: stops dockerd and removes the dir once the owner is gone
-  const wd = spawn('sh', ['-c', `while kill -0 ${ownerPid} 2>/dev/null && kill -0 ${child.pid} 2>/dev/null; do sleep 1; done; kill -TERM ${child.pid} 2>/dev/null; for i in $(seq 1 30); do kill -0 ${child.pid} 2>/dev/null || break; sleep 0.5; done; kill -KILL ${child.pid} 2>/dev/null; sleep 0.5; rm -rf '${dir}'`], { stdio: 'ignore', detached: true });
+  const wd = spawn('sh', ['-c', `while kill -0 ${ownerPid} 2>/dev/null && kill -0 ${child.pid} 2>/dev/null; do sleep 1; done; kill -TERM ${child.pid} 2>/dev/null; for i in $(seq 1 30); do kill -0 ${child.pid} 2>/dev/null || break; sleep 0.5; done; kill -KILL ${child.pid} 2>/dev/null; sleep 0.5; ${unmount}; rm -rf '${dir}'`], { stdio: 'ignore', detached: true });
   wd.unref();
 
   const stop = async () => {
@@ -87,6 +89,7 @@ export async function startTestDockerd({ ownerPid = process.pid, log = () => und
     try {
       process.kill(wd.pid, 'SIGKILL');
     } catch {}
+    spawnSync('sh', ['-c', unmount]);
     rmSync(dir, { recursive: true, force: true });
   };
 

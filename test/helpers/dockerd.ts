@@ -38,7 +38,12 @@ NODE="$1"; BUSYBOX="$2"; TAG="$3"
 NPM=$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")
 mkdir -p "$R/usr/local/bin" "$R/usr/local/lib/node_modules" "$R/bin" "$R/usr/bin" "$R/usr/sbin" "$R/sbin" "$R/etc/ssl/certs" "$R/tmp" "$R/root" "$R/var/lib"
 cp "$NODE" "$R/usr/local/bin/node"
-for lib in $(ldd "$NODE" | awk '/=>/ { print $3 } /^[[:space:]]*\// { print $1 }'); do
+# node's libraries, and (as on Debian's node:20-slim) the whole C and C++ runtime: native addons
+# such as vite's rolldown binding need more of glibc than node does (librt)
+LIBS=$(ldd "$NODE" | awk '/=>/ { print $3 } /^[[:space:]]*\// { print $1 }')
+if command -v dpkg >/dev/null; then LIBS="$LIBS $(dpkg -L libc6 libgcc-s1 libstdc++6 2>/dev/null | grep -E '/lib[^/]*\.so(\.[0-9]+)*$' || true)"; fi
+for lib in $LIBS; do
+  [ -e "$lib" ] || continue
   mkdir -p "$R$(dirname "$lib")"; cp -L "$lib" "$R$lib"
 done
 cp -a "$NPM" "$R/usr/local/lib/node_modules/npm"
