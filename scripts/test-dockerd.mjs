@@ -51,7 +51,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Starts dockerd and imports the test image; resolves { env, stop } or { error } (why it could not). */
 export async function startTestDockerd({ ownerPid = process.pid, log = () => undefined } = {}) {
-  if (!existsSync('/usr/sbin/dockerd') && spawnSync('sh', ['-c', 'command -v dockerd']).status !== 0) return { error: 'dockerd is not installed (Debian package docker.io)' };
+  const dockerd = spawnSync('sh', ['-c', 'command -v dockerd'], { encoding: 'utf8' }).stdout.trim() || ['/usr/sbin/dockerd', '/usr/bin/dockerd'].find((p) => existsSync(p));
+  if (!dockerd) return { error: 'dockerd is not installed (Debian package docker.io)' };
   if (spawnSync('sh', ['-c', 'command -v docker']).status !== 0) return { error: 'the docker CLI is not installed (Debian package docker.io)' };
   const busybox = ['/bin/busybox', '/usr/bin/busybox'].find((p) => existsSync(p));
   if (!busybox) return { error: 'busybox is not installed (Debian package busybox-static)' };
@@ -65,10 +66,14 @@ export async function startTestDockerd({ ownerPid = process.pid, log = () => und
   const pidfile = join(dir, 'dockerd.pid');
   const logfile = join(dir, 'dockerd.log');
   const out = openSync(logfile, 'a');
-  const child = spawn('dockerd', ['--host', `unix://${sock}`, '--data-root', join(dir, 'data'), '--exec-root', join(dir, 'exec'), '--pidfile', pidfile], { stdio: ['ignore', out, out], detached: true });
+  const child = spawn(dockerd, ['--host', `unix://${sock}`, '--data-root', join(dir, 'data'), '--exec-root', join(dir, 'exec'), '--pidfile', pidfile], { stdio: ['ignore', out, out], detached: true });
   child.unref();
   let exited = false;
   child.on('exit', () => (exited = true));
+  child.on('error', (e) => {
+    exited = true;
+    writeFileSync(logfile, `spawning ${dockerd}: ${e.message}\n`, { flag: 'a' });
+  });
   // the watchdog: stops dockerd and removes the dir once the owner is gone
   const wd = spawn('sh', ['-c', `while kill -0 ${ownerPid} 2>/dev/null && kill -0 ${child.pid} 2>/dev/null; do sleep 1; done; kill -TERM ${child.pid} 2>/dev/null; for i in $(seq 1 30); do kill -0 ${child.pid} 2>/dev/null || break; sleep 0.5; done; kill -KILL ${child.pid} 2>/dev/null; sleep 0.5; ${unmount}; rm -rf '${dir}'`], { stdio: 'ignore', detached: true });
   wd.unref();

@@ -12,6 +12,7 @@ import { after, describe, test } from 'node:test';
 import { DockerRuntime, LABEL_INSTANCE, containerName } from '../../src/agent/containers/docker.js';
 import type { ContainerSpec, ExitInfo } from '../../src/agent/containers/types.js';
 import { createLogger } from '../../src/shared/logger.js';
+import { parseAgentArgs } from '../../src/agent/config.js';
 import { busyboxImage, containersByLabel, docker, dockerSkip, dockerSocket } from '../helpers/dockerd.js';
 import { httpRequest, waitFor } from './helpers.js';
 
@@ -151,4 +152,14 @@ describe('against the real Docker Engine (the run\'s dockerd)', { skip: dockerSk
       return true;
     });
   });
+});
+
+test('agent configuration: the docker socket from --docker-socket (a path or unix://), else a unix:// DOCKER_HOST, else /var/run/docker.sock', () => {
+  const base = ['--server', '127.0.0.1:1', '--credential', 'ak-x', '--container-runtime', 'docker'];
+  const sock = (argv: string[], env: Record<string, string>) => parseAgentArgs([...base, ...argv], env)?.dockerSocket;
+  assert.equal(sock([], {}), '/var/run/docker.sock');
+  assert.equal(sock([], { DOCKER_HOST: 'unix:///run/user/1000/docker.sock' }), '/run/user/1000/docker.sock');
+  assert.equal(sock([], { DOCKER_HOST: 'tcp://10.0.0.1:2375' }), '/var/run/docker.sock', 'a tcp DOCKER_HOST is not used');
+  assert.equal(sock(['--docker-socket', 'unix:///tmp/d.sock'], { DOCKER_HOST: 'unix:///other.sock' }), '/tmp/d.sock');
+  assert.equal(sock([], { GANTRY_AGENT_DOCKER_SOCKET: '/srv/docker.sock', DOCKER_HOST: 'unix:///other.sock' }), '/srv/docker.sock');
 });
