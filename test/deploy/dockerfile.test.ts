@@ -11,6 +11,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { docker, dockerSkip, importNodeBase } from '../helpers/dockerd.js';
 
@@ -27,11 +28,26 @@ function skipReason(): string | false {
   return false;
 }
 
+function readyz(port: number): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: '/readyz', agent: false, timeout: 5000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error('no answer within 5 s')));
+    req.on('error', reject);
+  });
+}
+
 const sh = (args: string[], timeout: number) => spawnSync('docker', args, { cwd: root, env: { ...process.env, DOCKER_HOST: process.env.GANTRY_TEST_DOCKER_HOST }, encoding: 'utf8', timeout, maxBuffer: 64 * 1024 * 1024 });
 
 test('the Dockerfile builds on a locally made base (BASE_IMAGE) and the image serves /readyz', { skip: skipReason(), timeout: 20 * 60_000 }, async () => {
   const d = docker();
   let container = '';
+  const alive = setInterval(() => undefined, 1000);
   try {
     const made = importNodeBase(base);
     assert.equal(made, null, made ?? '');
@@ -50,14 +66,14 @@ test('the Dockerfile builds on a locally made base (BASE_IMAGE) and the image se
     const deadline = Date.now() + 120_000;
     let last = '';
     for (;;) {
-      const r = await fetch(`http://127.0.0.1:${port}/readyz`).catch((e: Error) => e);
+      // plain http with a deadline (the published port accepts before the node listens inside)
+      const r = await readyz(port).catch((e: Error) => e);
       if (!(r instanceof Error)) {
-        const body = await r.text();
         if (r.status === 200) {
-          assert.equal(JSON.parse(body).status, 'ready');
+          assert.equal(JSON.parse(r.body).status, 'ready');
           break;
         }
-        last = `${r.status} ${body}`;
+        last = `${r.status} ${r.body}`;
       } else last = r.message;
       const state = (await c.inspect()).State;
       if (!state.Running) {
@@ -68,6 +84,7 @@ test('the Dockerfile builds on a locally made base (BASE_IMAGE) and the image se
       await new Promise((res) => setTimeout(res, 500));
     }
   } finally {
+    clearInterval(alive);
     if (container) await d.getContainer(container).remove({ force: true }).catch(() => undefined);
     for (const i of [image, base]) await d.getImage(i).remove({ force: true }).catch(() => undefined);
   }
