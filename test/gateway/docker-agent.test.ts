@@ -1,9 +1,10 @@
 /**
- * The docker runtime end to end: `gantry agent --container-runtime docker` talks to the Docker
- * Engine API on a unix socket. Where no Docker daemon is reachable (this machine), the socket is
- * the protocol-level stand-in (test/helpers/docker-engine-standin.ts: the Engine API's paths and
- * JSON shapes; "containers" are real local HTTP servers). Placement honours gpu_count against the
- * agent's GPUs; the gateway reaches the container through the agent's stream.
+ * The docker runtime end to end on the Engine API stand-in (test/helpers/docker-engine-standin.ts:
+ * the Engine API's paths and JSON shapes; "containers" are real local HTTP servers), for what a
+ * real daemon here cannot do on demand: a pull that downloads the image, and a GPU service that
+ * starts (no nvidia runtime on this host: the real daemon refuses GPU device requests at start,
+ * test/gateway/docker-engine.test.ts). Placement honours gpu_count against the agent's GPUs; the
+ * gateway reaches the container through the agent's stream.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';

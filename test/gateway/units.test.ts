@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Balancer } from '../../src/gateway/balancer.js';
 import { affinityOf, pinCookie, type Affinity } from '../../src/gateway/affinity.js';
-import { place, runningStatus, detailOf } from '../../src/actors/container/decide.js';
+import { place, runningStatus, detailOf, settleRun } from '../../src/actors/container/decide.js';
 import type { ServiceInstance } from '../../src/domain/containers/schema.js';
 import { CreateServiceBody, OPERATION_FROM, serviceJson } from '../../src/domain/containers/schema.js';
 
@@ -85,6 +85,16 @@ test('service state: running once a replica is healthy; deploying fails when not
   assert.equal(runningStatus('running', [inst('1', 'a', { status: 'failed', healthy: false })], false), 'running', 'a running service stays running while it re-places');
   assert.deepEqual(detailOf([inst('1', 'a'), inst('2', 'b', { healthy: false }), inst('3', 'c', { status: 'pending', healthy: false })], 'm'), { placed: 3, running: 2, healthy: 1, message: 'm' });
   assert.deepEqual(OPERATION_FROM.delete, ['created', 'stopped', 'failed']);
+});
+
+test('failed replicas: a deploying service whose placed replicas all failed ends failed and keeps them; otherwise they are replaced', () => {
+  const failed = (id: string) => inst(id, 'a', { status: 'failed', healthy: false, error: 'image x is not on this host and could not be pulled: ...' });
+  // the image-not-found fault: the failed replica was dropped before the status was decided, so the service re-placed forever
+  assert.deepEqual(settleRun('deploying', [failed('1')], false), { status: 'failed', replace: [] });
+  assert.deepEqual(settleRun('deploying', [failed('1'), failed('2')], false), { status: 'failed', replace: [] });
+  assert.deepEqual(settleRun('deploying', [failed('1'), inst('2', 'b', { status: 'starting', healthy: false })], false), { status: 'deploying', replace: ['1'] }, 'another replica is still live');
+  assert.deepEqual(settleRun('running', [failed('1')], false), { status: 'running', replace: ['1'] }, 'a running service replaces (with backoff) and stays running');
+  assert.deepEqual(settleRun('deploying', [failed('1'), inst('2', 'b')], false), { status: 'running', replace: ['1'] });
 });
 
 test('definition: type rules and the reduced view for sk- callers', () => {

@@ -7,7 +7,7 @@ import { conflict, notFound } from '../../shared/errors.js';
 import { uuidv7 } from '../../shared/ids.js';
 import type { AuditNote } from '../../shared/audit.js';
 import { containerStartOf } from '../../protocol/container-start.js';
-import { detailOf, isLive, place, runningStatus } from './decide.js';
+import { detailOf, isLive, place, runningStatus, settleRun } from './decide.js';
 
 export const CONTAINER_SERVICE = CONTAINER_SERVICE_KIND;
 
@@ -138,7 +138,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     switch (op) {
       case 'deploy':
       case 'start':
-        if (op === 'deploy') for (const i of this.instances.values()) this.command(i, 'remove');
+        // a fresh deploy drops every earlier instance, a start the failed ones (they are replaced)
+        for (const i of [...this.instances.values()]) if (op === 'deploy' || i.status === 'failed') this.dropInstance(i);
         this.target = 'run';
         this.placementFailed = false;
         this.failuresInRow = 0;
@@ -221,18 +222,19 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
           this.message = `agent ${i.agentId.slice(0, 8)} went offline; re-placing its replica`;
         }
       }
-      // failed replicas are replaced: removed from their agent, a new one placed
-      for (const i of [...this.instances.values()]) {
-        if (i.status === 'failed') {
-          this.command(i, 'remove');
-          this.instances.delete(i.id);
-          this.write(() => this.d.store.deleteInstance(i.id));
-        }
+      // failed replicas are replaced (removed from their agent, a new one placed), unless every
+      // placed replica of a deploying service failed: then it ends failed
+      const settled = settleRun(svc.status, [...this.instances.values()], this.placementFailed);
+      if (settled.status === 'failed') {
+        this.setStatus('failed');
+        this.target = 'idle';
+        return;
       }
+      for (const id of settled.replace) this.dropInstance(this.instances.get(id) as ServiceInstance);
       const live = [...this.instances.values()].filter(isLive).length;
       if (live < svc.replicaCount && !this.placing && now >= this.notBefore) this.startPlacement(svc);
       const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
-      this.setStatus(next === 'failed' && live > 0 ? svc.status : next);
+      this.setStatus(next);
       if (next === 'failed') this.target = 'idle';
     } else if (this.target === 'stop' || this.target === 'remove') {
       for (const i of [...this.instances.values()]) {
@@ -289,6 +291,13 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private startInstance(i: ServiceInstance): void {
     const svc = this.svc as ServiceRecord;
     this.ctx.system.tell({ kind: AGENT_KIND, id: i.agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op: 'start', ...containerStartOf(svc, i.id) } } });
+  }
+
+  /** Forgets an instance: its agent removes it (a later report of it is ignored), its row goes. */
+  private dropInstance(i: ServiceInstance): void {
+    this.command(i, 'remove');
+    this.instances.delete(i.id);
+    this.write(() => this.d.store.deleteInstance(i.id));
   }
 
   private command(i: ServiceInstance, op: 'stop' | 'remove'): void {

@@ -73,6 +73,18 @@ export function runningStatus(current: ServiceStatus, instances: ServiceInstance
   return current;
 }
 
+/**
+ * While the service should run, after instances changed: its next status, and which failed
+ * replicas are replaced (removed from their agent, a new one placed after the backoff). A
+ * deploying service all of whose placed replicas failed ends `failed` (docs/api.md), keeping the
+ * failed replicas (their errors stay in instance_list) rather than re-placing them forever; a
+ * running one replaces them and stays running. Decided on the instances before any is dropped.
+ */
+export function settleRun(current: ServiceStatus, instances: ServiceInstance[], placementFailed: boolean): { status: ServiceStatus; replace: string[] } {
+  const status = runningStatus(current, instances, placementFailed);
+  return { status, replace: status === 'failed' ? [] : instances.filter((i) => i.status === 'failed').map((i) => i.id) };
+}
+
 /** Replica counts for the service's deploy_status. */
 export function detailOf(instances: ServiceInstance[], message: string): ServiceRecord['detail'] {
   return {

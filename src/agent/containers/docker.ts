@@ -36,11 +36,23 @@ function errMessage(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-/** The container name for an instance: gantry-<slug>-<first 8 of the instance id>, docker-safe. */
+/**
+ * The daemon's own words for a failed Engine API call: docker-modem's message is
+ * "(HTTP code 500) server error - <the daemon's message> "; this keeps the daemon's message.
+ */
+export function daemonReason(e: unknown): string {
+  return errMessage(e).replace(/^\(HTTP code \d+\) [^-]*- /, '').trim();
+}
+
+/**
+ * The container name for an instance: gantry-<slug>-<instance id>, docker-safe. The whole id: its
+ * first 8 characters are a UUIDv7's clock bits, shared by replicas placed in the same minute (the
+ * daemon refuses a second container of the same name: 409 Conflict).
+ */
 export function containerName(spec: Pick<ContainerSpec, 'serviceSlug' | 'instanceId'>): string {
   const clean = (s: string) => s.replace(/[^a-zA-Z0-9_.-]+/g, '-').replace(/^[^a-zA-Z0-9]+/, '');
   const slug = clean(spec.serviceSlug).replace(/[-_.]+$/, '') || 'service';
-  return `gantry-${slug}-${clean(spec.instanceId).slice(0, 8) || 'x'}`;
+  return `gantry-${slug}-${clean(spec.instanceId) || 'x'}`;
 }
 
 /** GPU device requests: -1 all, N > 0 that many, 0 none. */
@@ -76,6 +88,8 @@ interface Tracked {
   stopping: boolean;
   /** Aborts the pending wait request (close, remove). */
   abort: AbortController;
+  /** Set once a wait request is pending: who hears the exit (the latest caller: one wait per container). */
+  onExit?: (info: ExitInfo) => void;
 }
 
 export class DockerRuntime implements ContainerRuntime {
@@ -116,17 +130,27 @@ export class DockerRuntime implements ContainerRuntime {
     const name = containerName(spec);
     // env values may be secrets: log the names only
     this.logger.info({ ...log, name, env: spec.env.map((e) => e.name), gpuCount: spec.gpuCount }, 'docker runtime: creating container');
-    const container = await this.docker.createContainer({
-      name,
-      Image: spec.image,
-      Env: spec.env.map((e) => `${e.name}=${e.value}`),
-      Labels: labels,
-      ExposedPorts: { [port]: {} },
-      HostConfig: hostConfig,
-    });
+    let container: Dockerode.Container;
+    try {
+      container = await this.docker.createContainer({
+        name,
+        Image: spec.image,
+        Env: spec.env.map((e) => `${e.name}=${e.value}`),
+        Labels: labels,
+        ExposedPorts: { [port]: {} },
+        HostConfig: hostConfig,
+      });
+    } catch (e) {
+      throw new Error(`the daemon could not create the container of ${spec.image}: ${daemonReason(e)}`);
+    }
     const t: Tracked = { containerId: container.id, stopping: false, abort: new AbortController() };
     this.tracked.set(spec.instanceId, t);
-    await container.start();
+    try {
+      await container.start();
+    } catch (e) {
+      // e.g. a GPU device request on a host without the nvidia runtime: the daemon's reason, with the image
+      throw new Error(`the daemon could not start the container of ${spec.image}: ${daemonReason(e)}`);
+    }
     const address = await this.addressOf(container.id, spec);
     this.watchContainer(spec.instanceId, container.id, onExit, t);
     return address;
@@ -199,8 +223,7 @@ export class DockerRuntime implements ContainerRuntime {
   async watch(instanceId: string, onExit: (info: ExitInfo) => void): Promise<void> {
     const c = await this.find(instanceId);
     if (!c || c.State !== 'running') return;
-    const t = this.tracked.get(instanceId);
-    if (t && t.containerId === c.Id) return; // already watched
+    // already watched: onExit takes over the pending wait
     this.watchContainer(instanceId, c.Id, onExit);
   }
 
@@ -218,12 +241,20 @@ export class DockerRuntime implements ContainerRuntime {
       if (statusOf(e) !== 404) throw e;
     }
     this.logger.info(log, 'docker runtime: pulling image');
-    const stream = (await this.docker.pull(image)) as NodeJS.ReadableStream;
+    // the daemon's reason alone may name only the registry (`Get "https://registry-1.docker.io/v2/":
+    // ... no such host`): the message names the image first
+    const failed = (why: string) => new Error(`image ${image} is not on this host and could not be pulled: ${why}`);
+    let stream: NodeJS.ReadableStream;
+    try {
+      stream = (await this.docker.pull(image)) as NodeJS.ReadableStream;
+    } catch (e) {
+      throw failed(daemonReason(e));
+    }
     await new Promise<void>((resolve, reject) => {
       this.docker.modem.followProgress(stream, (err: Error | null, output: Array<{ error?: string; errorDetail?: { message?: string } }>) => {
-        if (err) return reject(err);
-        const failed = output.find((o) => o.error || o.errorDetail);
-        if (failed) return reject(new Error(`pull ${image}: ${failed.errorDetail?.message ?? failed.error}`));
+        if (err) return reject(failed(daemonReason(err)));
+        const bad = output.find((o) => o.error || o.errorDetail);
+        if (bad) return reject(failed(bad.errorDetail?.message ?? bad.error ?? 'the pull stream reported an error'));
         resolve();
       });
     });
@@ -235,6 +266,10 @@ export class DockerRuntime implements ContainerRuntime {
     const bindings = info.NetworkSettings?.Ports?.[`${spec.exposedPort}/tcp`];
     const b = bindings?.find((x) => x.HostIp === HOST) ?? bindings?.[0];
     const port = b ? Number(b.HostPort) : NaN;
+    if (info.State && !info.State.Running) {
+      // it exited before it could be inspected (a crash at start): the exit code, the manager adds its logs
+      throw new Error(`the container of ${spec.image} exited at start with code ${info.State.ExitCode}${info.State.Error ? `: ${info.State.Error}` : ''}`);
+    }
     if (!Number.isInteger(port) || port <= 0) {
       throw new Error(`container ${containerId.slice(0, 12)} has no published port for ${spec.exposedPort}/tcp (state ${info.State?.Status ?? 'unknown'})`);
     }
@@ -249,12 +284,17 @@ export class DockerRuntime implements ContainerRuntime {
       this.tracked.set(instanceId, t);
     }
     const me = t;
+    if (me.onExit) {
+      me.onExit = onExit;
+      return;
+    }
+    me.onExit = onExit;
     const fire = (info: ExitInfo) => {
       if (me.stopping || this.tracked.get(instanceId) !== me) return;
       me.stopping = true; // once
       this.logger.warn({ instanceId, containerId, code: info.code }, 'docker runtime: container exited on its own');
       try {
-        onExit(info);
+        me.onExit?.(info);
       } catch (err) {
         this.logger.error({ err, instanceId }, 'docker runtime: onExit threw');
       }
