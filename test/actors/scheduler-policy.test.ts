@@ -8,31 +8,14 @@ import type { TaskRecord } from '../../src/actors/ports.js';
 import type { AgentSlot } from '../../src/actors/scheduler/fifo-lru.js';
 import { effectivePriority, gpuMatches } from '../../src/actors/scheduler/fair.js';
 import { UsageLedger } from '../../src/actors/scheduler/ledger.js';
+import { task as fixtureTask } from './fixtures.js';
 import { DEFAULT_POLICY, noUsage, schedule, type PolicySettings, type PolicyUsage } from '../../src/actors/scheduler/policy.js';
 
 let seq = 0;
-const task = (o: Partial<TaskRecord> = {}): TaskRecord => ({
-  id: o.id ?? `t${++seq}`,
-  teamId: 'team',
-  status: 'waiting',
-  attempt: 1,
-  maxRetries: 0,
-  leaseEpoch: 0,
-  agentId: null,
-  dispatchTarget: 'agent',
-  toolType: 'comfyui',
-  timeoutS: 0,
-  requiredLabels: [],
-  minVramGb: 0,
-  requiredModels: [],
-  preferredGpu: null,
-  seq: o.seq ?? ++seq,
-  startedAt: null,
-  createdAt: 0,
-  parentTaskId: null,
-  retryTaskId: null,
-  ...o,
-});
+const task = (o: Partial<TaskRecord> = {}): TaskRecord => {
+  const n = ++seq;
+  return fixtureTask({ id: `t${n}`, teamId: 'team', status: 'waiting', maxRetries: 0, timeoutS: 0, seq: n, ...o });
+};
 const agent = (o: Partial<AgentSlot> = {}): AgentSlot => ({ agentId: 'a1', teamId: 'team', labels: [], gpuType: 'NVIDIA RTX 4090', gpuCount: 1, vramTotalGb: 24, models: [], slots: 1, draining: false, needsSync: false, free: 1, lastAssignedAt: 0, ...o });
 const agents = (...as: AgentSlot[]): Map<string, AgentSlot> => new Map(as.map((a) => [a.agentId, a]));
 const FAIR: PolicySettings = DEFAULT_POLICY;
