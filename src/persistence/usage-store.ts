@@ -8,6 +8,7 @@ import { q as pooled, TickBatcher, type Q, type Settled } from './sql.js';
 import { audited } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import type { PgTimestamp } from './rows.js';
+import { TASK_COLS } from './task-rows.js';
 import { uuidv7 } from '../shared/ids.js';
 import { USAGE_GROUP_FIELDS, type UsageAggregate, type UsageBudget, type UsageGroupBy, type UsageSums } from '../domain/usage.js';
 
@@ -16,12 +17,18 @@ const NIL_UUID = '00000000-0000-0000-0000-000000000000';
 /** The GPU type label of gantry_gpu_seconds_total: the agent's GPU model, '' for none, the provider for a cloud attempt. */
 const METRIC_GPU_TYPE = `coalesce(gpu_type, case when dispatch_target <> 'agent' then dispatch_target else '' end)`;
 
+/** What the attempt row needs of the task. */
+const USAGE_COLS = ['workflow_id', 'workflow_slug', 'workflow_version', 'created_by_user_id', 'created_by_credential_id', 'queued_at', 'finished_at'];
+const TASK_COL_SET = new Set(TASK_COLS.split(',').map((c) => c.trim()));
 /**
  * What a terminal transition's UPDATE must return besides TASK_COLS for recordAttemptsCtes (qualify
- * with the table alias when the UPDATE has a FROM).
+ * with the table alias when the UPDATE has a FROM). Columns TASK_COLS already returns are not
+ * returned twice: a duplicate name in the CTE is ambiguous (42702) where the statement reads it.
  */
 export const usageReturning = (alias = ''): string =>
-  ['workflow_id', 'workflow_slug', 'workflow_version', 'created_by_user_id', 'created_by_credential_id', 'queued_at', 'finished_at'].map((c) => `${alias}${c}`).join(', ');
+  USAGE_COLS.filter((c) => !TASK_COL_SET.has(c))
+    .map((c) => `${alias}${c}`)
+    .join(', ');
 
 /**
  * Two data-modifying CTEs (`g`, `gm`; put them in the statement's WITH list): one task_attempts row per row of `src` (the transition's UPDATE ...

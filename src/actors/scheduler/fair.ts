@@ -165,6 +165,78 @@ function best(t: TaskRecord, agents: Sim[]): Sim | null {
   return b;
 }
 
+/** LRU order of agents: least recently used first, then the lower id. */
+const lruOrder = (a: Sim, b: Sim): number => a.lastAssignedAt - b.lastAssignedAt || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0);
+
+/**
+ * The cold choice (`best` over every free agent) without a scan per assignment: per placement key
+ * (the task's constraints and preferred GPU), the fitting free agents in `best`'s order, built once
+ * per pass from one LRU sort, as two queues (preferred GPU first). An agent assigned in the pass
+ * becomes the most recently used: met again at a queue's head with a newer lastAssignedAt than it
+ * was queued with, it is queued again in order of that value (binary search; every in-pass value is
+ * larger than every value from before the pass), and one with no free slot left is dropped. So a
+ * pick costs O(log n) amortised, and picks what `best` picks.
+ */
+class ColdIndex {
+  /** The free agents in LRU order and each one's lastAssignedAt when sorted (a queue built later starts from these). */
+  private lru: Sim[] | null = null;
+  private lruAt: number[] = [];
+  private readonly queues = new Map<string, Array<{ q: Sim[]; at: number[]; head: number }>>();
+
+  /** Queues a at its current lastAssignedAt, in (at, agentId) order among the unconsumed entries. */
+  private static requeue(s: { q: Sim[]; at: number[]; head: number }, a: Sim): void {
+    const at = a.lastAssignedAt;
+    let lo = s.head;
+    let hi = s.q.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const m = s.at[mid] as number;
+      if (m < at || (m === at && (s.q[mid] as Sim).agentId < a.agentId)) lo = mid + 1;
+      else hi = mid;
+    }
+    s.q.splice(lo, 0, a);
+    s.at.splice(lo, 0, at);
+  }
+
+  constructor(private readonly free: Sim[]) {}
+
+  pick(t: TaskRecord): Sim | null {
+    const pref = t.preferredGpu ? t.preferredGpu.toLowerCase() : null;
+    const key = `${sigOf(t)}|${t.teamId}|${pref ?? ''}`;
+    let qs = this.queues.get(key);
+    if (!qs) {
+      if (!this.lru) {
+        this.lru = [...this.free].sort(lruOrder);
+        this.lruAt = this.lru.map((a) => a.lastAssignedAt);
+      }
+      // queued at their sort-time values: one assigned since is requeued when met (below)
+      const preferred = { q: [] as Sim[], at: [] as number[], head: 0 };
+      const rest = { q: [] as Sim[], at: [] as number[], head: 0 };
+      for (let i = 0; i < this.lru.length; i++) {
+        const a = this.lru[i] as Sim;
+        if (!fits(t, a)) continue;
+        const s = pref !== null && a.pref.includes(pref) ? preferred : rest;
+        s.q.push(a);
+        s.at.push(this.lruAt[i] as number);
+      }
+      qs = [preferred, rest];
+      this.queues.set(key, qs);
+    }
+    for (const s of qs) {
+      while (s.head < s.q.length) {
+        const a = s.q[s.head] as Sim;
+        const at = s.at[s.head] as number;
+        if (a.free <= 0) {
+          s.head++;
+        } else if (a.lastAssignedAt !== at) {
+          s.head++;
+          ColdIndex.requeue(s, a);
+        } else return a;
+      }
+    }
+    return null;
+  }
+}
 
 /** One pass of the fair strategy: which tasks go to which agent, which pending ones must wait. */
 export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlot>, usage: FairUsage, now: number, s: FairSettings): { assign: PlanStep[]; wait: string[] } {
@@ -192,15 +264,21 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       for (const m of a.loaded ?? []) index(`m:${m}`, a);
     }
     /** The best free agent warm for the task (same workflow version, or one of its models loaded). */
+    // (no closure per call: this runs for every look-ahead probe). Agents only lose free slots within
+    // a pass, so a task that finds no warm agent tells the same for every task of its constraints and
+    // warm keys: the look-ahead's later probes of those are one set lookup.
+    const noWarm = new Set<string>();
     const bestWarm = (t: TaskRecord): Sim | null => {
+      const key = `${sigOf(t)}|${t.teamId}|${t.workflowKey ?? ''}`;
+      if (noWarm.has(key)) return null;
       let b: Sim | null = null;
-      const consider = (l: Sim[] | undefined): void => {
-        if (!l || l.length === 0) return;
+      for (let i = t.workflowKey ? -1 : 0; i < t.requiredModels.length; i++) {
+        const l = warm.get(i < 0 ? `w:${t.workflowKey}` : `m:${t.requiredModels[i]}`);
+        if (!l || l.length === 0) continue;
         const a = best(t, l);
         if (a && (b === null || better(t, a, b))) b = a;
-      };
-      if (t.workflowKey) consider(warm.get(`w:${t.workflowKey}`));
-      for (const m of t.requiredModels) consider(warm.get(`m:${m}`));
+      }
+      if (b === null) noWarm.add(key);
       return b;
     };
     // levels 1..5, each: submitter -> its tasks in FIFO (seq) order
@@ -256,9 +334,10 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       return null;
     };
     /** The group's head on the best agent (cold); null (and the head skipped) when no free agent fits it. */
+    const cold = new ColdIndex(free);
     const findCold = (g: Group): Choice | null => {
       for (let h = headOf(g); h; h = headOf(g)) {
-        const a = best(h, free);
+        const a = cold.pick(h);
         if (a) return { g, t: h, ti: g.next, a };
         noFit.add(sigOf(h)); // agents only lose free slots within a pass: nothing will fit it later
         g.next++;
