@@ -16,35 +16,10 @@ import { join } from 'node:path';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { createCredential, login } from '../helpers/identity.js';
 import { spawnAgent, tmpDir, type AgentProcess } from '../agents/helpers.js';
+import { firstSteps } from './readme.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 const README_ORIGIN = 'http://127.0.0.1:8080';
-
-export interface Step {
-  command: string;
-  expected: string[];
-}
-
-/** The commands of README's first-steps block and the "# " sample lines under each. */
-export function firstSteps(readme: string): Step[] {
-  const m = /<!-- first-steps:begin[^>]*-->\s*```sh\n([\s\S]*?)```\s*<!-- first-steps:end -->/.exec(readme);
-  assert.ok(m, 'README has a shell block between <!-- first-steps:begin --> and <!-- first-steps:end -->');
-  const steps: Step[] = [];
-  const lines = (m[1] as string).split('\n');
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i] as string;
-    if (line.trim() === '') continue;
-    if (line.startsWith('#')) {
-      assert.ok(steps.length > 0, `a sample line before any command: ${line}`);
-      steps[steps.length - 1]!.expected.push(line.replace(/^# ?/, ''));
-      continue;
-    }
-    let command = line;
-    while (command.endsWith('\\') && i + 1 < lines.length) command = `${command}\n${lines[++i]}`;
-    steps.push({ command, expected: [] });
-  }
-  return steps;
-}
 
 const pattern = (sample: string): RegExp => new RegExp(`^${sample.trimEnd().split('...').map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*?')}$`);
 
