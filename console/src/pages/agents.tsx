@@ -20,6 +20,7 @@ interface Agent {
 /** VRAM in use of the total, where the agent reports its GPUs' usage. */
 function vram(a: Agent): string {
   const used = a.system_stats?.gpus?.reduce((s, g) => s + g.vram_used_gb, 0);
+  if (a.gpu_count === 0 && !a.vram_total_gb) return 'no GPU';
   return used !== undefined ? `${used.toFixed(1)} / ${a.vram_total_gb} GB` : `${a.vram_total_gb} GB`;
 }
 

@@ -112,18 +112,37 @@ interface Result {
   expires_at: string;
 }
 
+/** An agent by its name (the id's first characters until the name has loaded, or when it is gone). */
+function AgentName({ id }: { id: string }) {
+  const [name, setName] = useState<string | null>(null);
+  useEffect(() => {
+    let live = true;
+    void api.GET('/agents/{agentId}', { params: { path: { agentId: id } } }).then((r) => live && r.data && setName(r.data.display_name));
+    return () => {
+      live = false;
+    };
+  }, [id]);
+  return name ? (
+    <a href="/agents" title={id}>
+      {name}
+    </a>
+  ) : (
+    <code title={id}>{short(id)}</code>
+  );
+}
+
 function describe(event: string, d: Record<string, any>): string {
   switch (event) {
     case 'status':
-      return `status ${d.status}`;
+      return String(d.status);
     case 'progress':
       return `${Math.round(Number(d.progress) * 100)}% (step ${d.step_current}/${d.step_total})${d.current_node ? ` ${d.current_node}` : ''}${d.stage ? ` [${d.stage}]` : ''}${d.message ? ` ${d.message}` : ''}`;
     case 'completed':
-      return 'completed';
+      return '';
     case 'failed':
-      return `failed: ${d.error ?? ''}${d.retry_task_id ? ` (retry ${short(d.retry_task_id)})` : ''}`;
+      return `${d.error ?? ''}${d.retry_task_id ? ` (retry ${short(d.retry_task_id)})` : ''}`;
     case 'cancelled':
-      return 'cancelled';
+      return '';
     default:
       return d.message ?? JSON.stringify(d);
   }
@@ -262,7 +281,7 @@ export function TaskPage({ id }: { id: string }) {
         <dt>Retried as</dt>
         <dd>{task.retry_task_id ? <a href={`/tasks/${task.retry_task_id}`}>{short(task.retry_task_id)}</a> : '—'}</dd>
         <dt>Agent</dt>
-        <dd>{task.agent_id ? <code>{short(task.agent_id)}</code> : '—'}</dd>
+        <dd>{task.agent_id ? <AgentName id={task.agent_id} /> : '—'}</dd>
         <dt>Dispatch</dt>
         <dd>{task.dispatch_target}</dd>
         <dt>Created</dt>
@@ -282,7 +301,8 @@ export function TaskPage({ id }: { id: string }) {
         <ol class="events" aria-live="polite">
           {log.map((l, i) => (
             <li key={`${l.id ?? 'x'}-${i}`}>
-              <time>{fmtTime(l.at)}</time> <strong>{l.event}</strong> {l.text}
+              <time>{fmtTime(l.at)}</time> <strong>{l.event}</strong>
+              {l.text ? `: ${l.text}` : ''}
             </li>
           ))}
         </ol>
