@@ -79,3 +79,29 @@ test('agents page: an agent without GPUs says "no GPU" for VRAM', { skip, timeou
   assert.match(text, /no GPU/, text);
   assert.doesNotMatch(text, /0\.0 \/ 0 GB/, text);
 });
+
+test('the tasks filter takes a workflow slug', { skip, timeout: 60_000 }, async () => {
+  await page.goto(`${t.origin}/tasks`);
+  await page.getByLabel('Workflow').fill('details-wf');
+  await page.getByLabel('Workflow').press('Enter');
+  await page.waitForURL(/[?&]workflow=details-wf/);
+  await page.locator(`a[href="/tasks/${taskId}"]`).first().waitFor();
+});
+
+test('the Agents page hint names this node\'s WebSocket address and npx gantry agent --executor simulate', { skip, timeout: 60_000 }, async () => {
+  await page.goto(`${t.origin}/agents`);
+  const ws = await page.locator('[data-hint="ws"]').innerText();
+  assert.equal(ws, `npx gantry agent --executor simulate --server ${t.origin.replace(/^http/, 'ws')} --credential ak-…`);
+  assert.match(await page.locator('[data-hint="grpc"]').innerText(), /^--server 127\.0\.0\.1:\d+$/);
+});
+
+test('390 px wide: no page is cut off horizontally', { skip, timeout: 120_000 }, async () => {
+  await page.setViewportSize({ width: 390, height: 800 });
+  for (const path of ['/workflows', '/tasks', `/tasks/${taskId}`, '/agents', '/credentials', '/pair']) {
+    await page.goto(`${t.origin}${path}`);
+    await page.getByRole('heading', { level: 1 }).first().waitFor();
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= 390, `${path} is ${width} px wide at a 390 px viewport`);
+  }
+  await page.setViewportSize({ width: 1280, height: 800 });
+});

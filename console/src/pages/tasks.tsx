@@ -39,9 +39,18 @@ interface Task {
 export function TasksPage() {
   const { query } = useLocation();
   const status = query.get('task_status') ?? '';
-  const workflowId = query.get('workflow_id') ?? '';
+  // the workflow filter takes a slug (or an id; links from a workflow's page pass workflow_id)
+  const workflowRef = query.get('workflow') ?? query.get('workflow_id') ?? '';
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => data(api.GET('/r/tasks', { params: { query: { ...(status ? { task_status: status as Schemas['TaskStatus'] } : {}), ...(workflowId ? { workflow_id: workflowId } : {}), current_page: page, per_page: 20 } }, signal })).then((b) => ({ items: b.task_list as unknown as Task[], page_meta: b.page_meta })), [status, workflowId, page], 3000);
+  const list = useAsync(
+    async (signal) => {
+      const workflowId = !workflowRef ? '' : /^[0-9a-f-]{36}$/i.test(workflowRef) ? workflowRef : (await data(api.GET('/r/workflows/slug/{workflowSlug}', { params: { path: { workflowSlug: workflowRef } }, signal }))).id;
+      const b = await data(api.GET('/r/tasks', { params: { query: { ...(status ? { task_status: status as Schemas['TaskStatus'] } : {}), ...(workflowId ? { workflow_id: workflowId } : {}), current_page: page, per_page: 20 } }, signal }));
+      return { items: b.task_list as unknown as Task[], page_meta: b.page_meta };
+    },
+    [status, workflowRef, page],
+    3000,
+  );
   const setFilter = (k: string, v: string): void => {
     const q = new URLSearchParams(location.search);
     if (v) q.set(k, v);
@@ -66,8 +75,18 @@ export function TasksPage() {
           </select>
         </div>
         <div class="field">
-          <label for="filter-workflow">Workflow id</label>
-          <input id="filter-workflow" value={workflowId} placeholder="any" onChange={(e) => setFilter('workflow_id', e.currentTarget.value.trim())} />
+          <label for="filter-workflow">Workflow</label>
+          <input
+            id="filter-workflow"
+            value={workflowRef}
+            placeholder="slug (any)"
+            onChange={(e) => {
+              const q = new URLSearchParams(location.search);
+              q.delete('workflow_id');
+              history.replaceState(null, '', `/tasks${q.toString() ? `?${q.toString()}` : ''}`);
+              setFilter('workflow', e.currentTarget.value.trim());
+            }}
+          />
         </div>
       </form>
       <ErrorBox error={list.error} />
