@@ -51,6 +51,16 @@ function useSession() {
   return session.get();
 }
 
+/** Every team of the user (every page of GET /teams): the roles behind the team switcher. */
+async function allTeams(): Promise<{ team_list: Array<{ id: string; member_role?: unknown }> }> {
+  const team_list: Array<{ id: string; member_role?: unknown }> = [];
+  for (let page = 1; ; page++) {
+    const b = await data(api.GET('/teams', { params: { query: { current_page: page, per_page: 100 } } }));
+    team_list.push(...b.team_list);
+    if (b.team_list.length === 0 || page * 100 >= b.page_meta.total_count) return { team_list };
+  }
+}
+
 export function App() {
   const { path } = useLocation();
   const s = useSession();
@@ -74,7 +84,7 @@ function SignedIn({ path }: { path: string }) {
   const [menuOpen, setMenuOpen] = useState(false);
   useEffect(() => {
     let stop = false;
-    Promise.all([data(api.GET('/users/me')), data(api.GET('/teams', { params: { query: { per_page: 100 } } }))])
+    Promise.all([data(api.GET('/users/me')), allTeams()])
       .then(([m, teams]) => {
         if (stop) return;
         setMe(m);

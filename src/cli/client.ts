@@ -38,11 +38,11 @@ const tty = (): boolean => process.stdout.isTTY === true && !process.env.NO_COLO
 const paint = (code: string) => (s: string): string => (tty() ? `\x1b[${code}m${s}\x1b[0m` : s);
 export const c = { bold: paint('1'), dim: paint('2'), red: paint('31'), green: paint('32'), yellow: paint('33'), cyan: paint('36') };
 
-const print = (s = ''): void => void process.stdout.write(`${s}\n`);
-const printJson = (v: unknown): void => print(JSON.stringify(v, null, 2));
+export const print = (s = ''): void => void process.stdout.write(`${s}\n`);
+export const printJson = (v: unknown): void => print(JSON.stringify(v, null, 2));
 
 /** A plain table: one header row, columns padded to their widest cell. */
-function table(rows: Array<Record<string, unknown>>, cols: string[]): void {
+export function table(rows: Array<Record<string, unknown>>, cols: string[]): void {
   if (rows.length === 0) {
     print(c.dim('(none)'));
     return;
@@ -53,7 +53,7 @@ function table(rows: Array<Record<string, unknown>>, cols: string[]): void {
   for (const r of rows) print(cols.map((k, i) => cell(r[k]).padEnd(widths[i] as number)).join('  ').trimEnd());
 }
 
-const statusColor = (s: string): string => (s === 'completed' || s === 'online' || s === 'running' || s === 'active' ? c.green(s) : s === 'failed' || s === 'cancelled' || s === 'offline' ? c.red(s) : c.yellow(s));
+export const statusColor = (s: string): string => (s === 'completed' || s === 'online' || s === 'running' || s === 'active' ? c.green(s) : s === 'failed' || s === 'cancelled' || s === 'offline' ? c.red(s) : c.yellow(s));
 
 // ---- configuration ----
 
@@ -104,8 +104,39 @@ export interface GlobalOpts {
   json?: boolean;
 }
 
+/** The server the last client was made for: errors that could not reach it name it. */
+let lastServer: string | null = null;
+
 function serverOf(o: GlobalOpts, cfg: StoredConfig | null): string {
-  return o.server ?? process.env.GANTRY_SERVER ?? cfg?.server ?? DEFAULT_SERVER;
+  lastServer = o.server ?? process.env.GANTRY_SERVER ?? cfg?.server ?? DEFAULT_SERVER;
+  return lastServer;
+}
+
+/** "line L, column C" of a character offset in text (both 1-based). */
+export function lineColumn(text: string, offset: number): string {
+  const before = text.slice(0, Math.max(0, Math.min(offset, text.length)));
+  const line = before.split('\n').length;
+  const column = before.length - before.lastIndexOf('\n');
+  return `line ${line}, column ${column}`;
+}
+
+/** Reads and parses a JSON file; a syntax error names the file, the line and the column. */
+export function readJsonFile(file: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new CliError(`${file}: ${(e as Error).message}`, EXIT.usage);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    const msg = (e as Error).message;
+    const at = /at position (\d+)/.exec(msg);
+    const offset = at ? Number(at[1]) : text.length;
+    const what = msg.replace(/ in JSON at position \d+.*$/s, '').replace(/, ".*" is not valid JSON$/s, '');
+    throw new CliError(`${file}: invalid JSON at ${lineColumn(text, offset)}: ${what}`, EXIT.usage);
+  }
 }
 
 /** A client with the stored dk- (or GANTRY_TOKEN, e.g. an sk- for scripts). */
@@ -126,7 +157,8 @@ export function cliErrorOf(e: unknown): CliError | null {
   }
   if (e instanceof TypeError && /fetch failed/.test(e.message)) {
     const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-    return new CliError(`cannot reach the server: ${cause?.code ?? cause?.message ?? e.message}`, EXIT.api);
+    const where = lastServer ? `${lastServer.replace(/\/+$/, '')} ` : 'the server ';
+    return new CliError(`cannot reach ${where}(${cause?.code ?? cause?.message ?? e.message}): is the node running? --server or GANTRY_SERVER names another one`, EXIT.api);
   }
   return null;
 }
@@ -149,6 +181,7 @@ export async function login(o: GlobalOpts & { name?: string }): Promise<void> {
       else {
         print(`Your code: ${c.bold(user_code)} (expires in ${Math.round(expires_in / 60)} min)`);
         print(`Open ${c.cyan(url)} and sign in to confirm it.`);
+        print(c.dim('No account yet? That page links to Register.'));
         print(c.dim('Waiting for confirmation…'));
       }
     },
@@ -188,26 +221,10 @@ export async function whoami(o: GlobalOpts): Promise<void> {
   if (team) print(`team   ${team.display_name} (${team.id})`);
 }
 
-export async function teams(o: GlobalOpts): Promise<void> {
-  const gantry = authedClient(o);
-  const { data } = await gantry.api.GET('/teams', { params: { query: { per_page: 100 } } });
-  if (o.json) return printJson(data);
-  const current = readConfig()?.team_id;
-  table(
-    data!.team_list.map((t) => ({ ...t, current: t.id === current ? '*' : '' })),
-    ['current', 'id', 'display_name'],
-  );
-}
-
-export async function workflowsList(o: GlobalOpts): Promise<void> {
-  const gantry = authedClient(o);
-  const { data } = await gantry.api.GET('/r/workflows', { params: { query: { per_page: 100 } } });
-  if (o.json) return printJson(data);
-  table(data!.workflow_list as unknown as Array<Record<string, unknown>>, ['workflow_slug', 'version', 'tool_type', 'display_name', 'id']);
-}
-
 export async function workflowsGet(ref: string, o: GlobalOpts): Promise<void> {
-  const w = await authedClient(o).getWorkflow(ref);
+  const w = await authedClient(o).getWorkflow(ref).catch((e: unknown) => {
+    throw unknownWorkflow(e, ref);
+  });
   if (o.json) return printJson(w);
   print(`${c.bold(w.workflow_slug)} v${w.version}  ${w.display_name}`);
   if (w.description) print(w.description);
@@ -219,12 +236,7 @@ export async function workflowsGet(ref: string, o: GlobalOpts): Promise<void> {
 /** push <file>: creates the workflow, or updates it (new version) when its slug exists. */
 export async function workflowsPush(file: string, o: GlobalOpts & { note?: string }): Promise<void> {
   const gantry = authedClient(o);
-  let def: Record<string, unknown>;
-  try {
-    def = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-  } catch (e) {
-    throw new CliError(`${file}: ${(e as Error).message}`, EXIT.usage);
-  }
+  const def = readJsonFile(file) as Record<string, unknown>;
   const slug = typeof def.workflow_slug === 'string' ? def.workflow_slug : '';
   let existing: { id: string; version: number } | null = null;
   if (slug) {
@@ -301,7 +313,7 @@ export function parseParam(kv: string): [string, unknown] {
   return [kv.slice(0, i), v];
 }
 
-const pct = (p: number): string => `${Math.round(p * 100)}%`.padStart(4);
+export const pct = (p: number): string => `${Math.round(p * 100)}%`.padStart(4);
 
 /**
  * Follows a task's events: a progress bar on a terminal, one line per event otherwise. Returns the
@@ -364,7 +376,14 @@ async function downloadOutputs(gantry: GantryClient, taskId: string, dir: string
   return files;
 }
 
-export async function run(ref: string, o: GlobalOpts & { param?: string[]; file?: string[]; follow?: boolean; out?: string; download?: boolean }): Promise<number> {
+/** A 404 for the workflow a command names: the message names the slug (or id) and the server. */
+export function unknownWorkflow(e: unknown, ref: string): unknown {
+  if (e instanceof GantryError && e.status === 404 && /workflow/.test(e.error_code))
+    return new CliError(`404 ${e.error_code}: no workflow "${ref}" in this team on ${lastServer ?? 'the server'}; \`gantry workflows list\` shows the team's workflows`, EXIT.api);
+  return e;
+}
+
+export async function run(ref: string, o: GlobalOpts & { param?: string[]; file?: string[]; follow?: boolean; outputDir?: string; download?: boolean }): Promise<number> {
   const gantry = authedClient(o);
   const parameters: Record<string, unknown> = {};
   for (const kv of o.param ?? []) {
@@ -381,10 +400,13 @@ export async function run(ref: string, o: GlobalOpts & { param?: string[]; file?
     } catch (e) {
       throw new CliError(`--file ${kv}: ${(e as Error).message}`, EXIT.usage);
     }
-    if (!o.json) print(c.dim(`uploading ${path} (${bytes.length} bytes)`));
+    // on stderr: stdout of `gantry run` without --follow is the task id alone (TASK=$(gantry run ...))
+    if (!o.json) process.stderr.write(`${c.dim(`uploading ${path} (${bytes.length} bytes)`)}\n`);
     parameters[kv.slice(0, i)] = await gantry.uploadFile(new Uint8Array(bytes), { fileName: basename(path), contentType: contentTypeOf(path) });
   }
-  const { task_id } = await gantry.run(ref, parameters);
+  const { task_id } = await gantry.run(ref, parameters).catch((e: unknown) => {
+    throw unknownWorkflow(e, ref);
+  });
   if (!o.follow) {
     if (o.json) printJson({ task_id });
     else print(task_id);
@@ -399,7 +421,7 @@ export async function run(ref: string, o: GlobalOpts & { param?: string[]; file?
     void last;
     return EXIT.taskFailed;
   }
-  const files = o.download === false ? [] : await downloadOutputs(gantry, task_id, o.out ?? '.');
+  const files = o.download === false ? [] : await downloadOutputs(gantry, task_id, o.outputDir ?? join('gantry-outputs', task_id));
   if (o.json) printJson({ task_id, task_status: task.task_status, files: files.map((f) => resolve(f)) });
   else for (const f of files) print(`saved ${f}`);
   return EXIT.ok;
@@ -407,19 +429,6 @@ export async function run(ref: string, o: GlobalOpts & { param?: string[]; file?
 
 const TYPES: Record<string, string> = { png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', webp: 'image/webp', gif: 'image/gif', mp4: 'video/mp4', json: 'application/json', txt: 'text/plain', zip: 'application/zip' };
 const contentTypeOf = (p: string): string => TYPES[p.split('.').pop()?.toLowerCase() ?? ''] ?? 'application/octet-stream';
-
-export async function tasksList(o: GlobalOpts & { status?: string; workflow?: string; limit?: string }): Promise<void> {
-  const gantry = authedClient(o);
-  const query: Record<string, unknown> = { per_page: Number(o.limit ?? 20) };
-  if (o.status) query.task_status = o.status;
-  if (o.workflow) query.workflow_id = o.workflow;
-  const { data } = await gantry.api.GET('/r/tasks', { params: { query: query as never } });
-  if (o.json) return printJson(data);
-  table(
-    data!.task_list.map((t) => ({ ...t, task_status: statusColor(t.task_status), progress: t.progress ? pct(t.progress.progress).trim() : '' })),
-    ['task_id', 'workflow_slug', 'task_status', 'progress', 'created_at'],
-  );
-}
 
 export async function tasksGet(id: string, o: GlobalOpts): Promise<void> {
   const t = await authedClient(o).getTask(id);
@@ -440,30 +449,12 @@ export async function tasksTail(id: string, o: GlobalOpts): Promise<number> {
   return t.task_status === 'completed' ? EXIT.ok : EXIT.taskFailed;
 }
 
-export async function agentsList(o: GlobalOpts): Promise<void> {
-  const { data } = await authedClient(o).api.GET('/r/agents', { params: { query: { per_page: 100 } } });
-  if (o.json) return printJson(data);
-  table(
-    data!.agent_list.map((a) => ({ ...a, agent_status: statusColor(a.agent_status) })),
-    ['id', 'display_name', 'agent_status', 'gpu_type', 'gpu_count', 'vram_total_gb', 'labels'],
-  );
-}
-
 // ---- containers ----
 
 async function serviceIdOf(gantry: GantryClient, ref: string): Promise<string> {
   if (/^[0-9a-f-]{36}$/i.test(ref)) return ref;
   const { data } = await gantry.api.GET('/r/containers/{serviceSlug}', { params: { path: { serviceSlug: ref } } });
   return data!.id;
-}
-
-export async function containersList(o: GlobalOpts): Promise<void> {
-  const { data } = await authedClient(o).api.GET('/containers', { params: { query: { per_page: 100 } } });
-  if (o.json) return printJson(data);
-  table(
-    data!.container_list.map((s) => ({ ...s, service_status: statusColor(s.service_status) })),
-    ['service_slug', 'service_type', 'service_status', 'replica_count', 'docker_image', 'id'],
-  );
 }
 
 export async function containersGet(ref: string, o: GlobalOpts): Promise<void> {
@@ -474,12 +465,7 @@ export async function containersGet(ref: string, o: GlobalOpts): Promise<void> {
 }
 
 export async function containersCreate(file: string, o: GlobalOpts): Promise<void> {
-  let body: unknown;
-  try {
-    body = JSON.parse(readFileSync(file, 'utf8'));
-  } catch (e) {
-    throw new CliError(`${file}: ${(e as Error).message}`, EXIT.usage);
-  }
+  const body = readJsonFile(file);
   const { data } = await authedClient(o).api.POST('/containers', { body: body as never });
   if (o.json) return printJson(data);
   print(`created ${data!.id}`);

@@ -12,6 +12,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { ConfigError } from '../shared/config.js';
 import { commandUsage, configFrom, migrate, serve, vaultRotate, version } from './server.js';
 import * as client from './client.js';
+import * as lists from './lists.js';
 
 const usage = `gantry <command> [options]
 
@@ -132,16 +133,18 @@ function build(): Command {
   const g = (c: Command): Command => c.option('--server <url>', 'the Gantry server (default: the stored one, GANTRY_SERVER or http://127.0.0.1:8080)');
   const j = (c: Command): Command => g(c).option('--json', 'machine-readable JSON output');
   const opts = (c: Command): client.GlobalOpts & Record<string, unknown> => c.optsWithGlobals();
+  // every list pages: one page (--page, --per-page) with a hint when more exist, or --all
+  const paged = (c: Command): Command => c.option('--page <n>', 'the page to show (1 = the first)').option('--per-page <n>', 'rows per page (1-100, default 20)').option('--all', 'every page');
 
   j(program.command('login').description('pair this device with your account: prints a code to confirm while signed in'))
     .option('--name <device>', 'the device name shown in your credentials')
     .action(async (_o, c: Command) => client.login(opts(c)));
   g(program.command('logout').description('revoke and forget the device credential')).action(async (_o, c: Command) => client.logout(opts(c)));
   j(program.command('whoami').description('the account and team of the stored credential')).action(async (_o, c: Command) => client.whoami(opts(c)));
-  j(program.command('teams').description('the teams you belong to')).action(async (_o, c: Command) => client.teams(opts(c)));
+  paged(j(program.command('teams').description('the teams you belong to'))).action(async (_o, c: Command) => lists.teams(opts(c)));
 
   const wf = program.command('workflows').description('workflows of your team');
-  j(wf.command('list').description('list workflows')).action(async (_o, c: Command) => client.workflowsList(opts(c)));
+  paged(j(wf.command('list').description('list workflows'))).action(async (_o, c: Command) => lists.workflowsList(opts(c)));
   j(wf.command('get').argument('<ref>', 'slug, slug@version or id').description('show a workflow and its parameters')).action(async (ref: string, _o, c: Command) => client.workflowsGet(ref, opts(c)));
   j(wf.command('push').argument('<file>', 'a workflow JSON file (the export shape)').description('create the workflow, or update it (a new version) when its slug exists'))
     .option('--note <text>', 'snapshot note of the new version')
@@ -158,18 +161,18 @@ function build(): Command {
     .option('-p, --param <key=value>', 'a parameter (JSON values are parsed: 20, true, "x"); repeatable', collect)
     .option('--file <key=path>', 'upload a file for a file parameter; repeatable', collect)
     .option('-f, --follow', 'follow progress live, then download the outputs')
-    .option('-o, --out <dir>', 'where --follow saves the outputs', '.')
+    .option('-o, --output-dir <dir>', 'where --follow saves the outputs (default ./gantry-outputs/<task_id>/)')
     .option('--no-download', 'with --follow: do not download the outputs')
     .action(async (ref: string, _o, c: Command) => {
       throw new Exit(await client.run(ref, opts(c)));
     });
 
   const tasks = program.command('tasks').description('tasks of your team');
-  j(tasks.command('list').description('recent tasks'))
+  paged(j(tasks.command('list').description('recent tasks')))
     .option('--status <status>', 'only tasks in this state')
-    .option('--workflow <id>', 'only tasks of this workflow id')
-    .option('--limit <n>', 'how many (1-100)', '20')
-    .action(async (_o, c: Command) => client.tasksList(opts(c)));
+    .option('--workflow <slug>', 'only tasks of this workflow (slug or id)')
+    .option('--limit <n>', 'rows per page (the same as --per-page)')
+    .action(async (_o, c: Command) => lists.tasksList(opts(c)));
   j(tasks.command('get').argument('<id>').description('one task')).action(async (id: string, _o, c: Command) => client.tasksGet(id, opts(c)));
   j(tasks.command('cancel').argument('<id>').description('cancel a task that is not terminal')).action(async (id: string, _o, c: Command) => client.tasksCancel(id, opts(c)));
   j(tasks.command('tail').argument('<id>').description('follow a task\'s events until it ends')).action(async (id: string, _o, c: Command) => {
@@ -177,10 +180,10 @@ function build(): Command {
   });
 
   const agents = program.command('agents').description('agents of your team');
-  j(agents.command('list').description('list agents')).action(async (_o, c: Command) => client.agentsList(opts(c)));
+  paged(j(agents.command('list').description('list agents'))).action(async (_o, c: Command) => lists.agentsList(opts(c)));
 
   const ct = program.command('containers').description('container services of your team');
-  j(ct.command('list').description('list container services')).action(async (_o, c: Command) => client.containersList(opts(c)));
+  paged(j(ct.command('list').description('list container services'))).action(async (_o, c: Command) => lists.containersList(opts(c)));
   j(ct.command('get').argument('<ref>', 'slug or id').description('one container service with its instances')).action(async (ref: string, _o, c: Command) => client.containersGet(ref, opts(c)));
   j(ct.command('create').argument('<file>', 'a JSON file with the service definition').description('create a container service')).action(async (file: string, _o, c: Command) => client.containersCreate(file, opts(c)));
   for (const op of ['deploy', 'start', 'stop', 'undeploy', 'delete'] as const)

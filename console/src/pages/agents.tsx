@@ -20,6 +20,7 @@ interface Agent {
 /** VRAM in use of the total, where the agent reports its GPUs' usage. */
 function vram(a: Agent): string {
   const used = a.system_stats?.gpus?.reduce((s, g) => s + g.vram_used_gb, 0);
+  if (a.gpu_count === 0 && !a.vram_total_gb) return 'no GPU';
   return used !== undefined ? `${used.toFixed(1)} / ${a.vram_total_gb} GB` : `${a.vram_total_gb} GB`;
 }
 
@@ -30,7 +31,9 @@ export function AgentsPage() {
     <>
       <h1>Agents</h1>
       <p>
-        Start an agent with an agent credential (<a href="/credentials">Credentials</a>): <code>gantry agent --server HOST:50051 --credential ak-…</code>
+        Start an agent with an agent credential (<a href="/credentials">Credentials</a>), from a clone of the repository; <code>--executor simulate</code> needs no GPU:{' '}
+        <code data-hint="ws">npx gantry agent --executor simulate --server {`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`} --credential ak-…</code> (this node's WebSocket
+        address), or over gRPC <code data-hint="grpc">--server {location.hostname}:50051</code> (the node's <code>GANTRY_GRPC_PORT</code>, 50051 unless set).
       </p>
       <ErrorBox error={list.error} />
       <DataTable

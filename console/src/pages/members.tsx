@@ -1,7 +1,7 @@
 /** Members of the current team and its invitations. */
 import { useState } from 'preact/hooks';
 import { api, data, useApp } from '../session.ts';
-import { DataTable, ErrorBox, fmtTime, Status, useAction, useAsync } from '../ui.tsx';
+import { DataTable, ErrorBox, fmtTime, Pager, Status, useAction, useAsync } from '../ui.tsx';
 
 interface Member {
   user_id: string;
@@ -23,8 +23,13 @@ interface Invitation {
 export function MembersPage() {
   const { role, me } = useApp();
   const admin = role === 'admin' || role === 'owner';
-  const members = useAsync((signal) => data(api.GET('/teams/current/members', { params: { query: { per_page: 100 } }, signal })).then((b) => ({ items: b.member_list as unknown as Member[] })), []);
-  const invitations = useAsync((signal) => (admin ? data(api.GET('/teams/current/invitations', { params: { query: { per_page: 100 } }, signal })).then((b) => ({ items: b.invitation_list as unknown as Invitation[] })) : Promise.resolve(null)), [admin]);
+  const [memberPage, setMemberPage] = useState(1);
+  const [invitationPage, setInvitationPage] = useState(1);
+  const members = useAsync((signal) => data(api.GET('/teams/current/members', { params: { query: { current_page: memberPage, per_page: 50 } }, signal })).then((b) => ({ items: b.member_list as unknown as Member[], page_meta: b.page_meta })), [memberPage]);
+  const invitations = useAsync(
+    (signal) => (admin ? data(api.GET('/teams/current/invitations', { params: { query: { current_page: invitationPage, per_page: 50 } }, signal })).then((b) => ({ items: b.invitation_list as unknown as Invitation[], page_meta: b.page_meta })) : Promise.resolve(null)),
+    [admin, invitationPage],
+  );
   const [f, setF] = useState({ email_address: '', member_role: 'member' });
   const act = useAction();
   const invite = (ev: Event): void => {
@@ -77,6 +82,7 @@ export function MembersPage() {
           },
         ]}
       />
+      <Pager meta={members.data?.page_meta} page={memberPage} onPage={setMemberPage} />
       {admin ? (
         <section class="card" aria-labelledby="invite-h">
           <h2 id="invite-h">Invitations</h2>
@@ -118,6 +124,7 @@ export function MembersPage() {
               },
             ]}
           />
+          <Pager meta={invitations.data?.page_meta} page={invitationPage} onPage={setInvitationPage} />
         </section>
       ) : null}
     </>

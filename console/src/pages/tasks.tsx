@@ -39,9 +39,18 @@ interface Task {
 export function TasksPage() {
   const { query } = useLocation();
   const status = query.get('task_status') ?? '';
-  const workflowId = query.get('workflow_id') ?? '';
+  // the workflow filter takes a slug (or an id; links from a workflow's page pass workflow_id)
+  const workflowRef = query.get('workflow') ?? query.get('workflow_id') ?? '';
   const [page, setPage] = useState(1);
-  const list = useAsync((signal) => data(api.GET('/r/tasks', { params: { query: { ...(status ? { task_status: status as Schemas['TaskStatus'] } : {}), ...(workflowId ? { workflow_id: workflowId } : {}), current_page: page, per_page: 20 } }, signal })).then((b) => ({ items: b.task_list as unknown as Task[], page_meta: b.page_meta })), [status, workflowId, page], 3000);
+  const list = useAsync(
+    async (signal) => {
+      const workflowId = !workflowRef ? '' : /^[0-9a-f-]{36}$/i.test(workflowRef) ? workflowRef : (await data(api.GET('/r/workflows/slug/{workflowSlug}', { params: { path: { workflowSlug: workflowRef } }, signal }))).id;
+      const b = await data(api.GET('/r/tasks', { params: { query: { ...(status ? { task_status: status as Schemas['TaskStatus'] } : {}), ...(workflowId ? { workflow_id: workflowId } : {}), current_page: page, per_page: 20 } }, signal }));
+      return { items: b.task_list as unknown as Task[], page_meta: b.page_meta };
+    },
+    [status, workflowRef, page],
+    3000,
+  );
   const setFilter = (k: string, v: string): void => {
     const q = new URLSearchParams(location.search);
     if (v) q.set(k, v);
@@ -66,8 +75,18 @@ export function TasksPage() {
           </select>
         </div>
         <div class="field">
-          <label for="filter-workflow">Workflow id</label>
-          <input id="filter-workflow" value={workflowId} placeholder="any" onChange={(e) => setFilter('workflow_id', e.currentTarget.value.trim())} />
+          <label for="filter-workflow">Workflow</label>
+          <input
+            id="filter-workflow"
+            value={workflowRef}
+            placeholder="slug (any)"
+            onChange={(e) => {
+              const q = new URLSearchParams(location.search);
+              q.delete('workflow_id');
+              history.replaceState(null, '', `/tasks${q.toString() ? `?${q.toString()}` : ''}`);
+              setFilter('workflow', e.currentTarget.value.trim());
+            }}
+          />
         </div>
       </form>
       <ErrorBox error={list.error} />
@@ -112,18 +131,37 @@ interface Result {
   expires_at: string;
 }
 
+/** An agent by its name (the id's first characters until the name has loaded, or when it is gone). */
+function AgentName({ id }: { id: string }) {
+  const [name, setName] = useState<string | null>(null);
+  useEffect(() => {
+    let live = true;
+    void api.GET('/agents/{agentId}', { params: { path: { agentId: id } } }).then((r) => live && r.data && setName(r.data.display_name));
+    return () => {
+      live = false;
+    };
+  }, [id]);
+  return name ? (
+    <a href="/agents" title={id}>
+      {name}
+    </a>
+  ) : (
+    <code title={id}>{short(id)}</code>
+  );
+}
+
 function describe(event: string, d: Record<string, any>): string {
   switch (event) {
     case 'status':
-      return `status ${d.status}`;
+      return String(d.status);
     case 'progress':
       return `${Math.round(Number(d.progress) * 100)}% (step ${d.step_current}/${d.step_total})${d.current_node ? ` ${d.current_node}` : ''}${d.stage ? ` [${d.stage}]` : ''}${d.message ? ` ${d.message}` : ''}`;
     case 'completed':
-      return 'completed';
+      return '';
     case 'failed':
-      return `failed: ${d.error ?? ''}${d.retry_task_id ? ` (retry ${short(d.retry_task_id)})` : ''}`;
+      return `${d.error ?? ''}${d.retry_task_id ? ` (retry ${short(d.retry_task_id)})` : ''}`;
     case 'cancelled':
-      return 'cancelled';
+      return '';
     default:
       return d.message ?? JSON.stringify(d);
   }
@@ -262,7 +300,7 @@ export function TaskPage({ id }: { id: string }) {
         <dt>Retried as</dt>
         <dd>{task.retry_task_id ? <a href={`/tasks/${task.retry_task_id}`}>{short(task.retry_task_id)}</a> : '—'}</dd>
         <dt>Agent</dt>
-        <dd>{task.agent_id ? <code>{short(task.agent_id)}</code> : '—'}</dd>
+        <dd>{task.agent_id ? <AgentName id={task.agent_id} /> : '—'}</dd>
         <dt>Dispatch</dt>
         <dd>{task.dispatch_target}</dd>
         <dt>Created</dt>
@@ -282,7 +320,8 @@ export function TaskPage({ id }: { id: string }) {
         <ol class="events" aria-live="polite">
           {log.map((l, i) => (
             <li key={`${l.id ?? 'x'}-${i}`}>
-              <time>{fmtTime(l.at)}</time> <strong>{l.event}</strong> {l.text}
+              <time>{fmtTime(l.at)}</time> <strong>{l.event}</strong>
+              {l.text ? `: ${l.text}` : ''}
             </li>
           ))}
         </ol>

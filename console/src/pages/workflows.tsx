@@ -98,7 +98,8 @@ export function WorkflowsPage() {
 
 export function WorkflowPage({ id }: { id: string }) {
   const wf = useAsync((signal) => data(api.GET('/workflows/{workflowId}', { params: { path: { workflowId: id } }, signal })).then((x) => x as unknown as Workflow), [id]);
-  const snaps = useAsync((signal) => data(api.GET('/workflows/{workflowId}/snapshots', { params: { path: { workflowId: id }, query: { per_page: 100 } }, signal })).then((b) => ({ items: b.snapshot_list })), [id]);
+  const [snapPage, setSnapPage] = useState(1);
+  const snaps = useAsync((signal) => data(api.GET('/workflows/{workflowId}/snapshots', { params: { path: { workflowId: id }, query: { current_page: snapPage, per_page: 20 } }, signal })).then((b) => ({ items: b.snapshot_list, page_meta: b.page_meta })), [id, snapPage]);
   const w = wf.data;
   if (wf.error) return <ErrorBox error={wf.error} />;
   if (!w) return <p aria-busy="true">Loading…</p>;
@@ -156,6 +157,7 @@ export function WorkflowPage({ id }: { id: string }) {
             },
           ]}
         />
+        <Pager meta={snaps.data?.page_meta} page={snapPage} onPage={setSnapPage} />
       </section>
     </>
   );

@@ -17,6 +17,24 @@ export interface OpenApiRouteDeps {
   version: string;
 }
 
+/**
+ * Offline: no fonts from Scalar's font host (the system fonts instead), no button or link to its
+ * hosted services (API client app, developer tools, the request proxy): /docs requests nothing but
+ * this node (test/console/docs-pair.browser.test.ts).
+ */
+const SCALAR_CONFIG = JSON.stringify({
+  withDefaultFonts: false,
+  hideClientButton: true,
+  showDeveloperTools: 'never',
+  hideDarkModeToggle: false,
+  proxyUrl: '',
+  telemetry: false,
+  agent: { disabled: true },
+  mcp: { disabled: true },
+  // the renderer's own promotion link (to its hosted product) is not shown
+  customCss: 'a[href^="https://www.scalar.com"]{display:none !important}',
+});
+
 const PAGE = (specUrl: string): string => `<!doctype html>
 <html lang="en">
 <head>
@@ -25,7 +43,7 @@ const PAGE = (specUrl: string): string => `<!doctype html>
 <title>Gantry API reference</title>
 </head>
 <body>
-<script id="api-reference" data-url="${specUrl}"></script>
+<script id="api-reference" data-url="${specUrl}" data-configuration='${SCALAR_CONFIG}'></script>
 <script src="/docs/scalar.js"></script>
 </body>
 </html>

@@ -10,7 +10,7 @@ import type { RouteDef } from '../http.js';
  * page's inline script and style (by their sha256), no external assets.
  */
 
-const STYLE = 'body{font-family:system-ui,sans-serif;max-width:28rem;margin:4rem auto;padding:0 1rem;color:#222}label{display:block;margin:.75rem 0 .25rem}input{width:100%;padding:.4rem;box-sizing:border-box}button{margin-top:1rem;padding:.5rem 1rem}#status{margin-top:1rem}';
+const STYLE = 'body{font-family:system-ui,sans-serif;max-width:28rem;margin:4rem auto;padding:0 1rem;color:#222}label{display:block;margin:.75rem 0 .25rem}input{width:100%;padding:.4rem;box-sizing:border-box}button{margin-top:1rem;padding:.5rem 1rem}#status{margin-top:1rem}[hidden]{display:none}';
 
 /** The script shared by both pages: reads ?token=, posts JSON to the API, shows the outcome. */
 const COMMON = `"use strict";
@@ -100,6 +100,7 @@ ${COMMON}
 var form = document.getElementById("pair");
 var code = new URLSearchParams(location.search).get("code") || "";
 document.getElementById("user_code").value = code;
+document.getElementById("register").href = "/register?next=" + encodeURIComponent(location.pathname + location.search);
 var session = null;
 function call(method, path, body, teamId) {
   var h = { "Content-Type": "application/json", "Authorization": "Bearer " + session };
@@ -243,7 +244,8 @@ export function pageRoutes(apiBase: string): RouteDef[] {
 <label id="team_label" for="team_id" hidden>Team</label>
 <select id="team_id" name="team_id" hidden></select>
 <button type="submit">Sign in and confirm</button>
-</form>`,
+</form>
+<p>No account yet? <a id="register" href="/register">Register</a> first; you come back here, signed in, to confirm.</p>`,
     pairScript(apiBase),
   );
   return [serve('/verify-email', verify), serve('/reset-password', reset), serve('/accept-invitation', accept), serve('/pair', pair)];

@@ -1,0 +1,62 @@
+/**
+ * /docs works offline: loading the API reference in Debian's chromium (playwright-core) requests
+ * nothing but this node (no font host, no hosted service), and no link on it leads elsewhere. The
+ * /pair page (what `gantry login` links to) has a Register link and no stray "Team" label. Skips,
+ * naming chromium, where /usr/bin/chromium is missing.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import type { Browser, Page } from 'playwright-core';
+import { startTestNode, type TestNode } from '../helpers/node.js';
+
+const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
+const skip = existsSync(CHROMIUM) ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): browser tests skipped`;
+if (skip) console.log(`# ${skip}`);
+
+let t: TestNode;
+let browser: Browser;
+let page: Page;
+const requests: string[] = [];
+
+before(async () => {
+  if (skip) return;
+  t = await startTestNode({}, 'docs_pair_browser');
+  const { chromium } = await import('playwright-core');
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+  page.setDefaultTimeout(45_000);
+  page.on('request', (r) => requests.push(r.url()));
+});
+after(async () => {
+  if (skip) return;
+  await browser?.close();
+  await t?.stop();
+});
+
+const local = (u: string): boolean => u.startsWith(`${t.origin}/`) || u.startsWith('data:') || u.startsWith('blob:') || u === 'about:blank';
+
+test('/docs requests nothing but this node and links nowhere else', { skip, timeout: 120_000 }, async () => {
+  requests.length = 0;
+  await page.goto(`${t.origin}/docs`, { waitUntil: 'networkidle' });
+  // the reference rendered: an operation of the document is on the page
+  await page.getByRole('heading', { name: 'Gantry API' }).first().waitFor();
+  await page.waitForLoadState('networkidle');
+  assert.ok(requests.some((u) => u.endsWith('/openapi.json')), requests.join('\n'));
+  assert.deepEqual(requests.filter((u) => !local(u)), [], 'requests to other hosts');
+  const links = await page.evaluate(() => Array.from(document.querySelectorAll('a[href]')).filter((a) => (a as HTMLElement).offsetParent !== null).map((a) => (a as HTMLAnchorElement).href));
+  assert.deepEqual(links.filter((u) => /^https?:/.test(u) && !u.startsWith(t.origin)), [], 'visible links to other hosts (hosted-service buttons)');
+  assert.equal(await page.getByRole('button', { name: /open api client/i }).count(), 0, 'no "Open API Client" button');
+});
+
+test('/pair: a Register link back to the code, no stray Team label', { skip, timeout: 60_000 }, async () => {
+  await page.goto(`${t.origin}/pair?code=ABCD-2345`);
+  await page.getByRole('heading', { level: 1, name: 'Pair a device' }).waitFor();
+  assert.equal(await page.getByText('Team', { exact: true }).isVisible(), false, 'the team label shows only with the team choice');
+  const register = page.getByRole('link', { name: 'Register' });
+  assert.equal(await register.getAttribute('href'), `/register?next=${encodeURIComponent('/pair?code=ABCD-2345')}`);
+});
