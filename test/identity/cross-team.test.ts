@@ -149,6 +149,7 @@ const RESOURCES: Record<string, () => Promise<void>> = {
 
 /** A valid body per write route (keyed by method and path without the /api/v1 prefix). */
 const BODIES: Record<string, unknown> = {
+  'PUT /credentials/{credentialId}/scheduling': { scheduling_weight: 2 },
   'PUT /workflows/{workflowId}': { display_name: 'stolen' },
   'POST /r/workflows/{workflowId}/run': { parameters: {} },
   'POST /r/workflows/slug/{workflowSlug}/run': { parameters: {} },

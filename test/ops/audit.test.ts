@@ -200,6 +200,7 @@ test('every management write route appends exactly one entry with the right acto
 
   // ---- credentials
   const sk = await expectOne(U, 'POST', '/credentials', '/credentials', { credential_type: 'integration', display_name: 'ci' }, 'credential.create');
+  await expectOne(U, 'PUT', '/credentials/{credentialId}/scheduling', `/credentials/${sk.id}/scheduling`, { scheduling_weight: 2, max_concurrent_tasks: 3 }, 'credential.scheduling_update', { targetId: sk.id });
   await expectOne(U, 'DELETE', '/credentials/{credentialId}', `/credentials/${sk.id}`, undefined, 'credential.revoke', { targetId: sk.id });
   await expectOne(D, 'POST', '/auth/device/revoke', '/auth/device/revoke', undefined, 'credential.revoke', { targetId: dk.id });
 
