@@ -42,6 +42,10 @@ export function TasksPage() {
   // the workflow filter takes a slug (or an id; links from a workflow's page pass workflow_id)
   const workflowRef = query.get('workflow') ?? query.get('workflow_id') ?? '';
   const [page, setPage] = useState(1);
+  // what is typed in the workflow filter: kept across the list's 3 s refreshes (a controlled input
+  // bound to the URL alone lost it on each re-render), replaced when the URL changes
+  const [workflowDraft, setWorkflowDraft] = useState(workflowRef);
+  useEffect(() => setWorkflowDraft(workflowRef), [workflowRef]);
   const list = useAsync(
     async (signal) => {
       const workflowId = !workflowRef ? '' : /^[0-9a-f-]{36}$/i.test(workflowRef) ? workflowRef : (await data(api.GET('/r/workflows/slug/{workflowSlug}', { params: { path: { workflowSlug: workflowRef } }, signal }))).id;
@@ -78,8 +82,9 @@ export function TasksPage() {
           <label for="filter-workflow">Workflow</label>
           <input
             id="filter-workflow"
-            value={workflowRef}
+            value={workflowDraft}
             placeholder="slug (any)"
+            onInput={(e) => setWorkflowDraft(e.currentTarget.value)}
             onChange={(e) => {
               const q = new URLSearchParams(location.search);
               q.delete('workflow_id');
