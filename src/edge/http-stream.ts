@@ -11,15 +11,16 @@ import { createBodyChannel } from '../storage/local-http.js';
 export class StreamResponse {
   aborted = false;
   ended = false;
-  private abortHandlers: Array<() => void> = [];
-  private writableWaiters: Array<() => void> = [];
+  // allocated on first use: most responses are written whole and never wait or watch for an abort
+  private abortHandlers: Array<() => void> | null = null;
+  private writableWaiters: Array<() => void> | null = null;
   private headersSent = false;
   private pendingBody: Readable | null = null;
 
   constructor(
     readonly raw: HttpResponse,
     private readonly requestId: string,
-    private readonly onDone: () => void,
+    private readonly owner: { onDone(): void },
   ) {}
 
   /** @internal */
@@ -27,14 +28,18 @@ export class StreamResponse {
     if (this.aborted) return;
     this.aborted = true;
     this.pendingBody?.destroy();
-    for (const h of this.abortHandlers.splice(0)) h();
-    for (const w of this.writableWaiters.splice(0)) w();
+    const hs = this.abortHandlers;
+    const ws = this.writableWaiters;
+    this.abortHandlers = null;
+    this.writableWaiters = null;
+    if (hs) for (const h of hs) h();
+    if (ws) for (const w of ws) w();
     this.finish();
   }
 
   onAbort(h: () => void): void {
     if (this.aborted) h();
-    else this.abortHandlers.push(h);
+    else (this.abortHandlers ??= []).push(h);
   }
 
   /** The status written (0 until the head is sent): the access log and metrics of stream routes. */
@@ -91,11 +96,14 @@ export class StreamResponse {
   drained(): Promise<void> {
     if (this.aborted) return Promise.resolve();
     return new Promise((resolve) => {
-      const first = this.writableWaiters.length === 0;
-      this.writableWaiters.push(resolve);
+      const waiters = (this.writableWaiters ??= []);
+      const first = waiters.length === 0;
+      waiters.push(resolve);
       if (first)
         this.raw.onWritable(() => {
-          for (const w of this.writableWaiters.splice(0)) w();
+          const ws = this.writableWaiters;
+          this.writableWaiters = null;
+          if (ws) for (const w of ws) w();
           return true;
         });
     });
@@ -182,7 +190,7 @@ export class StreamResponse {
     return new Promise((resolve) => {
       if (this.aborted) return resolve(true);
       const onAbort = (): void => resolve(true);
-      this.writableWaiters.push(onAbort);
+      (this.writableWaiters ??= []).push(onAbort);
       this.raw.onWritable((offset) => {
         let ok = false;
         let done = false;
@@ -190,8 +198,9 @@ export class StreamResponse {
           [ok, done] = this.raw.tryEnd(buf.subarray(offset - lastOffset), totalSize);
         });
         if (ok || done) {
-          const i = this.writableWaiters.indexOf(onAbort);
-          if (i >= 0) this.writableWaiters.splice(i, 1);
+          const ws = this.writableWaiters;
+          const i = ws ? ws.indexOf(onAbort) : -1;
+          if (ws && i >= 0) ws.splice(i, 1);
           resolve(done);
         }
         return ok;
@@ -250,6 +259,6 @@ export class StreamResponse {
   }
 
   private finish(): void {
-    this.onDone();
+    this.owner.onDone();
   }
 }

@@ -37,6 +37,80 @@ async function pipelinedAway(method: string, sr: StreamResponse): Promise<boolea
   return sr.aborted;
 }
 
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, string>;
+
+/** A request's context: query and child logger built on first use (most requests need neither). */
+class RequestCtx implements Ctx {
+  params: Record<string, string> = NO_PARAMS;
+  principal: Principal | null = null;
+  body: unknown = undefined;
+  rawBody: Buffer = EMPTY;
+  private q: URLSearchParams | undefined;
+  private child: Logger | undefined;
+  constructor(
+    readonly method: string,
+    readonly path: string,
+    readonly rawQuery: string,
+    readonly headers: Record<string, string>,
+    readonly ip: string,
+    readonly requestId: string,
+    private readonly root: Logger,
+  ) {}
+  get query(): URLSearchParams {
+    return (this.q ??= parseQuery(this.rawQuery));
+  }
+  get log(): Logger {
+    return (this.child ??= this.root.child({ request_id: this.requestId }));
+  }
+}
+
+/**
+ * One request's bookkeeping between the edge and its StreamResponse: the status to log, the
+ * route and span, and the single finish. A class rather than closures: nothing is allocated per
+ * request but this object (the hot path of every route).
+ */
+class Exchange {
+  finished = false;
+  statusSent = 0;
+  span: Span | null = null;
+  routed: RouteDef | null = null;
+  sr!: StreamResponse;
+  constructor(
+    private readonly edge: HttpEdge,
+    readonly started: number,
+    readonly ctx: RequestCtx,
+  ) {}
+
+  /** StreamResponse's end (or abort) of the response. */
+  onDone(): void {
+    this.finish(this.statusSent || this.sr.statusCode || 200);
+  }
+
+  aborted(): void {
+    this.sr._abort();
+    if (!this.finished) this.finish(499);
+  }
+
+  finish(status: number): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.statusSent = status;
+    this.edge._finished(this, status);
+  }
+
+  fail(e: unknown): void {
+    const { status, body, headers: h, unexpected } = toHttpError(e);
+    // RFC 9110 §11.6.1: a 401 carries the challenge (the only scheme is Bearer)
+    if (status === 401) h['WWW-Authenticate'] = 'Bearer';
+    if (unexpected) this.ctx.log.error({ err: e, method: this.ctx.method, path: this.ctx.path }, 'unexpected error');
+    this.statusSent = status;
+    const sr = this.sr;
+    if (!sr.aborted && !sr.ended) sr.json(status, body, h);
+    else this.finish(status);
+  }
+}
+
 /** uWS listen option: fail instead of sharing a port another process listens on (no SO_REUSEPORT). */
 const LIBUS_LISTEN_EXCLUSIVE_PORT = 1;
 
@@ -240,71 +314,13 @@ export class HttpEdge {
     const { headers, framing } = readRequestHeaders(req);
     const ip = Buffer.from(res.getRemoteAddressAsText()).toString();
     const rid = headers['x-request-id'];
-    const requestId = rid && /^[A-Za-z0-9._:-]{1,128}$/.test(rid) ? rid : uuidv7();
-    // the request's child logger is built on first use: most requests never log beyond the access line
-    let child: Logger | null = null;
-    let query: URLSearchParams | undefined;
-    const root = this.o.logger;
-    let finished = false;
-    let statusSent = 0;
-    // tracing on: one server span per routed request (a traceparent header makes it a child of the caller's span)
-    let span: Span | null = null;
-    let routed: RouteDef | null = null;
-    const finish = (status: number): void => {
-      if (finished) return;
-      finished = true;
-      statusSent = status;
-      this.done();
-      if (routed && this.o.observe) this.o.observe(routed, status, (performance.now() - started) / 1000);
-      if (span) {
-        span.setAttribute('http.response.status_code', status);
-        endSpan(span, status >= 500 ? new Error(`HTTP ${status}`) : undefined);
-      }
-      // polling (a GET/HEAD answered 200 or 304: task status, lists, health, metrics) at debug;
-      // writes and errors at info
-      const polling = (method === 'GET' || method === 'HEAD') && (statusSent === 200 || statusSent === 304);
-      const level = polling ? 'debug' : 'info';
-      if (root.isLevelEnabled(level)) {
-        const line: Record<string, unknown> = { request_id: requestId, method, path, status: statusSent, ms: Math.round((performance.now() - started) * 10) / 10 };
-        // the access line is written after the request's span ended (outside its context): its ids explicitly
-        if (span) Object.assign(line, spanLogFields(span));
-        root[level](line, 'request');
-      }
-    };
-    const sr: StreamResponse = new StreamResponse(res, requestId, () => finish(statusSent || sr.statusCode || 200));
-    res.onAborted(() => {
-      sr._abort();
-      if (!finished) finish(499);
-    });
-
-    const ctx: Ctx = {
-      method,
-      path,
-      rawQuery: qs,
-      params: {},
-      get query(): URLSearchParams {
-        return (query ??= parseQuery(qs));
-      },
-      headers,
-      ip,
-      requestId,
-      get log(): Logger {
-        return (child ??= root.child({ request_id: requestId }));
-      },
-      principal: null,
-      body: undefined,
-      rawBody: EMPTY,
-    };
-
-    const fail = (e: unknown): void => {
-      const { status, body, headers: h, unexpected } = toHttpError(e);
-      // RFC 9110 §11.6.1: a 401 carries the challenge (the only scheme is Bearer)
-      if (status === 401) h['WWW-Authenticate'] = 'Bearer';
-      if (unexpected) ctx.log.error({ err: e, method, path }, 'unexpected error');
-      statusSent = status;
-      if (!sr.aborted && !sr.ended) sr.json(status, body, h);
-      else finish(status);
-    };
+    const requestId = rid && REQUEST_ID.test(rid) ? rid : uuidv7();
+    const ctx = new RequestCtx(method, path, qs, headers, ip, requestId, this.o.logger);
+    // one object per request holds what finishing and failing need (no closure per request)
+    const x = new Exchange(this, started, ctx);
+    const sr = new StreamResponse(res, requestId, x);
+    x.sr = sr;
+    res.onAborted(() => x.aborted());
 
     if (framing !== null) {
       // answered on the next turn and closed: a request pipelined behind this one in the same read
@@ -312,7 +328,7 @@ export class HttpEdge {
       const [code, message] = framing;
       setImmediate(() => {
         if (sr.aborted || sr.ended) return;
-        statusSent = 400;
+        x.statusSent = 400;
         sr.writeHead(400, { 'Content-Type': 'application/json' });
         sr.endAndClose(JSON.stringify({ error_message: message, error_code: code }));
       });
@@ -320,7 +336,7 @@ export class HttpEdge {
     }
 
     if (this.draining) {
-      statusSent = 503;
+      x.statusSent = 503;
       sr.json(503, { error_message: 'server is shutting down', error_code: 'shutting_down' }, { Connection: 'close' });
       return;
     }
@@ -329,29 +345,53 @@ export class HttpEdge {
     if (m === null || m === 'method_not_allowed') {
       // drain any body so the connection stays usable
       res.onData(() => undefined);
-      statusSent = m === null ? 404 : 405;
-      if (m === null) fail(notFound(`route ${method} ${path}`, 'route_not_found'));
-      else fail(new AppError('method_not_allowed', 'method_not_allowed', `method ${method} not allowed on ${path}`));
+      x.statusSent = m === null ? 404 : 405;
+      if (m === null) x.fail(notFound(`route ${method} ${path}`, 'route_not_found'));
+      else x.fail(new AppError('method_not_allowed', 'method_not_allowed', `method ${method} not allowed on ${path}`));
       return;
     }
     const def = m.route;
-    routed = def;
+    x.routed = def;
     ctx.params = m.params;
     if (tracingEnabled())
-      span = startSpan(`${method} ${def.path}`, {
+      x.span = startSpan(`${method} ${def.path}`, {
         kind: SpanKind.SERVER,
         parent: contextFrom(headers.traceparent),
         attributes: { 'http.request.method': method, 'http.route': def.path, 'url.path': path, 'gantry.request_id': requestId },
       });
     if (def.stream) {
-      this.runStream(def, ctx, sr, span, fail, (s) => (statusSent = s));
+      this.runStream(def, x);
       return;
     }
-    this.runJson(res, def, ctx, sr, span, fail, (s) => (statusSent = s));
+    this.runJson(res, def, x);
+  }
+
+  /** @internal The end of a request (Exchange.finish): in-flight count, metrics, span, access line. */
+  _finished(x: Exchange, status: number): void {
+    this.done();
+    const { ctx, span, routed } = x;
+    if (routed && this.o.observe) this.o.observe(routed, status, (performance.now() - x.started) / 1000);
+    if (span) {
+      span.setAttribute('http.response.status_code', status);
+      endSpan(span, status >= 500 ? new Error(`HTTP ${status}`) : undefined);
+    }
+    // polling (a GET/HEAD answered 200 or 304: task status, lists, health, metrics) at debug;
+    // writes and errors at info
+    const { method } = ctx;
+    const polling = (method === 'GET' || method === 'HEAD') && (status === 200 || status === 304);
+    const level = polling ? 'debug' : 'info';
+    const root = this.o.logger;
+    if (root.isLevelEnabled(level)) {
+      const line: Record<string, unknown> = { request_id: ctx.requestId, method, path: ctx.path, status, ms: Math.round((performance.now() - x.started) * 10) / 10 };
+      // the access line is written after the request's span ended (outside its context): its ids explicitly
+      if (span) Object.assign(line, spanLogFields(span));
+      root[level](line, 'request');
+    }
   }
 
   /** A stream route: the handler owns the response and may read the body as a stream. */
-  private runStream(def: RouteDef, ctx: Ctx, sr: StreamResponse, span: Span | null, fail: (e: unknown) => void, setStatus: (s: number) => void): void {
+  private runStream(def: RouteDef, x: Exchange): void {
+    const { ctx, sr } = x;
     const { method, headers, ip } = ctx;
     const hasBody = method !== 'GET' && method !== 'HEAD' && (Number(headers['content-length'] ?? '0') > 0 || headers['transfer-encoding'] !== undefined);
     if (hasBody) sr._prepareBody(def.maxBodyBytes ?? this.o.maxBodyBytes);
@@ -361,30 +401,31 @@ export class HttpEdge {
       try {
         if (await pipelinedAway(method, sr)) return;
         ctx.principal = await this.o.authenticator.authenticate({ headers, ip }, def.auth);
-        if (this.o.rateLimits && this.refused(ctx, sr, setStatus)) return;
+        if (this.o.rateLimits && this.refused(x)) return;
         await def.stream?.(ctx, sr);
       } catch (e) {
-        if (!sr.aborted && !sr.ended) fail(e);
+        if (!sr.aborted && !sr.ended) x.fail(e);
       } finally {
         this.streams.delete(sr);
       }
     };
-    void withActive(span, run);
+    void withActive(x.span, run);
   }
 
   /** A json route: the body is read (with the cap), then handleJson parses it and runs the handler. */
-  private runJson(res: HttpResponse, def: RouteDef, ctx: Ctx, sr: StreamResponse, span: Span | null, fail: (e: unknown) => void, setStatus: (s: number) => void): void {
-    const { method, headers } = ctx;
+  private runJson(res: HttpResponse, def: RouteDef, x: Exchange): void {
+    const { method, headers } = x.ctx;
     const cap = def.maxBodyBytes ?? this.o.maxBodyBytes;
     const declared = headers['content-length'];
     if (declared !== undefined && Number(declared) > cap) {
       res.onData(() => undefined);
-      fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${cap} bytes`));
+      x.fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${cap} bytes`));
       return;
     }
     if ((method === 'GET' || method === 'HEAD') && declared === undefined && headers['transfer-encoding'] === undefined) {
       // no body to read: straight to the handler (no data callback, no buffers)
-      void withActive(span, () => this.handleJson(def, ctx, EMPTY, sr, fail, setStatus));
+      if (x.span) void withActive(x.span, () => this.handleJson(def, x, EMPTY));
+      else void this.handleJson(def, x, EMPTY);
       return;
     }
     const chunks: Buffer[] = [];
@@ -395,31 +436,32 @@ export class HttpEdge {
       size += ab.byteLength;
       if (size > cap) {
         tooLarge = true;
-        fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${cap} bytes`));
+        x.fail(new AppError('payload_too_large', 'body_too_large', `request body exceeds ${cap} bytes`));
         return;
       }
       chunks.push(Buffer.from(new Uint8Array(ab.slice(0))));
       if (!isLast) return;
-      void withActive(span, () => this.handleJson(def, ctx, Buffer.concat(chunks), sr, fail, setStatus));
+      void withActive(x.span, () => this.handleJson(def, x, Buffer.concat(chunks)));
     });
   }
 
   /** Takes a token for the authenticated caller; on refusal answers 429 with the rate limit headers. */
-  private refused(ctx: Ctx, sr: StreamResponse, setStatus: (s: number) => void): boolean {
-    const r = this.o.rateLimits?.take(ctx.principal, ctx.path);
+  private refused(x: Exchange): boolean {
+    const r = this.o.rateLimits?.take(x.ctx.principal, x.ctx.path);
     if (!r) return false;
     const { body, headers } = refusalResponse(r);
-    setStatus(429);
-    sr.json(429, body, headers);
+    x.statusSent = 429;
+    x.sr.json(429, body, headers);
     return true;
   }
 
-  private async handleJson(def: RouteDef, ctx: Ctx, raw: Buffer, sr: StreamResponse, fail: (e: unknown) => void, setStatus: (s: number) => void): Promise<void> {
+  private async handleJson(def: RouteDef, x: Exchange, raw: Buffer): Promise<void> {
+    const { ctx, sr } = x;
     try {
       if (await pipelinedAway(ctx.method, sr)) return;
       ctx.rawBody = raw;
       ctx.principal = await this.o.authenticator.authenticate({ headers: ctx.headers, ip: ctx.ip }, def.auth);
-      if (this.o.rateLimits && this.refused(ctx, sr, setStatus)) return;
+      if (this.o.rateLimits && this.refused(x)) return;
       if (!def.rawBody && raw.length > 0) {
         const ct = ctx.headers['content-type'] ?? 'application/json';
         if (!/^application\/(.+\+)?json\b/i.test(ct) && !/^text\/plain\b/i.test(ct))
@@ -427,25 +469,25 @@ export class HttpEdge {
         // NUL, unpaired surrogates, non-finite numbers and deep nesting are refused here, once for every route
         ctx.body = parseJsonBody(raw.toString('utf8'));
       }
-      const badParam = checkPairs(Object.entries(ctx.params), 'path parameter');
+      const badParam = ctx.params === NO_PARAMS ? null : checkPairs(Object.entries(ctx.params), 'path parameter');
       if (badParam) throw badParam;
       const out = await def.handler?.(ctx);
       if (sr.aborted || sr.ended) return;
       if (out instanceof TextReply) {
-        setStatus(out.status);
+        x.statusSent = out.status;
         sr.sendWhole(out.status, [['Content-Type', out.contentType], ...Object.entries(out.headers)], out.text);
       } else if (out instanceof Reply) {
-        setStatus(out.status);
+        x.statusSent = out.status;
         if (out.status === 204 || out.body === undefined) {
           sr.writeHead(out.status, out.headers);
           sr.end();
         } else sr.json(out.status, out.body, out.headers);
       } else {
-        setStatus(200);
+        x.statusSent = 200;
         sr.json(200, out ?? { is_success: true });
       }
     } catch (e) {
-      fail(e);
+      x.fail(e);
     }
   }
 }

@@ -54,57 +54,70 @@ export class Router<R> {
 
   /** Returns the match, 'method_not_allowed' or null. */
   find(method: string, path: string): Match<R> | 'method_not_allowed' | null {
-    const segs = path.split('/').filter(Boolean);
-    const params: Record<string, string> = {};
-    let pathMatched = false;
-    const walk = (node: Node<R>, i: number): R | null => {
-      if (node.wildcard) {
-        const r = node.wildcard.get(method) ?? node.wildcard.get('ANY');
-        // try more specific routes first
-        const deeper = i < segs.length ? step(node, i) : null;
-        if (deeper) return deeper;
-        if (i === segs.length) {
-          const exact = node.routes.get(method) ?? node.routes.get('ANY') ?? (method === 'HEAD' ? node.routes.get('GET') : undefined);
-          if (exact) return exact;
-        }
-        if (r) {
-          params['*'] = segs.slice(i).join('/');
-          return r;
-        }
-        pathMatched = true;
-      }
-      if (i === segs.length) {
-        if (node.routes.size === 0) return null;
-        const r = node.routes.get(method) ?? node.routes.get('ANY') ?? (method === 'HEAD' ? node.routes.get('GET') : undefined);
-        if (!r) pathMatched = true;
-        return r ?? null;
-      }
-      return step(node, i);
-    };
-    const step = (node: Node<R>, i: number): R | null => {
-      const s = segs[i] as string;
-      const st = node.statics.get(s);
-      if (st) {
-        const r = walk(st, i + 1);
-        if (r) return r;
-      }
-      if (node.param) {
-        let v: string;
-        try {
-          v = decodeURIComponent(s);
-        } catch {
-          return null;
-        }
-        const r = walk(node.param.node, i + 1);
-        if (r) {
-          params[node.param.name] = v;
-          return r;
-        }
-      }
-      return null;
-    };
-    const route = walk(this.root, 0);
-    if (route) return { route, params };
-    return pathMatched ? 'method_not_allowed' : null;
+    const st: Walk = { method, segs: path.split('/').filter(Boolean), params: null, pathMatched: false };
+    const route = walk(st, this.root, 0);
+    if (route) return { route, params: st.params ?? {} };
+    return st.pathMatched ? 'method_not_allowed' : null;
   }
+}
+
+/** One lookup's state: module-level functions over it instead of closures made per request. */
+interface Walk {
+  method: string;
+  segs: string[];
+  params: Record<string, string> | null;
+  pathMatched: boolean;
+}
+
+function routeFor<R>(node: Node<R>, method: string): R | undefined {
+  return node.routes.get(method) ?? node.routes.get('ANY') ?? (method === 'HEAD' ? node.routes.get('GET') : undefined);
+}
+
+function walk<R>(st: Walk, node: Node<R>, i: number): R | null {
+  const { segs, method } = st;
+  if (node.wildcard) {
+    const r = node.wildcard.get(method) ?? node.wildcard.get('ANY');
+    // try more specific routes first
+    const deeper = i < segs.length ? step(st, node, i) : null;
+    if (deeper) return deeper;
+    if (i === segs.length) {
+      const exact = routeFor(node, method);
+      if (exact) return exact;
+    }
+    if (r) {
+      (st.params ??= {})['*'] = segs.slice(i).join('/');
+      return r;
+    }
+    st.pathMatched = true;
+  }
+  if (i === segs.length) {
+    if (node.routes.size === 0) return null;
+    const r = routeFor(node, method);
+    if (!r) st.pathMatched = true;
+    return r ?? null;
+  }
+  return step(st, node, i);
+}
+
+function step<R>(st: Walk, node: Node<R>, i: number): R | null {
+  const s = st.segs[i] as string;
+  const next = node.statics.get(s);
+  if (next) {
+    const r = walk(st, next, i + 1);
+    if (r) return r;
+  }
+  if (node.param) {
+    let v: string;
+    try {
+      v = s.includes('%') ? decodeURIComponent(s) : s;
+    } catch {
+      return null;
+    }
+    const r = walk(st, node.param.node, i + 1);
+    if (r) {
+      (st.params ??= {})[node.param.name] = v;
+      return r;
+    }
+  }
+  return null;
 }
