@@ -182,6 +182,8 @@ async function main(): Promise<void> {
 
     globalThis.gc?.();
     const rssBase = process.memoryUsage().rss;
+    const memBase = process.memoryUsage();
+    const heapBase = memBase.heapUsed;
 
     const t0 = performance.now();
     const self = fileURLToPath(import.meta.url);
@@ -203,6 +205,10 @@ async function main(): Promise<void> {
     await new Promise((r) => setTimeout(r, 1000));
     globalThis.gc?.();
     const rssStreams = process.memoryUsage().rss;
+    const memStreams = process.memoryUsage();
+    const heapStreams = memStreams.heapUsed;
+    // BENCH_HEAP_SNAPSHOT=path: a heap snapshot with the streams open (what each stream holds)
+    if (process.env.BENCH_HEAP_SNAPSHOT) (await import('node:v8')).writeHeapSnapshot(process.env.BENCH_HEAP_SNAPSHOT);
 
     // publish: each task gets one event per second, spread over 20 ticks per second
     for (const w of workers) w.send({ type: 'measure' });
@@ -252,6 +258,8 @@ async function main(): Promise<void> {
     console.log(`streams                    ${open}`);
     console.log(`node RSS before streams    ${mb(rssBase)} MB`);
     console.log(`node RSS with streams      ${mb(rssStreams)} MB  ->  ${((rssStreams - rssBase) / Math.max(1, open) / 1024).toFixed(1)} KB per stream`);
+    const perStream = (a: number, b: number): string => `${((b - a) / Math.max(1, open) / 1024).toFixed(1)} KB`;
+    console.log(`node JS heap per stream    ${perStream(heapBase, heapStreams)} used, ${perStream(memBase.heapTotal, memStreams.heapTotal)} heap committed, ${perStream(memBase.external, memStreams.external)} external (the rest of RSS is native: uWS's sockets, the allocator)`);
     console.log(`node RSS after publishing  ${mb(rssAfter)} MB`);
     console.log(`events published           ${published} in ${wallS.toFixed(1)} s (${Math.round(published / wallS)}/s), delivered ${lat.length} (${((lat.length / Math.max(1, published)) * 100).toFixed(1)}%)`);
     console.log(`delivery latency           p50 ${pct(lat, 50).toFixed(2)} ms   p99 ${pct(lat, 99).toFixed(2)} ms   max ${(lat.at(-1) ?? NaN).toFixed(1)} ms`);

@@ -76,11 +76,25 @@ class Exchange {
   span: Span | null = null;
   routed: RouteDef | null = null;
   sr!: StreamResponse;
+  readonly method: string;
+  readonly path: string;
+  readonly requestId: string;
+  /**
+   * The request's context while its handler runs; dropped when the handler returned (a stream
+   * route's response may stay open for hours: an SSE stream then holds no headers, query or
+   * principal).
+   */
+  ctx: RequestCtx | null;
   constructor(
     private readonly edge: HttpEdge,
     readonly started: number,
-    readonly ctx: RequestCtx,
-  ) {}
+    ctx: RequestCtx,
+  ) {
+    this.ctx = ctx;
+    this.method = ctx.method;
+    this.path = ctx.path;
+    this.requestId = ctx.requestId;
+  }
 
   /** StreamResponse's end (or abort) of the response. */
   onDone(): void {
@@ -96,6 +110,7 @@ class Exchange {
     if (this.finished) return;
     this.finished = true;
     this.statusSent = status;
+    this.ctx = null;
     this.edge._finished(this, status);
   }
 
@@ -103,7 +118,7 @@ class Exchange {
     const { status, body, headers: h, unexpected } = toHttpError(e);
     // RFC 9110 §11.6.1: a 401 carries the challenge (the only scheme is Bearer)
     if (status === 401) h['WWW-Authenticate'] = 'Bearer';
-    if (unexpected) this.ctx.log.error({ err: e, method: this.ctx.method, path: this.ctx.path }, 'unexpected error');
+    if (unexpected) (this.ctx?.log ?? this.edge._logger().child({ request_id: this.requestId })).error({ err: e, method: this.method, path: this.path }, 'unexpected error');
     this.statusSent = status;
     const sr = this.sr;
     if (!sr.aborted && !sr.ended) sr.json(status, body, h);
@@ -366,10 +381,15 @@ export class HttpEdge {
     this.runJson(res, def, x);
   }
 
+  /** @internal The edge's logger (an error after the request's context was dropped). */
+  _logger(): Logger {
+    return this.o.logger;
+  }
+
   /** @internal The end of a request (Exchange.finish): in-flight count, metrics, span, access line. */
   _finished(x: Exchange, status: number): void {
     this.done();
-    const { ctx, span, routed } = x;
+    const { method, path, requestId, span, routed } = x;
     if (routed && this.o.observe) this.o.observe(routed, status, (performance.now() - x.started) / 1000);
     if (span) {
       span.setAttribute('http.response.status_code', status);
@@ -377,12 +397,11 @@ export class HttpEdge {
     }
     // polling (a GET/HEAD answered 200 or 304: task status, lists, health, metrics) at debug;
     // writes and errors at info
-    const { method } = ctx;
     const polling = (method === 'GET' || method === 'HEAD') && (status === 200 || status === 304);
     const level = polling ? 'debug' : 'info';
     const root = this.o.logger;
     if (root.isLevelEnabled(level)) {
-      const line: Record<string, unknown> = { request_id: ctx.requestId, method, path: ctx.path, status, ms: Math.round((performance.now() - x.started) * 10) / 10 };
+      const line: Record<string, unknown> = { request_id: requestId, method, path, status, ms: Math.round((performance.now() - x.started) * 10) / 10 };
       // the access line is written after the request's span ended (outside its context): its ids explicitly
       if (span) Object.assign(line, spanLogFields(span));
       root[level](line, 'request');
@@ -391,12 +410,12 @@ export class HttpEdge {
 
   /** A stream route: the handler owns the response and may read the body as a stream. */
   private runStream(def: RouteDef, x: Exchange): void {
-    const { ctx, sr } = x;
+    const { sr } = x;
+    const ctx = x.ctx as RequestCtx;
     const { method, headers, ip } = ctx;
     const hasBody = method !== 'GET' && method !== 'HEAD' && (Number(headers['content-length'] ?? '0') > 0 || headers['transfer-encoding'] !== undefined);
     if (hasBody) sr._prepareBody(def.maxBodyBytes ?? this.o.maxBodyBytes);
-    this.streams.add(sr);
-    sr.onAbort(() => this.streams.delete(sr));
+    this.track(sr);
     const run = async (): Promise<void> => {
       try {
         if (await pipelinedAway(method, sr)) return;
@@ -407,14 +426,26 @@ export class HttpEdge {
         if (!sr.aborted && !sr.ended) x.fail(e);
       } finally {
         this.streams.delete(sr);
+        // the handler returned; the response may stay open (SSE): it keeps nothing of the request
+        x.ctx = null;
       }
     };
     void withActive(x.span, run);
   }
 
+  /**
+   * Keeps the response in the set shutdown closes, until it ends. Its own scope: a closure made in
+   * runStream would share that scope's context and keep the request's context alive as long as an
+   * SSE stream stays open.
+   */
+  private track(sr: StreamResponse): void {
+    this.streams.add(sr);
+    sr.onAbort(() => this.streams.delete(sr));
+  }
+
   /** A json route: the body is read (with the cap), then handleJson parses it and runs the handler. */
   private runJson(res: HttpResponse, def: RouteDef, x: Exchange): void {
-    const { method, headers } = x.ctx;
+    const { method, headers } = x.ctx as RequestCtx;
     const cap = def.maxBodyBytes ?? this.o.maxBodyBytes;
     const declared = headers['content-length'];
     if (declared !== undefined && Number(declared) > cap) {
@@ -447,7 +478,8 @@ export class HttpEdge {
 
   /** Takes a token for the authenticated caller; on refusal answers 429 with the rate limit headers. */
   private refused(x: Exchange): boolean {
-    const r = this.o.rateLimits?.take(x.ctx.principal, x.ctx.path);
+    const ctx = x.ctx as RequestCtx;
+    const r = this.o.rateLimits?.take(ctx.principal, ctx.path);
     if (!r) return false;
     const { body, headers } = refusalResponse(r);
     x.statusSent = 429;
@@ -456,7 +488,8 @@ export class HttpEdge {
   }
 
   private async handleJson(def: RouteDef, x: Exchange, raw: Buffer): Promise<void> {
-    const { ctx, sr } = x;
+    const { sr } = x;
+    const ctx = x.ctx as RequestCtx;
     try {
       if (await pipelinedAway(ctx.method, sr)) return;
       ctx.rawBody = raw;

@@ -99,23 +99,34 @@ class SseStream {
   private writing = false;
   private closed = false;
   private live = false;
-  private pending: TaskEvent[] = [];
+  // allocated when used: events that arrive during the replay, and during a sync
+  private pending: TaskEvent[] | null = null;
   private lastOrigin: string | undefined = undefined;
   private needsSync = false;
   private syncing = false;
-  private held: TaskEvent[] = [];
-  holder: StreamHolder = { kind: 'unknown', since: 0 };
+  private held: TaskEvent[] | null = null;
+  holder: StreamHolder = UNKNOWN_HOLDER;
+  /** The bus subscription and the team's stream slot, given back once (cleanup). */
+  unsub: (() => void) | null = null;
+  release: (() => void) | null = null;
 
   constructor(
     readonly teamId: string,
     readonly taskId: string,
     private readonly res: SseSink,
     private readonly maxBuffered: number,
-    private readonly onClose: () => void,
-    private readonly readAfter: (afterId: number) => Promise<TaskEvent[]>,
-    private readonly onSyncError: (err: unknown) => void,
+    private readonly owner: StreamOwner,
   ) {
     res.onAbort(() => this.finish());
+  }
+
+  /** Unsubscribes and frees the slot (idempotent). */
+  cleanup(): void {
+    const { unsub, release } = this;
+    this.unsub = null;
+    this.release = null;
+    unsub?.();
+    release?.();
   }
 
   /** The newest id sent or queued. */
@@ -138,19 +149,19 @@ class SseStream {
         this.needsSync = false;
         let after = this.highWater();
         for (;;) {
-          const page = await this.readAfter(after);
+          const page = await this.owner._readAfter(this, after);
           for (const e of page) this.enqueue(e);
           if (page.length < 500) break;
           after = page[page.length - 1]?.id ?? after;
         }
       }
     } catch (err) {
-      this.onSyncError(err);
+      this.owner._syncError(this, err);
     } finally {
       this.syncing = false;
-      const held = this.held.sort((a, b) => a.id - b.id);
-      this.held = [];
-      for (const e of held) this.enqueue(e);
+      const held = this.held;
+      this.held = null;
+      if (held) for (const e of held.sort((a, b) => a.id - b.id)) this.enqueue(e);
     }
   }
 
@@ -165,9 +176,9 @@ class SseStream {
       if (this.lastOrigin !== undefined && origin !== this.lastOrigin) this.needsSync = true;
       this.lastOrigin = origin;
     }
-    if (!this.live) this.pending.push(e);
+    if (!this.live) (this.pending ??= []).push(e);
     else if (this.needsSync || this.syncing) {
-      this.held.push(e);
+      (this.held ??= []).push(e);
       void this.sync();
     } else this.enqueue(e);
   }
@@ -175,10 +186,10 @@ class SseStream {
   /** Replay done: flush what the bus delivered meanwhile (ids already sent are skipped). */
   goLive(): void {
     this.live = true;
-    const buffered = this.pending.sort((a, b) => a.id - b.id);
-    this.pending = [];
+    const buffered = this.pending ? this.pending.sort((a, b) => a.id - b.id) : [];
+    this.pending = null;
     if (this.needsSync) {
-      this.held.push(...buffered);
+      (this.held ??= []).push(...buffered);
       void this.sync();
       return;
     }
@@ -269,12 +280,28 @@ class SseStream {
     if (this.closed) return;
     this.closed = true;
     this.queue = [];
-    this.pending = [];
-    this.onClose();
+    this.pending = null;
+    this.owner._closed(this);
   }
 }
 
-export class SseHub {
+/** What a stream needs of its hub: one reference instead of a closure each (thousands stay open). */
+interface StreamOwner {
+  _closed(s: SseStream): void;
+  _readAfter(s: SseStream, afterId: number): Promise<TaskEvent[]>;
+  _syncError(s: SseStream, err: unknown): void;
+}
+
+const UNKNOWN_HOLDER: StreamHolder = Object.freeze({ kind: 'unknown', since: 0 }) as StreamHolder;
+
+/** The stream's bus subscription; its own scope, so the listener keeps nothing of serve()'s. */
+function follow(bus: SseHubOptions['bus'], s: SseStream): () => void {
+  return bus.subscribeTask(s.taskId, (e, origin) => {
+    if (e.teamId === s.teamId) s.onBus(e, origin);
+  });
+}
+
+export class SseHub implements StreamOwner {
   private readonly perTeam = new Map<string, number>();
   private readonly streams = new Set<SseStream>();
   private keepAliveTimer: NodeJS.Timeout | null = null;
@@ -288,6 +315,22 @@ export class SseHub {
 
   constructor(private readonly o: SseHubOptions) {
     this.maxBuffered = o.maxBufferedBytes ?? 1024 * 1024;
+  }
+
+  /** @internal StreamOwner */
+  _closed(s: SseStream): void {
+    this.streams.delete(s);
+    s.cleanup();
+  }
+
+  /** @internal StreamOwner */
+  _readAfter(s: SseStream, afterId: number): Promise<TaskEvent[]> {
+    return this.o.source.eventsAfter(s.teamId, s.taskId, afterId, 500);
+  }
+
+  /** @internal StreamOwner */
+  _syncError(s: SseStream, err: unknown): void {
+    this.o.logger.warn({ err, task_id: s.taskId }, 'sse re-read after a possible gap failed');
   }
 
   openStreams(teamId?: string): number {
@@ -322,45 +365,24 @@ export class SseHub {
    * has validated the task id and reserved the slot (release is called when the stream ends).
    */
   async serve(teamId: string, taskId: string, lastEventId: number | null, res: SseSink, release: () => void, holder?: StreamHolder): Promise<'not_found' | 'served'> {
-    let stream: SseStream | null = null;
-    // subscribe BEFORE reading: nothing committed after the read can be missed
-    const early: Array<{ e: TaskEvent; origin: string | undefined }> = [];
-    const unsub = this.o.bus.subscribeTask(taskId, (e, origin) => {
-      if (e.teamId !== teamId) return;
-      if (stream) stream.onBus(e, origin);
-      else early.push({ e, origin });
-    });
-    const cleanup = (): void => {
-      unsub();
-      release();
-    };
+    const s = new SseStream(teamId, taskId, res, this.maxBuffered, this);
+    if (holder) s.holder = holder;
+    s.release = release;
+    // subscribe BEFORE reading: nothing committed after the read can be missed (the stream holds
+    // what arrives until its replay is done)
+    s.unsub = follow(this.o.bus, s);
     let exists: boolean;
     try {
       exists = await this.o.source.exists(teamId, taskId);
     } catch (e) {
-      cleanup();
+      s.cleanup();
       throw e;
     }
     if (!exists || res.aborted || this.stopped) {
-      cleanup();
+      s.cleanup();
       if (this.stopped && !res.aborted) res.close();
       return exists ? 'served' : 'not_found';
     }
-    const s = new SseStream(
-      teamId,
-      taskId,
-      res,
-      this.maxBuffered,
-      () => {
-        this.streams.delete(s);
-        cleanup();
-      },
-      (after) => this.o.source.eventsAfter(teamId, taskId, after, 500),
-      (err) => this.o.logger.warn({ err, task_id: taskId }, 'sse re-read after a possible gap failed'),
-    );
-    stream = s;
-    if (holder) s.holder = holder;
-    for (const { e, origin } of early) s.onBus(e, origin);
     this.streams.add(s);
     this.startKeepAlive();
     res.writeHead(200, {
