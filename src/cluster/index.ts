@@ -80,7 +80,7 @@ export class Cluster<P extends ProtocolMap<P>> {
     this.nodeId = o.nodeId ?? hostname();
     this.peers = new PeerPool({ selfMember: () => this.selfMember.memberId, viewVersion: () => this.currentView.version, errors: o.errors, logger: o.logger });
     this.router = new ClusterRouter<P>({ system: o.system, codec: o.codec, peers: this.peers, ownerOf: (ref) => this.ownerOf(ref), logger: o.logger });
-    this.server = new RemotingServer({ host: o.host, port: o.port, handler: this.router.inbound, errors: o.errors, logger: o.logger, tunnelOpener: o.tunnelOpener });
+    this.server = new RemotingServer({ host: o.host, port: o.port, handler: this.router.inbound, errors: o.errors, logger: o.logger, tunnelOpener: o.tunnelOpener, selfMember: () => this.memberId ?? '' });
   }
 
   get self(): Member {

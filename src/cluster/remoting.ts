@@ -21,6 +21,7 @@ import { endSpan, SpanKind, startSpan, traceparentOf, tracingEnabled, withActive
 import type { TunnelChunk, TunnelChunk__Output } from '../gen/gantry/cluster/v1/TunnelChunk.js';
 import type { OpenTunnel, TunnelChannel, TunnelHandlers, TunnelOpenInfo } from '../gateway/tunnel.js';
 import { openRemoteTunnel, serveTunnel } from './tunnel.js';
+import { MIN_PEER_PROTOCOL, PROTOCOL_VERSION, peerProtocol } from './protocol-version.js';
 
 const PROTO_PATH = fileURLToPath(new URL('../../proto/cluster/v1/remoting.proto', import.meta.url));
 /** The flags of `npm run gen:proto`. */
@@ -52,6 +53,10 @@ export interface ErrorCodec {
   decode(json: string): AppError;
 }
 
+/** A message a newer peer sent that this version does not know (added after it): ignored. */
+const unsupportedMessage = (v: number): AppError =>
+  new AppError('unavailable', 'unsupported_message', `this node speaks cluster protocol ${PROTOCOL_VERSION} and does not know this message of protocol ${v}; retry on an upgraded node`, { retryAfterS: 1 });
+
 const unreachable = (member: string, why: string): AppError => new AppError('unavailable', 'node_unreachable', `cluster node ${member} is unreachable (${why})`, { retryAfterS: 1 });
 
 // ---------------------------------------------------------------------------------------------
@@ -62,9 +67,17 @@ export class RemotingServer {
   private readonly calls = new Set<grpc.ServerDuplexStream<Frame__Output, Frame>>();
   /** Envelopes received (metrics/tests). */
   received = 0;
+  /** Envelopes of a newer protocol that this node could not decode and ignored (metrics/tests). */
+  ignoredNewer = 0;
+  /** Peers already named in a refusal line: (member, protocol) once each. */
+  private readonly refusedLogged = new Set<string>();
   constructor(
-    /** tunnelOpener: opens other nodes' forwarded gateway tunnels on this node's agent streams (none: refused). */
-    private readonly o: { host: string; port: number; handler: InboundHandler; errors: ErrorCodec; logger: Logger; tunnelOpener?: OpenTunnel },
+    /**
+     * tunnelOpener: opens other nodes' forwarded gateway tunnels on this node's agent streams (none: refused).
+     * selfMember: this node's member id, sent back in the answering Hello. minPeerProtocol: the oldest
+     * protocol a caller may speak (default MIN_PEER_PROTOCOL; a test raises it to see the refusal).
+     */
+    private readonly o: { host: string; port: number; handler: InboundHandler; errors: ErrorCodec; logger: Logger; tunnelOpener?: OpenTunnel; selfMember?: () => string; minPeerProtocol?: number },
   ) {}
 
   async start(): Promise<number> {
@@ -84,6 +97,7 @@ export class RemotingServer {
     this.calls.add(call);
     let from = '?';
     let open = true;
+    let peerVersion = 1;
     const done = (): void => {
       open = false;
       this.calls.delete(call);
@@ -97,6 +111,20 @@ export class RemotingServer {
     call.on('data', (f: Frame__Output) => {
       if (f.hello) {
         from = f.hello.member_id;
+        peerVersion = peerProtocol(f.hello.protocol_version);
+        const min = this.o.minPeerProtocol ?? MIN_PEER_PROTOCOL;
+        if (peerVersion < min) {
+          // one clear line per (peer, version), then the stream ends with FAILED_PRECONDITION
+          const key = `${from}/${peerVersion}`;
+          if (!this.refusedLogged.has(key)) {
+            this.refusedLogged.add(key);
+            this.o.logger.error({ peer: from, peer_protocol: peerVersion, protocol: PROTOCOL_VERSION, min_peer_protocol: min }, `remoting: refusing node ${from}: it speaks cluster protocol ${peerVersion}, this node needs ${min} or newer (upgrade it; rolling from that release is not supported)`);
+          }
+          open = false;
+          call.emit('error', { code: grpc.status.FAILED_PRECONDITION, details: `cluster protocol ${peerVersion} is not supported by this node (protocol ${PROTOCOL_VERSION}, oldest peer ${min})` });
+          return;
+        }
+        call.write({ hello: { member_id: this.o.selfMember?.() ?? '', view_version: 0, protocol_version: PROTOCOL_VERSION } });
         return;
       }
       const e = f.envelope;
@@ -111,9 +139,17 @@ export class RemotingServer {
         endSpan(span);
       } catch (err) {
         endSpan(span, err);
+        const replyId = replyIdOf(e.json);
+        const sender = Math.max(peerVersion, peerProtocol(e.protocol_version));
+        if (sender > PROTOCOL_VERSION) {
+          // a message added after this node's version (rolling upgrade): ignored; its ask learns why
+          this.ignoredNewer++;
+          this.o.logger.debug({ from, peer_protocol: sender, err_message: (err as Error).message }, 'remoting: ignored a message of a newer protocol');
+          if (replyId && open) call.write({ reply: { reply_id: replyId, error_json: this.o.errors.encode(unsupportedMessage(sender)) } });
+          return;
+        }
         // an undecodable envelope: its ask (if we can tell) gets the error, a tell is dropped
         this.o.logger.warn({ from, err_message: (err as Error).message }, 'remoting: envelope rejected');
-        const replyId = replyIdOf(e.json);
         if (replyId && open) call.write({ reply: { reply_id: replyId, error_json: this.o.errors.encode(err) } });
         return;
       }
@@ -174,6 +210,8 @@ export class RemotePeer {
   private closed = false;
   /** Envelopes sent (metrics/tests). */
   sent = 0;
+  /** The protocol the peer answered with (1 until its Hello arrives; a first-release node sends none). */
+  peerProtocol = 1;
 
   constructor(
     readonly memberId: string,
@@ -209,6 +247,10 @@ export class RemotePeer {
       this.failPending(why);
     };
     call.on('data', (f: Frame__Output) => {
+      if (f.hello) {
+        this.peerProtocol = peerProtocol(f.hello.protocol_version);
+        return;
+      }
       const r = f.reply;
       if (!r) return;
       const p = this.pending.get(r.reply_id);
@@ -229,7 +271,7 @@ export class RemotePeer {
     });
     call.on('error', (e: Error) => broken(e.message));
     call.on('end', () => broken('stream ended'));
-    call.write({ hello: { member_id: this.o.selfMember(), view_version: this.o.viewVersion() } });
+    call.write({ hello: { member_id: this.o.selfMember(), view_version: this.o.viewVersion(), protocol_version: PROTOCOL_VERSION } });
     return call;
   }
 
@@ -244,7 +286,7 @@ export class RemotePeer {
   /** A tell: fire and forget (at most once). */
   tell(json: string, hops: number): void {
     try {
-      this.stream().write({ envelope: { json, hops, view_version: this.o.viewVersion(), traceparent: traceparentOf() ?? '' } });
+      this.stream().write({ envelope: { json, hops, view_version: this.o.viewVersion(), traceparent: traceparentOf() ?? '', protocol_version: PROTOCOL_VERSION } });
       this.sent++;
     } catch (e) {
       this.o.logger.debug({ member: this.memberId, err_message: (e as Error).message }, 'remoting: tell dropped');
@@ -271,7 +313,7 @@ export class RemotePeer {
         Math.max(0, deadlineMs - Date.now()),
       );
       this.pending.set(replyId, { resolve, reject, timer });
-      call.write({ envelope: { json, hops, view_version: this.o.viewVersion(), traceparent: traceparentOf() ?? '' } });
+      call.write({ envelope: { json, hops, view_version: this.o.viewVersion(), traceparent: traceparentOf() ?? '', protocol_version: PROTOCOL_VERSION } });
       this.sent++;
     });
   }

@@ -21,6 +21,12 @@ export interface Envelope {
    * delivery on the receiving node runs in that trace.
    */
   'traceparent'?: (string);
+  /**
+   * The sender's protocol version (0: protocol 1). A message the receiver cannot decode from a
+   * sender of a newer protocol is a message added after the receiver's version: ignored (an ask
+   * gets `unsupported_message`), not an error.
+   */
+  'protocol_version'?: (number);
 }
 
 export interface Envelope__Output {
@@ -42,4 +48,10 @@ export interface Envelope__Output {
    * delivery on the receiving node runs in that trace.
    */
   'traceparent': (string);
+  /**
+   * The sender's protocol version (0: protocol 1). A message the receiver cannot decode from a
+   * sender of a newer protocol is a message added after the receiver's version: ignored (an ask
+   * gets `unsupported_message`), not an error.
+   */
+  'protocol_version': (number);
 }
