@@ -97,8 +97,7 @@ test('the Agents page hint names this node\'s WebSocket address and npx gantry a
 
 test('390 px wide: no page is cut off horizontally', { skip, timeout: 120_000 }, async () => {
   await page.setViewportSize({ width: 390, height: 800 });
-  // /credentials still overflows at 390 px (its table; open in issue 34's report)
-  for (const path of ['/workflows', '/tasks', `/tasks/${taskId}`, '/agents', '/pair']) {
+  for (const path of ['/workflows', '/tasks', `/tasks/${taskId}`, '/agents', '/pair', '/credentials', '/services']) {
     await page.goto(`${t.origin}${path}`);
     await page.getByRole('heading', { level: 1 }).first().waitFor();
     const width = await page.evaluate(() => document.documentElement.scrollWidth);
