@@ -1968,6 +1968,10 @@ export interface components {
             } & {
                 [key: string]: unknown;
             })[];
+            /** @description an extension: the port of this node's agent gRPC server (agents connect with --server HOST:PORT) */
+            agent_grpc_port?: number;
+            /** @description an extension: the gRPC server speaks TLS (agents add --tls) */
+            agent_grpc_tls?: boolean;
         };
         Team: {
             /** @description UUID */
