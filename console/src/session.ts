@@ -90,12 +90,16 @@ function refresh(): Promise<boolean> {
 
 /** fetch for the SDK: a 401 on an API call with a session refreshes the tokens once and retries. */
 async function sessionFetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
-  const hadToken = state.tokens !== null;
+  const sentWith = state.tokens?.access_token ?? null;
   const again = input instanceof Request ? input.clone() : null;
   const res = await fetch(input, init);
   const url = input instanceof Request ? input.url : String(input);
-  if (res.status !== 401 || !hadToken || !url.includes('/api/v1/') || url.includes('/api/v1/auth/')) return res;
-  if (!(await refresh()) || !state.tokens) return res;
+  if (res.status !== 401 || sentWith === null || !url.includes('/api/v1/') || url.includes('/api/v1/auth/')) return res;
+  // sent with a token another request has replaced meanwhile: send it again with the new one
+  // (refreshing again would rotate the refresh token once per request in flight)
+  const fresh = state.tokens !== null && state.tokens.access_token !== sentWith;
+  if (!fresh && !(await refresh())) return res;
+  if (!state.tokens) return res;
   const bearer = `Bearer ${state.tokens.access_token}`;
   if (again) {
     again.headers.set('Authorization', bearer);

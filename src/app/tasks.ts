@@ -226,7 +226,11 @@ export class TaskUseCases {
   }
 
   async getTask(p: TeamPrincipal, taskId: string): Promise<TaskView> {
-    return taskView(await this.load(p, taskId));
+    const view = taskView(await this.load(p, taskId));
+    if (view.task_status !== 'pending' && view.task_status !== 'waiting') return view;
+    // why it waits, as the team scheduler sees it (a best effort: without an answer, no field)
+    const r = await this.d.actors.ask({ kind: SCHEDULER, id: p.teamId }, { type: 'why_waiting', taskId: view.task_id }, { deadlineMs: this.d.now() + 2000 }).catch(() => null);
+    return r?.reason ? { ...view, waiting_reason: r.reason } : view;
   }
 
   /** The team's tasks, newest first; status and workflowId as given (400 when not a status or not a UUID). */

@@ -64,6 +64,7 @@ export const Task = z.object({
   queued_at: ts.nullable(),
   started_at: ts.nullable(),
   finished_at: ts.nullable(),
+  waiting_reason: z.string().optional().describe("an extension, on one task's GET only: why a pending or waiting task waits, from the team scheduler's own eligibility rules (no agent online; no online agent can run it, with what the agents lack: a label, VRAM, a model, the tool type; every agent that can run it busy; a concurrency cap; a retry's backoff)"),
 });
 
 export const RunAccepted = z.object({ task_id: uuid });

@@ -100,6 +100,7 @@ function mountRuntime(edge: HttpEdge, p: RouteParts, app: UseCases): void {
   edge.addAll(
     systemRoutes({
       config,
+      agentGrpcPort: () => p.agents.agentGrpc.boundPort,
       ready: async () => {
         // answered within READY_DB_BOUND_MS whatever the database does (a hung one is "not ready")
         const dbOk = await db.ping(READY_DB_BOUND_MS);

@@ -109,7 +109,7 @@ export const configSchema = z.object({
   GANTRY_JWT_ROTATE_DAYS: int(30, 0, 3650),
   GANTRY_JWT_ISSUER: z.string().default('gantry'),
   GANTRY_JWT_AUDIENCE: z.string().default('gantry-api'),
-  GANTRY_ACCESS_TOKEN_TTL_S: int(900, 60, 86_400),
+  GANTRY_ACCESS_TOKEN_TTL_S: int(900, 5, 86_400),
   GANTRY_REFRESH_TOKEN_TTL_S: int(30 * 86_400, 3600, 365 * 86_400),
   /** Requests per minute per client IP on each of login, register, password forgot and pairing start/confirm. */
   GANTRY_AUTH_RATE_LIMIT_PER_MIN: int(30, 1, 1_000_000),

@@ -88,17 +88,18 @@ test('the tasks filter takes a workflow slug', { skip, timeout: 60_000 }, async 
   await page.locator(`a[href="/tasks/${taskId}"]`).first().waitFor();
 });
 
-test('the Agents page hint names this node\'s WebSocket address and npx gantry agent --executor simulate', { skip, timeout: 60_000 }, async () => {
+test('the Agents page hint names this node\'s real gRPC port and WebSocket address, with npx gantry agent --executor simulate', { skip, timeout: 60_000 }, async () => {
   await page.goto(`${t.origin}/agents`);
   const ws = await page.locator('[data-hint="ws"]').innerText();
   assert.equal(ws, `npx gantry agent --executor simulate --server ${t.origin.replace(/^http/, 'ws')} --credential ak-…`);
-  assert.match(await page.locator('[data-hint="grpc"]').innerText(), /^--server 127\.0\.0\.1:\d+$/);
+  // the test node's gRPC port is an ephemeral one, not the default 50051
+  assert.notEqual(t.node.grpcPort, 50051);
+  assert.equal(await page.locator('[data-hint="grpc"]').innerText(), `npx gantry agent --executor simulate --server ${new URL(t.origin).hostname}:${t.node.grpcPort} --credential ak-…`);
 });
 
 test('390 px wide: no page is cut off horizontally', { skip, timeout: 120_000 }, async () => {
   await page.setViewportSize({ width: 390, height: 800 });
-  // /credentials still overflows at 390 px (its table; open in issue 34's report)
-  for (const path of ['/workflows', '/tasks', `/tasks/${taskId}`, '/agents', '/pair']) {
+  for (const path of ['/workflows', '/tasks', `/tasks/${taskId}`, '/agents', '/pair', '/credentials', '/services']) {
     await page.goto(`${t.origin}${path}`);
     await page.getByRole('heading', { level: 1 }).first().waitFor();
     const width = await page.evaluate(() => document.documentElement.scrollWidth);

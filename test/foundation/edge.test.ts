@@ -12,10 +12,11 @@ after(async () => {
 
 const isEnvelope = (b: any) => typeof b?.error_message === 'string' && typeof b?.error_code === 'string';
 
-test('GET /server-info returns the spec fields', async () => {
+test('GET /server-info returns the spec fields (and the agent gRPC port, an extension)', async () => {
   const r = await t.http.get('/server-info');
   assert.equal(r.status, 200);
-  assert.deepEqual(Object.keys(r.body).sort(), ['oauth_enabled', 'oauth_providers', 'registration_enabled']);
+  assert.deepEqual(Object.keys(r.body).sort(), ['agent_grpc_port', 'agent_grpc_tls', 'oauth_enabled', 'oauth_providers', 'registration_enabled']);
+  assert.equal(r.body.agent_grpc_port, t.node.grpcPort);
   assert.equal(typeof r.body.registration_enabled, 'boolean');
   assert.ok(Array.isArray(r.body.oauth_providers));
   assert.ok(r.headers.get('x-request-id'));

@@ -10,7 +10,7 @@ test('registration disabled: server-info says so and register is 403', async () 
   const t = await startTestNode({ GANTRY_REGISTRATION_ENABLED: false, GANTRY_OAUTH_PROVIDERS: JSON.stringify(providers) }, 'idnoreg');
   try {
     const info = await t.http.get('/server-info');
-    assert.deepEqual(info.body, { registration_enabled: false, oauth_enabled: true, oauth_providers: [{ id: 'corp', display_name: 'Corp SSO' }] });
+    assert.deepEqual(info.body, { registration_enabled: false, oauth_enabled: true, oauth_providers: [{ id: 'corp', display_name: 'Corp SSO' }], agent_grpc_port: t.node.grpcPort, agent_grpc_tls: false });
     const r = await t.http.post('/auth/register', reg('a@example.test'));
     assert.equal(r.status, 403);
     assert.equal(r.body.error_code, 'registration_disabled');

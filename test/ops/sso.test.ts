@@ -91,7 +91,7 @@ async function exchange(code: string) {
 
 test('server-info lists the providers; password registration is off', async () => {
   const info = await t.http.get('/server-info');
-  assert.deepEqual(info.body, { registration_enabled: false, oauth_enabled: true, oauth_providers: [{ id: 'corp', display_name: 'Corp SSO' }, { id: 'other', display_name: 'Other' }] });
+  assert.deepEqual(info.body, { registration_enabled: false, oauth_enabled: true, oauth_providers: [{ id: 'corp', display_name: 'Corp SSO' }, { id: 'other', display_name: 'Other' }], agent_grpc_port: t.node.grpcPort, agent_grpc_tls: false });
   const reg = await t.http.post('/auth/register', { email_address: 'x@corp.test', password: 'password-123456', first_name: 'X', last_name: 'Y' });
   assert.equal(reg.status, 403);
   assert.equal((await t.http.get('/auth/oidc/nope/start')).status, 404);

@@ -26,14 +26,22 @@ function vram(a: Agent): string {
 
 export function AgentsPage() {
   const [page, setPage] = useState(1);
+  const info = useAsync((signal) => data(api.GET('/server-info', { signal })), []);
+  const grpcPort = info.data?.agent_grpc_port;
   const list = useAsync((signal) => data(api.GET('/agents', { params: { query: { current_page: page, per_page: 50 } }, signal })).then((b) => ({ items: b.agent_list as unknown as Agent[], page_meta: b.page_meta })), [page], 3000);
   return (
     <>
       <h1>Agents</h1>
       <p>
-        Start an agent with an agent credential (<a href="/credentials">Credentials</a>), from a clone of the repository; <code>--executor simulate</code> needs no GPU:{' '}
-        <code data-hint="ws">npx gantry agent --executor simulate --server {`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`} --credential ak-…</code> (this node's WebSocket
-        address), or over gRPC <code data-hint="grpc">--server {location.hostname}:50051</code> (the node's <code>GANTRY_GRPC_PORT</code>, 50051 unless set).
+        Start an agent with an agent credential (<a href="/credentials">Credentials</a>) from a clone of the repository; <code>--executor simulate</code> needs no GPU.
+        {grpcPort ? (
+          <>
+            {' '}
+            Over gRPC (this node's agent port, {grpcPort}): <code data-hint="grpc">{`npx gantry agent --executor simulate --server ${location.hostname}:${grpcPort}${info.data?.agent_grpc_tls ? ' --tls' : ''} --credential ak-…`}</code>, or
+          </>
+        ) : null}{' '}
+        over this node's WebSocket address (its HTTP port, through any proxy that passes WebSockets):{' '}
+        <code data-hint="ws">npx gantry agent --executor simulate --server {`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`} --credential ak-…</code>
       </p>
       <ErrorBox error={list.error} />
       <DataTable

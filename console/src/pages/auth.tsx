@@ -1,8 +1,21 @@
-/** Sign in and register (public pages). */
-import { useState } from 'preact/hooks';
+/**
+ * Sign in and register (public pages). The sign-in page offers a button per single sign-on
+ * provider of GET /server-info; the provider's login comes back to /login?sso_code=… (or
+ * ?sso_error=…), and the one-time code is exchanged for the session's tokens here.
+ */
+import { useEffect, useState } from 'preact/hooks';
 import { api, data, session } from '../session.ts';
 import { navigate } from '../router.ts';
-import { ErrorBox, useAction } from '../ui.tsx';
+import { ErrorBox, useAction, useAsync } from '../ui.tsx';
+
+/** What a refused single sign-on (`?sso_error=<error_code>`) tells the user. */
+const SSO_ERRORS: Record<string, string> = {
+  oidc_account_exists: 'an account with this email address already exists; sign in with your password',
+  oidc_user_unknown: 'this server only lets existing users sign in with this provider',
+  oidc_denied: 'the provider did not allow the sign-in',
+  oidc_state_expired: 'the sign-in took too long; try again',
+  oidc_email_missing: 'the provider did not share an email address',
+};
 
 async function signIn(email: string, password: string): Promise<void> {
   const t = await data(api.POST('/auth/login', { body: { email_address: email, password } }));
@@ -14,10 +27,36 @@ function afterSignIn(): void {
   navigate(next && next.startsWith('/') && !next.startsWith('//') ? next : '/workflows', true);
 }
 
+/** Where the provider sends the browser back: this page, keeping `next`. */
+function ssoStart(providerId: string): string {
+  const next = new URLSearchParams(location.search).get('next');
+  const back = `${location.origin}/login${next ? `?next=${encodeURIComponent(next)}` : ''}`;
+  return `/api/v1/auth/oidc/${encodeURIComponent(providerId)}/start?return_to=${encodeURIComponent(back)}`;
+}
+
 export function LoginPage() {
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
   const a = useAction();
+  const info = useAsync((signal) => data(api.GET('/server-info', { signal })), []);
+  const providers = info.data?.oauth_providers ?? [];
+  const q = new URLSearchParams(location.search);
+  const ssoError = q.get('sso_error');
+  // back from the provider: exchange the one-time code for the session (once)
+  useEffect(() => {
+    const code = q.get('sso_code');
+    if (!code) return;
+    void a
+      .run(async () => {
+        // (the single sign-on routes exist only where providers are configured: not in the SDK's schema)
+        const r = await fetch('/api/v1/auth/oidc/exchange', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ sso_code: code }) });
+        const b = (await r.json().catch(() => ({}))) as { access_token?: string; refresh_token?: string; error_message?: string };
+        if (!r.ok || !b.access_token || !b.refresh_token) throw new Error(`Single sign-on failed: ${b.error_message ?? `HTTP ${r.status}`}`);
+        const t = { access_token: b.access_token, refresh_token: b.refresh_token };
+        session.setTokens({ access_token: t.access_token, refresh_token: t.refresh_token });
+      })
+      .then((ok) => ok && afterSignIn());
+  }, []);
   const submit = (ev: Event): void => {
     ev.preventDefault();
     void a.run(() => signIn(email, password)).then((ok) => ok && afterSignIn());
@@ -31,13 +70,30 @@ export function LoginPage() {
         <label for="password">Password</label>
         <input id="password" type="password" autocomplete="current-password" required value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
         <ErrorBox error={a.error} />
+        {ssoError ? <ErrorBox error={`Single sign-on failed: ${SSO_ERRORS[ssoError] ?? ssoError}`} /> : null}
         <button type="submit" class="primary" disabled={a.busy}>
           Sign in
         </button>
       </form>
-      <p>
-        No account? <a href={`/register${location.search}`}>Register</a>
-      </p>
+      {providers.length > 0 ? (
+        <section aria-labelledby="sso-h" class="sso">
+          <h2 id="sso-h">Single sign-on</h2>
+          <ul>
+            {providers.map((p) => (
+              <li key={p.id}>
+                <a class="button" href={ssoStart(p.id)} data-provider={p.id}>
+                  Sign in with {p.display_name}
+                </a>
+              </li>
+            ))}
+          </ul>
+        </section>
+      ) : null}
+      {info.data?.registration_enabled === false ? null : (
+        <p>
+          No account? <a href={`/register${location.search}`}>Register</a>
+        </p>
+      )}
     </main>
   );
 }

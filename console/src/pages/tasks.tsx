@@ -34,6 +34,8 @@ interface Task {
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
+  /** why a pending/waiting task waits (the scheduler's words) */
+  waiting_reason?: string;
 }
 
 export function TasksPage() {
@@ -218,6 +220,23 @@ export function TaskPage({ id }: { id: string }) {
   }, [id]);
 
   const status = task?.task_status;
+  const queued = status === 'pending' || status === 'waiting';
+  // while it waits, why it waits (it changes as agents come and go): the task read again every 3 s
+  useEffect(() => {
+    if (!queued) return;
+    const ac = new AbortController();
+    const timer = setInterval(() => {
+      data(api.GET('/r/tasks/{taskId}', { params: { path: { taskId: id } }, signal: ac.signal }))
+        .then((t) => {
+          if (!ac.signal.aborted) setTask((cur) => (cur ? { ...cur, waiting_reason: (t as unknown as Task).waiting_reason } : cur));
+        })
+        .catch(() => undefined);
+    }, 3000);
+    return () => {
+      ac.abort();
+      clearInterval(timer);
+    };
+  }, [id, queued]);
   useEffect(() => {
     if (status !== 'completed') return;
     data(api.GET('/r/tasks/{taskId}/result', { params: { path: { taskId: id } } })).then((r) => setResult(r as unknown as Result), setResultError);
@@ -251,6 +270,11 @@ export function TaskPage({ id }: { id: string }) {
           {task.progress?.stage ? ` · stage ${task.progress.stage}` : ''}
           {` · stream ${streamState}`}
         </p>
+        {queued && task.waiting_reason ? (
+          <p class="notice" data-testid="waiting-reason">
+            Waiting: {task.waiting_reason}
+          </p>
+        ) : null}
         {!TERMINAL.has(task.task_status) ? (
           <button type="button" class="danger" disabled={cancel.busy} onClick={() => void cancel.run(() => sdk.cancel(id))}>
             Cancel task

@@ -1789,6 +1789,8 @@ export interface components {
             queued_at: string | null;
             started_at: string | null;
             finished_at: string | null;
+            /** @description an extension, on one task's GET only: why a pending or waiting task waits, from the team scheduler's own eligibility rules (no agent online; no online agent can run it, with what the agents lack: a label, VRAM, a model, the tool type; every agent that can run it busy; a concurrency cap; a retry's backoff) */
+            waiting_reason?: string;
         };
         RunAccepted: {
             /** @description UUID */
@@ -1966,6 +1968,10 @@ export interface components {
             } & {
                 [key: string]: unknown;
             })[];
+            /** @description an extension: the port of this node's agent gRPC server (agents connect with --server HOST:PORT) */
+            agent_grpc_port?: number;
+            /** @description an extension: the gRPC server speaks TLS (agents add --tls) */
+            agent_grpc_tls?: boolean;
         };
         Team: {
             /** @description UUID */

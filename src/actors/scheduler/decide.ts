@@ -275,6 +275,7 @@ const handlers: Handler = {
     return pass(s, env);
   },
   stats: () => [],
+  why_waiting: () => [], // answered by the actor from its view (waiting.ts), never decided
   loaded: (m, s) => {
     s.loadInFlight = false;
     const found = new Map(m.records.map((t) => [t.id, t]));

@@ -20,6 +20,8 @@ export const SchedulerMsg = z.discriminatedUnion('type', [
   // dead cluster node must not leave a slot counted busy forever)
   z.object({ type: z.literal('resync') }),
   z.object({ type: z.literal('stats') }),
+  // a query: why a queued task waits (GET /tasks/{id}'s waiting_reason); changes nothing
+  z.object({ type: z.literal('why_waiting'), taskId: z.string() }),
 ]);
 export type SchedulerMsg = z.infer<typeof SchedulerMsg>;
 export type SchedulerMsgType = SchedulerMsg['type'];
@@ -31,7 +33,12 @@ export interface SchedulerStats {
   agents: Array<{ agentId: string; free: number }>;
 }
 
-export type SchedulerReplies = { [T in SchedulerMsgType]: T extends 'stats' ? SchedulerStats : { ok: true } };
+/** Why a queued task waits, in words; null when the scheduler does not hold it (not queued, or a cloud task). */
+export interface WaitingReason {
+  reason: string | null;
+}
+
+export type SchedulerReplies = { [T in SchedulerMsgType]: T extends 'stats' ? SchedulerStats : T extends 'why_waiting' ? WaitingReason : { ok: true } };
 export type SchedulerReply = SchedulerReplies[SchedulerMsgType];
 
 const Ok = z.object({ ok: z.literal(true) });
@@ -39,6 +46,7 @@ const Ok = z.object({ ok: z.literal(true) });
 /** Each message type's reply as a schema: a reply from another cluster node is validated with it. */
 export const SchedulerReplySchemas: { [T in SchedulerMsgType]: z.ZodType<SchedulerReplies[T]> } = {
   stats: z.object({ queued: z.number(), active: z.number(), agents: z.array(z.object({ agentId: z.string(), free: z.number() })) }),
+  why_waiting: z.object({ reason: z.string().nullable() }),
   task_submitted: Ok,
   task_requeued: Ok,
   task_removed: Ok,

@@ -6,6 +6,7 @@ import { decide, initialState, statsOf, type SchedulerEffect, type SchedulerInpu
 import { UsageLedger } from './ledger.js';
 import { DEFAULT_POLICY, type PolicySettings } from './policy.js';
 import { SchedulerMsg, type SchedulerReply } from './protocol.js';
+import { waitingReason } from './waiting.js';
 
 export const SCHEDULER = SCHEDULER_KIND;
 
@@ -87,6 +88,8 @@ export class TeamSchedulerActor implements Actor<Protocols, typeof SCHEDULER> {
   private seeded = false;
 
   receive(m: SchedulerMsg): SchedulerReply | undefined {
+    // a query, answered from the view as it is (no pass, no state change)
+    if (m.type === 'why_waiting') return { reason: waitingReason(this.s, m.taskId, { now: this.ctx.clock.now(), maxConcurrent: this.d.quotas.maxConcurrentTasks(this.teamId) }) };
     if (m.type === 'stats' && !this.quiescent()) {
       this.statsWaiting.push(this.ctx.deferReply());
       return undefined;

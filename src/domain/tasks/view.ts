@@ -80,6 +80,8 @@ export interface TaskView {
   queued_at: string | null;
   started_at: string | null;
   finished_at: string | null;
+  /** Why a pending/waiting task waits, from the team scheduler (an extension; GET of one task only). */
+  waiting_reason?: string;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);

@@ -109,7 +109,16 @@ export const UserProfile = named(
   }),
 );
 
-export const ServerInfo = named('ServerInfo', z.object({ registration_enabled: z.boolean(), oauth_enabled: z.boolean(), oauth_providers: z.array(z.looseObject({ id: z.string(), display_name: z.string() })) }));
+export const ServerInfo = named(
+  'ServerInfo',
+  z.object({
+    registration_enabled: z.boolean(),
+    oauth_enabled: z.boolean(),
+    oauth_providers: z.array(z.looseObject({ id: z.string(), display_name: z.string() })),
+    agent_grpc_port: z.int().optional().describe("an extension: the port of this node's agent gRPC server (agents connect with --server HOST:PORT)"),
+    agent_grpc_tls: z.boolean().optional().describe('an extension: the gRPC server speaks TLS (agents add --tls)'),
+  }),
+);
 
 export const Team = named('Team', z.looseObject({ id: uuid, display_name: z.string() }));
 export const Member = named('TeamMember', z.looseObject({ member_role: z.enum(['owner', 'admin', 'member']) }));

@@ -4,6 +4,8 @@ import * as D from '../openapi/schemas.js';
 
 export interface SystemDeps {
   config: Config;
+  /** The port this node's agent gRPC server listens on (the console's agent hint names it). */
+  agentGrpcPort?: () => number;
   ready: () => Promise<{ ready: boolean; checks: Record<string, boolean> }>;
 }
 
@@ -18,6 +20,7 @@ export function systemRoutes(d: SystemDeps): RouteDef[] {
         registration_enabled: d.config.GANTRY_REGISTRATION_ENABLED,
         oauth_enabled: d.config.oauthProviders.length > 0,
         oauth_providers: d.config.oauthProviders,
+        ...(d.agentGrpcPort ? { agent_grpc_port: d.agentGrpcPort(), agent_grpc_tls: Boolean(d.config.GANTRY_GRPC_TLS_CERT) } : {}),
       }),
     },
     { method: 'GET', path: '/healthz', absolute: true, auth: { kinds: 'public' }, doc: { summary: 'Liveness', tags: ['system'], responses: { 200: D.Health } }, handler: async () => ({ status: 'ok' }) },
