@@ -66,6 +66,11 @@ export class ComfyNodes {
     }
   }
 
+  /** The class_types of the last /object_info read, sorted ([] before the first). */
+  classNames(): string[] {
+    return this.classes ? [...this.classes.keys()].sort() : [];
+  }
+
   get known(): boolean {
     return this.classes !== null;
   }

@@ -192,6 +192,8 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   const gpus: GpuInfo[] = c.gpus.length ? c.gpus : (firstSample ?? []).map((g) => ({ name: g.name, vram_gb: g.vram_total_gb }));
   let models: ModelEntry[] = await scan.models();
   let customNodes: string[] = await scan.nodes();
+  /** The node class_types ComfyUI lists (/object_info): [] until read, or for another executor. */
+  let nodeClasses: string[] = comfy?.nodes.classNames() ?? [];
   if (c.executor === 'simulate' && (c.simulateFail !== undefined || c.simulateHang || c.simulateCrash))
     log.warn({ simulate_fail: c.simulateFail !== undefined ? c.simulateFail || 'simulated failure' : false, simulate_hang: c.simulateHang ?? false, simulate_crash: c.simulateCrash ?? false }, 'simulate failure mode on: it applies to every task this agent runs');
   log.info({ machine_id: machineId, executor: c.executor, gpus, models: models.length, custom_nodes: customNodes.length, gpu_source: c.gpus.length ? 'flags' : firstSample ? 'nvidia-smi' : 'none' }, 'agent starting');
@@ -235,6 +237,7 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
       executor: c.executor,
       tool_types: toolTypesOf(c),
       loaded_models: baseExecutor.loaded?.() ?? [],
+      node_classes: nodeClasses,
       draining: runner.draining,
       container_runtime: runtime?.name ?? '',
       containers: (containers?.reports() ?? []).map(reportOf),
@@ -263,12 +266,14 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   const refreshInventory = async (): Promise<void> => {
     const m = await scan.models();
     const n = await scan.nodes();
-    const sig = (x: ModelEntry[], y: string[]): string => JSON.stringify([x.map((e) => [e.path, e.size]), y]);
-    if (sig(m, n) === sig(models, customNodes)) return;
+    const k = comfy?.nodes.classNames() ?? [];
+    const sig = (x: ModelEntry[], y: string[], z: string[]): string => JSON.stringify([x.map((e) => [e.path, e.size]), y, z]);
+    if (sig(m, n, k) === sig(models, customNodes, nodeClasses)) return;
     models = m;
     customNodes = n;
-    log.info({ models: m.length, custom_nodes: n.length, custom_node_names: n }, 'inventory changed');
-    client.send({ inventory: { models: m.map((e) => ({ path: e.path, size: e.size })), custom_nodes: n } }, 'inventory');
+    nodeClasses = k;
+    log.info({ models: m.length, custom_nodes: n.length, custom_node_names: n, node_classes: k.length }, 'inventory changed');
+    client.send({ inventory: { models: m.map((e) => ({ path: e.path, size: e.size })), custom_nodes: n, node_classes: k } }, 'inventory');
   };
   const syncer: ModelSyncer = new ModelSyncer({
     modelsDir: c.modelsDir,

@@ -62,8 +62,53 @@ export function workflowRead(w: WorkflowRecord, opts: { includeJson: boolean }):
   return out;
 }
 
+/** A note on an accepted write (the write happened): `warning_code` and a sentence. */
+export interface WriteWarning {
+  warning_code: string;
+  warning_message: string;
+}
+
+/** The class_types of a ComfyUI API-format graph (validated on parse: every node has one). */
+function classTypesOf(graph: Record<string, unknown>): string[] {
+  const out = new Set<string>();
+  for (const node of Object.values(graph)) {
+    const ct = (node as { class_type?: unknown } | null)?.class_type;
+    if (typeof ct === 'string') out.add(ct);
+  }
+  return [...out];
+}
+
+/**
+ * The node class_types the team's agents list (their ComfyUI's /object_info); null when no agent
+ * of the team has reported any (nothing to compare with). AgentStore.teamNodeClasses.
+ */
+export type TeamNodeClasses = (teamId: string) => Promise<Set<string> | null>;
+
 export class WorkflowUseCases {
-  constructor(private readonly store: WorkflowCatalog) {}
+  constructor(
+    private readonly store: WorkflowCatalog,
+    private readonly nodeClasses: TeamNodeClasses | null = null,
+  ) {}
+
+  /**
+   * A ComfyUI graph whose class_types no agent of the team lists is still accepted (an agent with
+   * the custom node may come later, or sync may install it) but the answer says so: otherwise the
+   * first run fails on the agent with ComfyUI's "invalid prompt" minutes later.
+   */
+  private async warnings(p: TeamPrincipal, toolType: string | undefined, graph: Record<string, unknown> | undefined): Promise<WriteWarning[]> {
+    if (!this.nodeClasses || graph === undefined || (toolType !== undefined && toolType !== 'comfyui')) return [];
+    const known = await this.nodeClasses(p.teamId);
+    if (!known) return [];
+    const missing = classTypesOf(graph).filter((c) => !known.has(c)).sort();
+    if (missing.length === 0) return [];
+    const shown = missing.slice(0, 20).join(', ') + (missing.length > 20 ? `, and ${missing.length - 20} more` : '');
+    return [
+      {
+        warning_code: 'class_type_not_on_agents',
+        warning_message: `no agent of this team lists the node class_type(s) ${shown} (from their ComfyUI's /object_info): runs will fail until an agent with that custom node is online (install it, or add it to the team's custom nodes for sync)`,
+      },
+    ];
+  }
 
   async listWorkflows(p: TeamPrincipal, page: PageRequest, filter: WorkflowListFilter): Promise<Record<string, unknown>> {
     const { items, total } = await this.store.list(p.teamId, page, filter);
@@ -87,16 +132,20 @@ export class WorkflowUseCases {
   }
 
   /** Create and import take the same shape (the export shape is the create shape); only the note differs. */
-  async createWorkflow(p: TeamPrincipal, def: WorkflowDefinition, note: 'created' | 'imported', audit: AuditNote): Promise<{ id: string }> {
+  async createWorkflow(p: TeamPrincipal, def: WorkflowDefinition, note: 'created' | 'imported', audit: AuditNote): Promise<{ id: string; warnings?: WriteWarning[] }> {
     const r = await this.store.create(p.teamId, def, { createdBy: p.userId, note, audit });
-    return { id: r.id };
+    const warnings = await this.warnings(p, def.tool_type, def.workflow_json);
+    return warnings.length ? { id: r.id, warnings } : { id: r.id };
   }
 
   /** Bumps the version and writes a snapshot. */
-  async updateWorkflow(p: TeamPrincipal, id: string, patch: WorkflowUpdate, audit: AuditNote): Promise<{ id: string }> {
+  async updateWorkflow(p: TeamPrincipal, id: string, patch: WorkflowUpdate, audit: AuditNote): Promise<{ id: string; warnings?: WriteWarning[] }> {
     const r = await this.store.update(p.teamId, id, patch, audit);
     if (!r) throw workflowNotFound();
-    return { id: r.id };
+    if (patch.workflow_json === undefined) return { id: r.id };
+    const w = await this.store.get(p.teamId, id);
+    const warnings = await this.warnings(p, w?.definition.tool_type, patch.workflow_json);
+    return warnings.length ? { id: r.id, warnings } : { id: r.id };
   }
 
   async deleteWorkflow(p: TeamPrincipal, id: string, audit: AuditNote): Promise<{ is_success: true }> {

@@ -233,6 +233,11 @@ export async function workflowsGet(ref: string, o: GlobalOpts): Promise<void> {
   table(w.parameters as Array<Record<string, unknown>>, ['key', 'type', 'required', 'default', 'description']);
 }
 
+/** A write's warnings (the write happened), one line each on stderr. */
+function warn(ws: ReadonlyArray<{ warning_code: string; warning_message: string }>): void {
+  for (const w of ws) process.stderr.write(`warning: ${w.warning_message} (${w.warning_code})\n`);
+}
+
 /** push <file>: creates the workflow, or updates it (new version) when its slug exists. */
 export async function workflowsPush(file: string, o: GlobalOpts & { note?: string }): Promise<void> {
   const gantry = authedClient(o);
@@ -248,13 +253,17 @@ export async function workflowsPush(file: string, o: GlobalOpts & { note?: strin
   }
   if (existing) {
     const body = { ...def, ...(o.note ? { snapshot_note: o.note } : {}) };
-    await gantry.api.PUT('/workflows/{workflowId}', { params: { path: { workflowId: existing.id } }, body: body as never });
+    const { data } = await gantry.api.PUT('/workflows/{workflowId}', { params: { path: { workflowId: existing.id } }, body: body as never });
     const w = await gantry.getWorkflow(existing.id);
-    if (o.json) return printJson({ action: 'updated', id: w.id, workflow_slug: w.workflow_slug, version: w.version });
+    const warnings = data?.warnings ?? [];
+    if (o.json) return printJson({ action: 'updated', id: w.id, workflow_slug: w.workflow_slug, version: w.version, ...(warnings.length ? { warnings } : {}) });
+    warn(warnings);
     print(`updated ${w.workflow_slug} to v${w.version} (${w.id})`);
   } else {
     const { data } = await gantry.api.POST('/workflows', { body: def as never });
-    if (o.json) return printJson({ action: 'created', id: data!.id, workflow_slug: slug, version: 1 });
+    const warnings = data?.warnings ?? [];
+    if (o.json) return printJson({ action: 'created', id: data!.id, workflow_slug: slug, version: 1, ...(warnings.length ? { warnings } : {}) });
+    warn(warnings);
     print(`created ${slug} v1 (${data!.id})`);
   }
 }

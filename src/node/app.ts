@@ -72,7 +72,7 @@ export function createUseCases(p: RouteParts): UseCases {
   // the usage clock: the node's, unless a test injects its own (a budget's reset without waiting a month)
   const usage = new UsageUseCases({ store: stores.usageStore, now: p.usageNow ?? (() => clock.now()) });
   return {
-    workflows: new WorkflowUseCases(stores.workflowStore),
+    workflows: new WorkflowUseCases(stores.workflowStore, (teamId) => stores.agentStore.teamNodeClasses(teamId)),
     tasks: new TaskUseCases({
       actors,
       tasks: stores.taskQueries,

@@ -140,22 +140,34 @@ export class PgAgentStore implements AgentStorePort {
     const vram = r.gpus.reduce((s, g) => s + (g.vram_gb || 0), 0);
     const gpuType = r.gpus[0]?.name ?? null;
     const rows = await q(this.db)<AgentTableRow>(
-      `insert into agents (id, team_id, machine_id, display_name, agent_status, labels, gpu_type, gpu_count, vram_total_gb, gpus, models, custom_nodes, slots, agent_version, credential_id, node_id, last_seen_at, tool_types)
-       values (?, ?, ?, ?, 'offline', ?::jsonb, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, now(), ?::jsonb)
+      `insert into agents (id, team_id, machine_id, display_name, agent_status, labels, gpu_type, gpu_count, vram_total_gb, gpus, models, custom_nodes, slots, agent_version, credential_id, node_id, last_seen_at, tool_types, node_classes)
+       values (?, ?, ?, ?, 'offline', ?::jsonb, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, now(), ?::jsonb, ?::jsonb)
        on conflict (team_id, machine_id) do update set display_name = excluded.display_name, labels = excluded.labels, gpu_type = excluded.gpu_type,
          gpu_count = excluded.gpu_count, vram_total_gb = excluded.vram_total_gb, gpus = excluded.gpus, models = excluded.models,
          custom_nodes = excluded.custom_nodes, slots = excluded.slots, agent_version = excluded.agent_version, credential_id = excluded.credential_id,
-         node_id = excluded.node_id, last_seen_at = now(), updated_at = now(), tool_types = excluded.tool_types
+         node_id = excluded.node_id, last_seen_at = now(), updated_at = now(), tool_types = excluded.tool_types, node_classes = excluded.node_classes
        returning *`,
-      [uuidv7(), r.teamId, r.machineId, r.displayName, json(r.labels), gpuType, r.gpus.length, vram, json(r.gpus), json(r.models), json(r.customNodes), r.slots, r.agentVersion, r.credentialId, r.nodeId, json(r.toolTypes ?? [])],
+      [uuidv7(), r.teamId, r.machineId, r.displayName, json(r.labels), gpuType, r.gpus.length, vram, json(r.gpus), json(r.models), json(r.customNodes), r.slots, r.agentVersion, r.credentialId, r.nodeId, json(r.toolTypes ?? []), json(r.nodeClasses ?? [])],
     );
     const row = rows[0];
     if (!row) throw new Error('agent upsert returned no row');
     return rowToAgent(row);
   }
 
-  async updateInventory(agentId: string, models: string[], customNodes: string[]): Promise<void> {
-    await q(this.db)('update agents set models = ?::jsonb, custom_nodes = ?::jsonb, updated_at = now() where id = ?', [json(models), json(customNodes), agentId]);
+  async updateInventory(agentId: string, models: string[], customNodes: string[], nodeClasses: string[] = []): Promise<void> {
+    await q(this.db)('update agents set models = ?::jsonb, custom_nodes = ?::jsonb, node_classes = ?::jsonb, updated_at = now() where id = ?', [json(models), json(customNodes), json(nodeClasses), agentId]);
+  }
+
+  /**
+   * The node class_types the team's agents list (the union over every agent that reported its
+   * ComfyUI's /object_info, online or not); null when none has (nothing to compare a push with).
+   */
+  async teamNodeClasses(teamId: string): Promise<Set<string> | null> {
+    const rows = await q(this.db)<{ c: string }>(
+      "select distinct jsonb_array_elements_text(node_classes) as c from agents where team_id = ? and jsonb_typeof(node_classes) = 'array' and jsonb_array_length(node_classes) > 0",
+      [teamId],
+    );
+    return rows.length === 0 ? null : new Set(rows.map((r) => r.c));
   }
 
   async heartbeat(agentId: string, stats: Record<string, unknown>): Promise<void> {

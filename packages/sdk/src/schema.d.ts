@@ -1665,6 +1665,14 @@ export interface components {
             /** @description UUID */
             id: string;
         };
+        WorkflowWriteResult: {
+            /** @description UUID */
+            id: string;
+            warnings?: {
+                warning_code: string;
+                warning_message: string;
+            }[];
+        };
         MultipartCompleted: {
             file_key: string;
             storage_key: string;
@@ -2596,7 +2604,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["IdResult"];
+                    "application/json": components["schemas"]["WorkflowWriteResult"];
                 };
             };
             400: components["responses"]["E400"];
@@ -2672,7 +2680,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["IdResult"];
+                    "application/json": components["schemas"]["WorkflowWriteResult"];
                 };
             };
             400: components["responses"]["E400"];
@@ -2768,7 +2776,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["IdResult"];
+                    "application/json": components["schemas"]["WorkflowWriteResult"];
                 };
             };
             400: components["responses"]["E400"];

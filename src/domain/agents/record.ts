@@ -51,6 +51,8 @@ export interface AgentRegistration {
   nodeId: string;
   /** Tool types its executor runs (hello.tool_types, else derived from the executor); [] = any. */
   toolTypes?: string[];
+  /** ComfyUI node class_types its /object_info lists ([]: not ComfyUI or not read yet). */
+  nodeClasses?: string[];
 }
 
 export const agentJson = (a: AgentRow, reduced: boolean): Record<string, unknown> => {

@@ -26,7 +26,7 @@ export interface AgentContainerHooks {
 export interface AgentRecords {
   register(r: AgentRegistration): Promise<AgentRow>;
   heartbeat(agentId: string, stats: Record<string, unknown>): Promise<void>;
-  updateInventory(agentId: string, models: string[], customNodes: string[]): Promise<void>;
+  updateInventory(agentId: string, models: string[], customNodes: string[], nodeClasses: string[]): Promise<void>;
   count(teamId: string): Promise<number>;
   list(teamId: string, limit: number, offset: number): Promise<{ rows: AgentRow[]; total: number }>;
 }

@@ -213,8 +213,8 @@ export class AgentStreams {
         this.o.sessions.fromAgent(agentId, sessionId, m.failure);
         return;
       case 'inventory': {
-        const { models, custom_nodes: nodes } = m.inventory;
-        await this.o.agents.updateInventory(agentId, models, nodes);
+        const { models, custom_nodes: nodes, node_classes: classes } = m.inventory;
+        await this.o.agents.updateInventory(agentId, models, nodes, classes);
         if (c.info) {
           const needsSync = await this.needsSync(c.teamId, models, nodes);
           c.info = { ...this.currentInfo(c), models, needsSync };
@@ -261,6 +261,7 @@ export class AgentStreams {
       credentialId: c.credentialId,
       nodeId: this.o.nodeId(),
       toolTypes: toolTypesOf(h.tool_types, h.executor),
+      nodeClasses: h.node_classes,
     });
     // before the session opens: the first AgentInfo the scheduler sees already says whether a task
     // sent to this agent must provision first

@@ -55,6 +55,13 @@ const customNodes = z
   .max(10_000)
   .transform((ns) => ns.filter(Boolean));
 
+/** ComfyUI node class_types an agent lists (/object_info): at most 20,000 names of at most 200 characters. */
+const nodeClasses = z
+  .array(z.string().max(200))
+  .max(20_000)
+  .default([])
+  .transform((cs) => [...new Set(cs.filter(Boolean))]);
+
 /** Model paths an agent reports loaded (warm placement): at most 64, each at most 1000 characters. */
 const loadedModels = z
   .array(z.string().max(1000))
@@ -93,6 +100,7 @@ const Hello = z.object({
     .default([])
     .transform((ts) => [...new Set(ts.filter((t) => (TOOL_TYPES as readonly string[]).includes(t)))]),
   loaded_models: loadedModels,
+  node_classes: nodeClasses,
 });
 
 const ContainerReport = z.object({
@@ -195,7 +203,7 @@ const Failure = z
   .transform((f) => ({ type: 'failed' as const, ...refOf(f), error: f.error || 'the agent reported a failure without a message', ...(f.traceparent ? { traceparent: f.traceparent } : {}) }))
   .pipe(FailedToActor);
 
-const Inventory = z.object({ models: modelPaths, custom_nodes: customNodes });
+const Inventory = z.object({ models: modelPaths, custom_nodes: customNodes, node_classes: nodeClasses });
 
 /** Every message an agent may send, by the oneof member that is set. */
 export const AgentStreamMessage = z.discriminatedUnion('msg', [

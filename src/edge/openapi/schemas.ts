@@ -39,6 +39,11 @@ export const PageMeta = named('PageMeta', V.PageMeta);
 export const pageOf = V.pageOf;
 
 export const IdResult = named('IdResult', z.object({ id: uuid }));
+/** A workflow write: its id, and notes on what was accepted (extension: present only when there are some). */
+export const WorkflowWriteResult = named(
+  'WorkflowWriteResult',
+  z.object({ id: uuid, warnings: z.array(z.object({ warning_code: z.string(), warning_message: z.string() })).optional() }),
+);
 /** POST /uploads/multipart/complete: the file_key shape of presign (api-decisions), with the stored key and size. */
 export const MultipartCompleted = named('MultipartCompleted', z.object({ file_key: z.string(), storage_key: z.string(), file_size: z.int() }));
 export const Success = named('Success', z.looseObject({ is_success: z.literal(true) }));

@@ -62,11 +62,11 @@ export function workflowRoutes(w: WorkflowUseCases): RouteDef[] {
   return [
     // ---- management ----
     { method: 'GET', path: '/workflows', auth: READ, handler: list, doc: { summary: 'List workflows', tags: ['workflows'], paged: true, query: LIST_QUERY, responses: { 200: WORKFLOW_PAGE } } },
-    { method: 'POST', path: '/workflows', auth: MANAGE, handler: create('created'), doc: { summary: 'Create a workflow', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] } },
+    { method: 'POST', path: '/workflows', auth: MANAGE, handler: create('created'), doc: { summary: 'Create a workflow', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.WorkflowWriteResult }, errors: [409] } },
     {
       method: 'POST',
       path: '/workflows/import',
-      doc: { summary: 'Import a workflow (the export shape)', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.IdResult }, errors: [409] },
+      doc: { summary: 'Import a workflow (the export shape)', tags: ['workflows'], body: workflowCreateSchema, responses: { 200: D.WorkflowWriteResult }, errors: [409] },
       auth: MANAGE,
       // The export shape is the create shape: same validation, new id, version 1.
       handler: create('imported'),
@@ -75,7 +75,7 @@ export function workflowRoutes(w: WorkflowUseCases): RouteDef[] {
     {
       method: 'PUT',
       path: '/workflows/{workflowId}',
-      doc: { summary: 'Update a workflow (bumps version, writes a snapshot)', tags: ['workflows'], body: workflowUpdateSchema, responses: { 200: D.IdResult }, errors: [409] },
+      doc: { summary: 'Update a workflow (bumps version, writes a snapshot)', tags: ['workflows'], body: workflowUpdateSchema, responses: { 200: D.WorkflowWriteResult }, errors: [409] },
       auth: MANAGE,
       handler: async (ctx) => {
         const id = uuidParam(ctx, 'workflowId');

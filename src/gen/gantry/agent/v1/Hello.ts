@@ -61,6 +61,11 @@ export interface Hello {
    * checkpoints/sd15.safetensors: the scheduler prefers such a warm agent. Also in Heartbeat.
    */
   'loaded_models'?: (string)[];
+  /**
+   * The node class_types its ComfyUI lists in /object_info (empty: not ComfyUI, or not read yet):
+   * a workflow pushed with a class_type that no agent of the team lists gets a warning.
+   */
+  'node_classes'?: (string)[];
 }
 
 export interface Hello__Output {
@@ -119,4 +124,9 @@ export interface Hello__Output {
    * checkpoints/sd15.safetensors: the scheduler prefers such a warm agent. Also in Heartbeat.
    */
   'loaded_models': (string)[];
+  /**
+   * The node class_types its ComfyUI lists in /object_info (empty: not ComfyUI, or not read yet):
+   * a workflow pushed with a class_type that no agent of the team lists gets a warning.
+   */
+  'node_classes': (string)[];
 }

@@ -5,9 +5,17 @@ import type { ModelFile as _gantry_agent_v1_ModelFile, ModelFile__Output as _gan
 export interface Inventory {
   'models'?: (_gantry_agent_v1_ModelFile)[];
   'custom_nodes'?: (string)[];
+  /**
+   * As Hello.node_classes, now (ComfyUI restarted with other custom nodes, or its first read).
+   */
+  'node_classes'?: (string)[];
 }
 
 export interface Inventory__Output {
   'models': (_gantry_agent_v1_ModelFile__Output)[];
   'custom_nodes': (string)[];
+  /**
+   * As Hello.node_classes, now (ComfyUI restarted with other custom nodes, or its first read).
+   */
+  'node_classes': (string)[];
 }
