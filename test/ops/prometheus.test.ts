@@ -154,7 +154,7 @@ test('a real Prometheus scrapes a started node, evaluates the rules, and sees th
     assert.equal(up[0]?.metric.instance, target);
     const dbUp = await wait('gantry_database_up', () => nonEmpty('gantry_database_up{job="gantry"}'));
     assert.equal(dbUp[0]?.value[1], '1');
-    assert.ok((await wait('gantry_agents_streams', () => nonEmpty('gantry_agent_streams{job="gantry"}'))).length === 1);
+    assert.ok((await wait('gantry_agent_streams', () => nonEmpty('gantry_agent_streams{job="gantry"}'))).length === 1);
     assert.ok((await wait('gantry_webhook_backlog', () => nonEmpty('gantry_webhook_backlog{job="gantry"}'))).length === 1);
     // every rule group has been evaluated, and no rule errs on the live series
     const rules = await wait('rule groups evaluated', async () => {
