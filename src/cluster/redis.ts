@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { createClient, createSentinel } from 'redis';
 import type { Logger } from '../shared/logger.js';
 
@@ -27,10 +28,13 @@ const reconnectStrategy = (retries: number): number => Math.min(50 * 2 ** retrie
  * master, follows a failover to the promoted replica (commands and subscriptions move with it) and
  * emits 'topology-change'. The cluster's modules speak to a client: the sentinel client has the
  * commands they use (eval, publish, hGetAll, multi, subscribe), and the events they resync on are
- * mapped here: 'error' when the master's connection fails (the client's own), 'ready' when a new
- * master is in use (after a failover: subscriptions may have missed messages, as after a reconnect).
+ * mapped here: 'error' when the master's connection fails (the client's own), 'ready' once the new
+ * master is in use after a failover. node-redis announces the new master before its connections
+ * to it are up, so 'ready' waits until a message published on a private probe channel comes back
+ * through this connection's subscriptions (restored together): a cache that trusts its
+ * subscription again (invalidation) must not do so before it can hear invalidations.
  */
-function sentinelClient(t: RedisSentinelTarget, log: Logger, onDown: () => void): Redis {
+function sentinelClient(t: RedisSentinelTarget, prefix: string, log: Logger, onDown: () => void): Redis {
   const s = createSentinel({
     name: t.master,
     sentinelRootNodes: t.sentinels,
@@ -39,15 +43,41 @@ function sentinelClient(t: RedisSentinelTarget, log: Logger, onDown: () => void)
     sentinelClientOptions: { socket: { connectTimeout: 5000, reconnectStrategy } },
   });
   let master: string | null = null;
+  let epoch = 0;
+  const readyOnNewMaster = async (mine: number, now: string): Promise<void> => {
+    const channel = `${prefix}sentinel-probe:${randomUUID()}`;
+    let heard = false;
+    const deadline = Date.now() + 120_000;
+    try {
+      for (let subscribed = false; !heard && mine === epoch; ) {
+        if (Date.now() > deadline) {
+          log.error({ master: now }, 'redis master changed, but this connection\'s subscriptions did not come back within 120 s');
+          return;
+        }
+        try {
+          if (!subscribed) {
+            await s.subscribe(channel, () => (heard = true));
+            subscribed = true;
+          }
+          await s.publish(channel, '1');
+        } catch {
+          /* the new master is not reachable yet */
+        }
+        if (!heard) await new Promise((r) => setTimeout(r, 100));
+      }
+    } finally {
+      await s.unsubscribe(channel).catch(() => undefined);
+    }
+    if (!heard || mine !== epoch) return;
+    log.warn({ master: now }, 'redis master changed (sentinel failover)');
+    s.emit('ready');
+  };
   s.on('topology-change', (e: { type: string; node?: { host: string; port: number } }) => {
     if (e.type !== 'MASTER_CHANGE' || !e.node) return;
     const now = `${e.node.host}:${e.node.port}`;
     const was = master;
     master = now;
-    if (was !== null && was !== now) {
-      log.warn({ master: now, previous: was }, 'redis master changed (sentinel failover)');
-      s.emit('ready');
-    }
+    if (was !== null && was !== now) void readyOnNewMaster(++epoch, now);
   });
   s.on('error', () => onDown());
   return s as unknown as Redis;
@@ -63,7 +93,7 @@ export async function connectRedis(target: string | RedisSentinelTarget, prefix:
   const make = (): Redis => {
     if (typeof target !== 'string') {
       let down = false;
-      const c = sentinelClient(target, log, () => {
+      const c = sentinelClient(target, prefix, log, () => {
         if (!down) log.warn('redis connection error (sentinel mode)');
         down = true;
       });

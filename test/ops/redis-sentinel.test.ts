@@ -4,7 +4,8 @@
  * temp dir), two simulate agents and continuous submits. The master is killed (SIGKILL) under load:
  * the sentinels promote the replica, every node logs the new master, the membership keeps working on
  * it (a node killed afterwards is removed from the other nodes' view, which needs heartbeats, the
- * dead-member script and the change channel on the promoted replica), an event stream opened after
+ * dead-member script and the change channel on the promoted replica), a credential revoked during
+ * the switch is refused on every node at once and after it, an event stream opened after
  * the switch follows a new task to its end, and no accepted task is lost (each ends with exactly one
  * terminal event).
  * Skipped, naming the package, when redis-server/redis-cli are missing (Debian: redis-server; the
@@ -13,6 +14,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -20,7 +22,8 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { startCluster, agentsOnline, type TestCluster, type ClusterNodeProc } from '../helpers/cluster.js';
 import { setupTeam, createWorkflow, spawnAgent, tmpDir, tinyGraph, waitFor, type AgentProcess } from '../agents/helpers.js';
-import type { TestNode } from '../helpers/node.js';
+import type { HttpClient, TestNode } from '../helpers/node.js';
+import { createCredential } from '../helpers/identity.js';
 import { ConfigError, loadConfig } from '../../src/shared/config.js';
 import { nodeSettings } from '../../src/node/settings.js';
 
@@ -108,15 +111,32 @@ test('Redis master killed under load behind Sentinel: the nodes follow the promo
     const completed = async (): Promise<number> => (await db.query<{ n: number }>(`select count(*)::int as n from tasks where id = any($1::uuid[]) and task_status = 'completed'`, [accepted])).rows[0]?.n ?? 0;
     await waitFor('load running (5 completed)', async () => (await completed()) >= 5, 60_000, 100);
 
+    // a second sk-, verified (and cached) by every node, to revoke during the switch
+    const sk2 = await createCredential(cl.nodes[0]?.http as HttpClient, s.user, 'integration');
+    const probe = `/r/tasks/${randomUUID()}`;
+    for (const nd of cl.nodes) assert.equal((await nd.http.get(probe, { token: sk2.value })).status, 404, `${nd.name} accepts the second key`);
+
     // the failover: the master dies, the sentinels promote the replica, every node follows
     const marks = cl.nodes.map((n) => n.lines.length);
     const acceptedBefore = accepted.length;
     const dead = new Promise((r) => master.once('exit', r));
     master.kill('SIGKILL');
     await dead;
+    // during the switch (no master yet): once a node sees the outage its identity cache is bypassed,
+    // so a revocation (which cannot be broadcast now) is effective on every node's next request
+    for (const [i, n] of cl.nodes.entries()) await n.waitLine((l) => l.msg.startsWith('invalidation broadcast: subscription lost') && n.lines.indexOf(l) >= (marks[i] as number), `${n.name} sees the outage`, 30_000);
+    const switching = cli(sPorts[0] as number, 'sentinel', 'get-master-addr-by-name', MASTER).split('\n')[1] === String(mPort);
+    const del = await cl.nodes[0]?.http.del(`/credentials/${sk2.id}`, { token: s.user.accessToken, team: s.user.teamId });
+    assert.ok(del && del.status < 300, `revoke during the switch: ${del?.status} ${del?.text}`);
+    for (const nd of cl.nodes) assert.equal((await nd.http.get(probe, { token: sk2.value })).status, 401, `${nd.name} refuses the key revoked during the switch`);
     await waitFor('the sentinels promote the replica', () => sPorts.every((p) => cli(p, 'sentinel', 'get-master-addr-by-name', MASTER).split('\n')[1] === String(rPort)), 60_000, 200);
     for (const [i, n] of cl.nodes.entries()) await n.waitLine((l) => l.msg === 'redis master changed (sentinel failover)' && l.master === `127.0.0.1:${rPort}` && n.lines.indexOf(l) >= (marks[i] as number), `${n.name} follows the new master`, 60_000);
     assert.match(cli(rPort, 'role'), /^master/);
+    // on the new master: the revoked key stays refused everywhere, the other one still works
+    for (const nd of cl.nodes) {
+      assert.equal((await nd.http.get(probe, { token: sk2.value })).status, 401, `${nd.name} still refuses the revoked key`);
+      assert.equal((await nd.http.get(probe, { token: s.sk.value })).status, 404, `${nd.name} accepts the other key`);
+    }
 
     // load continues on the promoted replica
     const doneAtSwitch = await completed();
@@ -147,7 +167,7 @@ test('Redis master killed under load behind Sentinel: the nodes follow the promo
     const byTask = new Map(term.rows.map((x) => [x.task_id, x.n]));
     for (const t of accepted) assert.equal(byTask.get(t), 1, `task ${t}: exactly one terminal event`);
     const done = await completed();
-    console.log(`sentinel failover: ${accepted.length} accepted (${acceptedBefore} before the kill), ${done} completed; refused: ${JSON.stringify(Object.fromEntries(refusals))}`);
+    console.log(`sentinel failover: revocation issued ${switching ? 'before' : 'after'} the promotion; ${accepted.length} accepted (${acceptedBefore} before the kill), ${done} completed; refused: ${JSON.stringify(Object.fromEntries(refusals))}`);
     assert.ok(accepted.length > 30, `load ran (${accepted.length} accepted)`);
   } finally {
     submitting = false;
