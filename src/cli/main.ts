@@ -1,5 +1,5 @@
 /**
- * `gantry <command>` (commander). Server commands: serve, migrate, agent, vault rotate. Client
+ * `gantry <command>` (commander). Server commands: serve, migrate, agent, vault rotate, backup, restore. Client
  * commands (built on @gantry/sdk): login, logout, whoami, teams, workflows, run, tasks, agents,
  * containers. Every command answers -h/--help with its usage and exit 0 doing nothing else;
  * -V/--version prints the package version.
@@ -11,6 +11,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { ConfigError } from '../shared/config.js';
 import { commandUsage, configFrom, migrate, serve, vaultRotate, version } from './server.js';
+import { backupUsage, restoreUsage } from './backup-usage.js';
 import * as client from './client.js';
 import * as lists from './lists.js';
 
@@ -21,6 +22,8 @@ Server
   migrate    apply database migrations and exit
   agent      run a GPU agent (gantry agent --help)
   vault rotate  re-encrypt every credential vault secret with the active key (GANTRY_VAULT_KEYS) and exit
+  backup     backup --out DIR: pg_dump of DATABASE_URL plus the object store's manifest (and local objects)
+  restore    restore --from DIR: a backup into an empty database (and its objects into the store)
 
 Client (after gantry login; --server URL or GANTRY_SERVER, --json on read commands)
   login      pair this device with your account (prints a code to confirm)
@@ -100,6 +103,32 @@ function build(): Command {
       const { runAgentCli } = await import('../agent/cli.js');
       throw new Exit(await runAgentCli(args));
     });
+
+  const backupCmd = program
+    .command('backup')
+    .description('back up the database and the object store manifest')
+    .requiredOption('--out <dir>', 'the backup directory (empty or absent)')
+    .option('--objects', 'copy the objects (default for the local store)')
+    .option('--no-objects', 'write the object manifest only (default for S3)')
+    .configureHelp({ formatHelp: () => backupUsage })
+    .action(async (o: { out: string; objects?: boolean; version?: boolean }) => {
+      if (o.version) return out(version());
+      const { backup } = await import('./backup.js');
+      throw new Exit(await backup(configFrom(false), { out: o.out, ...(o.objects === undefined ? {} : { objects: o.objects }), version: version().trim() }));
+    });
+  versionOpt(backupCmd);
+  const restoreCmd = program
+    .command('restore')
+    .description('restore a backup into an empty database')
+    .requiredOption('--from <dir>', 'the backup directory')
+    .option('--create-db', 'create the database named by DATABASE_URL if it does not exist')
+    .configureHelp({ formatHelp: () => restoreUsage })
+    .action(async (o: { from: string; createDb?: boolean; version?: boolean }) => {
+      if (o.version) return out(version());
+      const { restore } = await import('./backup.js');
+      throw new Exit(await restore(configFrom(o.createDb === true), { from: o.from, createDb: o.createDb === true }));
+    });
+  versionOpt(restoreCmd);
 
   program
     .command('vault')

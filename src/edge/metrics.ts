@@ -92,12 +92,25 @@ export class NodeMetrics {
         labelNames,
         registers,
         async collect() {
-          const s = await snapshot();
           this.reset();
-          for (const r of withStale(name, rows(s))) this.set(r.labels, r.value);
+          // PostgreSQL unreachable: these series are absent from this scrape (the rest of /metrics,
+          // gantry_database_up 0 included, is still served)
+          const s = await snapshot().catch(() => null);
+          if (s) for (const r of withStale(name, rows(s))) this.set(r.labels, r.value);
         },
       });
     };
+    new client.Gauge({
+      name: 'gantry_database_up',
+      help: 'Whether this node\'s PostgreSQL queries of this scrape succeeded (1) or failed (0: the database is unreachable or failing from this node)',
+      registers,
+      async collect() {
+        this.set(await snapshot().then(
+          () => 1,
+          () => 0,
+        ));
+      },
+    });
     fromSnapshot('gantry_tasks', 'Open tasks by state and team (counted in PostgreSQL: the same on every node)', ['task_status', 'team_id'], (s) =>
       s.tasks.map((t) => ({ labels: { task_status: t.status, team_id: t.teamId }, value: t.count })),
     );
@@ -123,9 +136,9 @@ export class NodeMetrics {
       labelNames: ['team_id', 'workflow_id', 'gpu_type'],
       registers,
       async collect() {
-        const s = await snapshot();
         this.reset();
-        for (const g of s.gpuSeconds) this.inc({ team_id: g.teamId, workflow_id: g.workflowId, gpu_type: g.gpuType }, Math.max(0, Math.round(g.gpuSeconds * 1000) / 1000));
+        const s = await snapshot().catch(() => null);
+        if (s) for (const g of s.gpuSeconds) this.inc({ team_id: g.teamId, workflow_id: g.workflowId, gpu_type: g.gpuType }, Math.max(0, Math.round(g.gpuSeconds * 1000) / 1000));
       },
     });
     fromSnapshot('gantry_agents', 'Registered agents by status and GPU type ("" = none). Counted in PostgreSQL', ['agent_status', 'gpu_type'], (s) =>

@@ -29,17 +29,17 @@ export interface ClusterBus {
 }
 
 /**
- * Cluster mode (REDIS_URL set): Redis first (a node that cannot reach it refuses to start, before
+ * Cluster mode (REDIS_URL or REDIS_SENTINELS set): Redis first (a node that cannot reach it refuses to start, before
  * it owns anything), then the invalidation broadcast and the event bus, tagged with this process's id.
  */
 export async function connectBus(life: Lifecycle, d: { settings: NodeSettings; prefix: string; logger: Logger }): Promise<ClusterBus> {
-  const url = d.settings.redisUrl;
-  if (!url) return { redis: null, events: new LocalEventBus(), redisEvents: null, invalidation: null };
+  const target = d.settings.redisSentinel ?? d.settings.redisUrl;
+  if (!target) return { redis: null, events: new LocalEventBus(), redisEvents: null, invalidation: null };
   const { logger } = d;
   const redis = await life.open(
     () =>
-      connectRedis(url, d.prefix, logger).catch((e: unknown) => {
-        throw new ConfigError(`cannot reach REDIS_URL: ${(e as Error).message}`);
+      connectRedis(target, d.prefix, logger).catch((e: unknown) => {
+        throw new ConfigError(`cannot reach ${typeof target === 'string' ? 'REDIS_URL' : `the Redis master ${JSON.stringify(target.master)} through REDIS_SENTINELS`}: ${(e as Error).message}`);
       }),
     (r) => r.close(),
   );

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Config } from '../shared/config.js';
 import { outboundCa } from '../events/outbound.js';
+import type { RedisSentinelTarget } from '../cluster/redis.js';
 
 /**
  * The settings more than one module needs, each read from the configuration once. A value only
@@ -14,6 +15,8 @@ export interface NodeSettings {
   dataDir: string;
   /** REDIS_URL set: cluster mode. */
   redisUrl: string | undefined;
+  /** REDIS_SENTINELS + REDIS_SENTINEL_MASTER set: cluster mode on a Redis behind Sentinel. */
+  redisSentinel: RedisSentinelTarget | undefined;
   /** Team schedulers' rebuild from PostgreSQL: needed where messages can be lost (cluster mode). */
   schedulerResyncMs: number;
   /** GANTRY_AGENT_GRACE_S in ms (agent actors, task recovery). */
@@ -42,12 +45,23 @@ export interface NodeSettings {
 
 export function nodeSettings(config: Config): NodeSettings {
   const redisUrl = config.REDIS_URL;
+  const redisSentinel: RedisSentinelTarget | undefined =
+    config.REDIS_SENTINELS && config.REDIS_SENTINEL_MASTER
+      ? {
+          master: config.REDIS_SENTINEL_MASTER,
+          sentinels: config.REDIS_SENTINELS.split(',').map((hp) => {
+            const i = hp.lastIndexOf(':');
+            return { host: hp.slice(0, i), port: Number(hp.slice(i + 1)) };
+          }),
+        }
+      : undefined;
   const outboundCaFile = config.GANTRY_OUTBOUND_CA_FILE;
   return {
     version: packageVersion(),
     dataDir: resolve(config.GANTRY_DATA_DIR),
     redisUrl,
-    schedulerResyncMs: config.GANTRY_SCHEDULER_RESYNC_MS || (redisUrl ? 5_000 : 0),
+    redisSentinel,
+    schedulerResyncMs: config.GANTRY_SCHEDULER_RESYNC_MS || (redisUrl || redisSentinel ? 5_000 : 0),
     agentGraceMs: config.GANTRY_AGENT_GRACE_S * 1000,
     outputRetentionS: config.GANTRY_OUTPUT_RETENTION_S,
     outboundCaFile,

@@ -32,6 +32,9 @@ export const configSchema = z.object({
   /** Create the database named by DATABASE_URL when it does not exist (otherwise start-up refuses, so a typo never splits data). */
   GANTRY_DB_CREATE: bool(false),
   REDIS_URL: optStr.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
+  /** Redis behind Sentinel (instead of REDIS_URL): the sentinels (host:port,host:port,...) and the master's name. */
+  REDIS_SENTINELS: optStr.pipe(z.string().regex(/^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$/, 'must be host:port[,host:port...]').optional()),
+  REDIS_SENTINEL_MASTER: optStr,
   GANTRY_REDIS_PREFIX: z.string().default('gantry:'),
   GANTRY_STORAGE: optStr.pipe(z.string().regex(/^(local|s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](\/.*)?)$/, 'must be "local" or s3://bucket[/prefix]').optional()),
   S3_ENDPOINT: optStr,
@@ -268,8 +271,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const raw = { ...parsed.data, ...overrides };
   checkGrpcTls(raw.GANTRY_GRPC_TLS_CERT, raw.GANTRY_GRPC_TLS_KEY);
   // a cluster's nodes share token signing keys through PostgreSQL, encrypted with the deployment's secret
-  if (raw.REDIS_URL && !raw.GANTRY_SECRET_KEY && !raw.GANTRY_JWT_PRIVATE_KEY)
-    throw new ConfigError('invalid configuration: GANTRY_SECRET_KEY is required in cluster mode (REDIS_URL set): the same secret on every node (it encrypts the shared token signing keys)');
+  if (raw.REDIS_SENTINELS && raw.REDIS_URL) throw new ConfigError('invalid configuration: set REDIS_URL or REDIS_SENTINELS (with REDIS_SENTINEL_MASTER), not both');
+  if (!raw.REDIS_SENTINELS !== !raw.REDIS_SENTINEL_MASTER) throw new ConfigError('invalid configuration: REDIS_SENTINELS and REDIS_SENTINEL_MASTER go together (the sentinels, and the name of the master they monitor)');
+  if ((raw.REDIS_URL || raw.REDIS_SENTINELS) && !raw.GANTRY_SECRET_KEY && !raw.GANTRY_JWT_PRIVATE_KEY)
+    throw new ConfigError('invalid configuration: GANTRY_SECRET_KEY is required in cluster mode (REDIS_URL or REDIS_SENTINELS set): the same secret on every node (it encrypts the shared token signing keys)');
   const oidcProviders = parseOidcProviders(raw.GANTRY_OAUTH_PROVIDERS);
   if (typeof oidcProviders === 'string') throw new ConfigError(`invalid configuration: GANTRY_OAUTH_PROVIDERS: ${oidcProviders}`);
   const oauthProviders = oidcProviders.map((p) => ({ id: p.id, display_name: p.display_name ?? p.id }));

@@ -366,9 +366,9 @@ export class LocalObjectStore implements ObjectStore {
     }
   }
 
-  /** Keys starting with prefix, unordered. */
+  /** Keys starting with prefix ('' = every key), unordered. */
   async listKeys(prefix: string): Promise<string[]> {
-    assertPrefix(prefix);
+    if (prefix !== '') assertPrefix(prefix);
     const segs = prefix.split('/');
     const dirSegs = segs.slice(0, -1); // the last segment is a partial name (or '' after a trailing /)
     const start = join(this.objectsDir, ...dirSegs);

@@ -40,6 +40,8 @@ export interface ObjectStore {
   get(key: string): Promise<NodeJS.ReadableStream>;
   /** Idempotent: deleting a missing key succeeds. */
   delete(key: string): Promise<void>;
+  /** Every key starting with prefix (plain string prefix, as S3; '' = every key), unordered: `gantry backup`'s object manifest. */
+  listKeys(prefix: string): Promise<string[]>;
   /** Deletes every object whose key starts with prefix (plain string prefix, as S3); returns the count. */
   deletePrefix(prefix: string): Promise<number>;
   createMultipart(key: string, o: { contentType?: string }): Promise<{ uploadId: string }>;

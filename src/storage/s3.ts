@@ -212,6 +212,23 @@ export class S3ObjectStore implements ObjectStore {
     return n;
   }
 
+  /** Keys starting with prefix ('' = every key; returned without the store's own prefix), in S3's order. */
+  async listKeys(prefix: string): Promise<string[]> {
+    if (prefix !== '') assertPrefix(prefix);
+    const out: string[] = [];
+    let ContinuationToken: string | undefined;
+    try {
+      do {
+        const page = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix + prefix, MaxKeys: 1000, ...(ContinuationToken ? { ContinuationToken } : {}) }));
+        for (const c of page.Contents ?? []) if (typeof c.Key === 'string') out.push(c.Key.slice(this.prefix.length));
+        ContinuationToken = page.IsTruncated ? page.NextContinuationToken : undefined;
+      } while (ContinuationToken);
+    } catch (e) {
+      throw mapError(e);
+    }
+    return out;
+  }
+
   async createMultipart(key: string, o: { contentType?: string }): Promise<{ uploadId: string }> {
     const Key = this.k(key);
     assertContentType(o.contentType);

@@ -241,6 +241,20 @@ function contract(name: string, get: () => Harness | null, skipReason: () => str
       assert.equal(await x.store.deletePrefix(`${base}/team`), 0);
       assert.equal(await x.store.head(`${base}/team2/y.txt`), null);
     });
+
+    test('listKeys lists exactly the keys under a prefix, and every key with the empty prefix (gantry backup\'s manifest)', async (t) => {
+      const x = h(t);
+      if (!x) return;
+      const base = `${run}/lk`;
+      const keys = [`${base}/team1/a.txt`, `${base}/team1/sub/b.txt`, `${base}/team10/x.txt`, `${base}/team2/y.txt`];
+      for (const k of keys) await x.store.put(k, Buffer.from(k), { contentLength: Buffer.byteLength(k) });
+      assert.deepEqual((await x.store.listKeys(`${base}/team1/`)).sort(), keys.slice(0, 2));
+      assert.deepEqual((await x.store.listKeys(`${base}/team1`)).sort(), keys.slice(0, 3));
+      const all = await x.store.listKeys('');
+      for (const k of keys) assert.ok(all.includes(k), k);
+      assert.deepEqual(await x.store.listKeys(`${base}/none/`), []);
+      await x.store.deletePrefix(`${base}/`);
+    });
   });
 }
 
