@@ -8,7 +8,8 @@ import type { TaskRecord } from '../../src/actors/ports.js';
 import type { AgentSlot } from '../../src/actors/scheduler/fifo-lru.js';
 import { effectivePriority, gpuMatches } from '../../src/actors/scheduler/fair.js';
 import { UsageLedger } from '../../src/actors/scheduler/ledger.js';
-import { task as fixtureTask } from './fixtures.js';
+import { agentInfo, task as fixtureTask, TEAM } from './fixtures.js';
+import { decide, initialState, type SchedulerEffect } from '../../src/actors/scheduler/decide.js';
 import { DEFAULT_POLICY, noUsage, schedule, type PolicySettings, type PolicyUsage } from '../../src/actors/scheduler/policy.js';
 
 let seq = 0;
@@ -155,4 +156,21 @@ test('ledger: held time x GPUs, released tasks count while their release is in t
   assert.equal(l.usage(71_000).gpuSeconds.get('A'), undefined, 'out of the window');
   l.seed([{ taskId: 's1', submitter: 'C', start: 100_000, end: 105_000, gpus: 1 }, { taskId: 's2', submitter: 'C', start: 100_000, end: null, gpus: 1 }]);
   assert.equal(l.usage(110_000).gpuSeconds.get('C'), 15);
+});
+
+test('warm wait in the team scheduler: the held-back task is waiting, a timer kicks the pass that starts it cold when its wait is over', () => {
+  const id = (n: number): string => `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`;
+  const models = ['m/x'];
+  const running = fixtureTask({ id: id(1), seq: 1, status: 'running', agentId: 'warm', requiredModels: models });
+  const s = initialState(TEAM, [], [running], [agentInfo({ agentId: 'warm', loaded: models, models }), agentInfo({ agentId: 'cold', models })]);
+  const env = (now: number) => ({ now, maxConcurrent: 0, policy: FAIR });
+  const t = fixtureTask({ id: id(2), seq: 2, requiredModels: models, createdAt: 1_000_000 });
+  const first: SchedulerEffect[] = [...decide(s, { type: 'task_submitted', taskId: t.id, task: t }, env(1_002_000)).effects, ...decide(s, { type: 'kick' }, env(1_002_000)).effects];
+  assert.deepEqual(first.filter((e) => e.type === 'assign'), []);
+  assert.deepEqual(first.filter((e) => e.type === 'set_timer'), [{ type: 'set_timer', ms: 13_000 }], 'until 15 s after its submission');
+  assert.deepEqual(first.filter((e) => e.type === 'mark_waiting').map((e) => (e as { ids: string[] }).ids), [[t.id]]);
+  decide(s, { type: 'waiting_marked', ids: [t.id], moved: [t.id], events: [] }, env(1_002_000));
+  const due = decide(s, { type: 'kick' }, env(1_015_000)).effects;
+  assert.deepEqual(due.filter((e) => e.type === 'assign').map((e) => (e as { agentId: string }).agentId), ['cold']);
+  assert.equal(due.filter((e) => e.type === 'set_timer').length, 0);
 });
