@@ -16,9 +16,10 @@
  * - A scheduling pass runs once per virtual second while a task waits and an agent is free (the
  *   team scheduler coalesces bursts the same way).
  *
- * Figures: interactive queue wait p50/p95; batch tasks finished per hour and GPU utilisation
+ * Figures: interactive queue wait p50/p95, and queue wait plus the checkpoint load before the run
+ * starts (what a user waits for the first step); batch tasks finished per hour and GPU utilisation
  * (allocated, and useful = minus checkpoint loads) over the 3 h window; checkpoint loads over all
- * 50,000 tasks; Jain's fairness index of the GPU-seconds received by equal-priority submitters
+ * 50,000 tasks (and how many of them for interactive tasks); Jain's fairness index of the GPU-seconds received by equal-priority submitters
  * (the 2 batch submitters while both are backlogged; the 20 interactive users over the window).
  * Targets (fair): interactive p95 wait <= median task duration; loads <= 0.3x fifo-lru's;
  * utilisation >= fifo-lru's - 2 points; Jain >= 0.9; one pass over 10,000 waiting tasks and 1,000
@@ -83,8 +84,12 @@ interface Workload {
   initialLoaded: number[];
   /** Interactive arrivals (time, user, ckpt, duration, pref) in time order. */
   interactive: Array<{ at: number; user: number; ckpt: number; durationS: number; pref: string | null }>;
-  /** Batch jobs' checkpoint and durations, drawn in submission order per submitter. */
-  batchDraw: () => { ckpt: number; durations: number[]; pref: string | null };
+  /**
+   * A fresh drawer of batch jobs (checkpoint, durations, preferred GPU) in submission order: each
+   * strategy gets its own, so both see the same jobs (one shared drawer gave the second strategy
+   * the jobs after the first one's).
+   */
+  batchDraws: () => () => { ckpt: number; durations: number[]; pref: string | null };
   medianS: number;
 }
 
@@ -117,14 +122,16 @@ function workload(seed: number): Workload {
     all.push(d);
     interactive.push({ at: t, user: Math.floor(r() * USERS), ckpt: zipf(), durationS: d, pref: pref() });
   }
-  const br = rng(seed ^ 0x9e3779b9);
-  const batchDraw = (): { ckpt: number; durations: number[]; pref: string | null } => {
-    const durations = Array.from({ length: JOB }, () => logNormal(br, MEDIAN_S, SIGMA));
-    const x = br();
-    return { ckpt: Math.floor(br() * CKPTS), durations, pref: x < 0.2 ? (x < 0.1 ? 'A100' : 'H100') : null };
+  const batchDraws = (): (() => { ckpt: number; durations: number[]; pref: string | null }) => {
+    const br = rng(seed ^ 0x9e3779b9);
+    return () => {
+      const durations = Array.from({ length: JOB }, () => logNormal(br, MEDIAN_S, SIGMA));
+      const x = br();
+      return { ckpt: Math.floor(br() * CKPTS), durations, pref: x < 0.2 ? (x < 0.1 ? 'A100' : 'H100') : null };
+    };
   };
   const sorted = [...all].sort((a, b) => a - b);
-  return { loadCostS, initialLoaded, interactive, batchDraw, medianS: sorted[Math.floor(sorted.length / 2)] as number };
+  return { loadCostS, initialLoaded, interactive, batchDraws, medianS: sorted[Math.floor(sorted.length / 2)] as number };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -175,10 +182,14 @@ interface Result {
   strategy: Strategy;
   interactiveP50: number;
   interactiveP95: number;
+  /** Interactive wait plus the checkpoint load before it runs (what the user waits for the first step). */
+  startP50: number;
+  startP95: number;
   batchPerHour: number;
   utilisation: number;
   useful: number;
   loads: number;
+  loadsInteractive: number;
   jainBatch: number;
   jainInteractive: number;
   batchShares: number[];
@@ -265,13 +276,14 @@ function simulate(strategy: Strategy, w: Workload): Result {
     byId.set(id, t);
   };
   // batch submitters: keep their backlog at their window, in jobs of JOB tasks
+  const batchDraw = w.batchDraws();
   let batchSubmitted = 0;
   let batchStopAt = Infinity;
   const backlog = [0, 0];
   const topUp = (now: number): void => {
     for (let b = 0; b < WINDOWS.length; b++)
       while ((backlog[b] as number) < (WINDOWS[b] as number) && batchSubmitted < BATCH) {
-        const job = w.batchDraw();
+        const job = batchDraw();
         for (const d of job.durations) {
           if (batchSubmitted >= BATCH) break;
           add('batch', `batch-${b}`, job.ckpt, d, now, 4, job.pref);
@@ -284,7 +296,9 @@ function simulate(strategy: Strategy, w: Workload): Result {
   topUp(0);
 
   const waits: number[] = [];
+  const starts: number[] = [];
   let loads = 0;
+  let loadsInteractive = 0;
   let batchDoneInHorizon = 0;
   let allocS = 0;
   let usefulS = 0;
@@ -323,12 +337,16 @@ function simulate(strategy: Strategy, w: Workload): Result {
         const loadS = cold ? (w.loadCostS[t.ckpt] as number) : 0;
         if (cold) {
           loads++;
+          if (t.kind === 'interactive') loadsInteractive++;
           loaded.set(a.agentId, t.ckpt);
           a.loaded = [ckptPath(t.ckpt)];
         }
         a.lastWorkflow = t.rec.workflowKey ?? null;
         t.startAt = now;
-        if (t.kind === 'interactive') waits.push(now - t.submitAt);
+        if (t.kind === 'interactive') {
+          waits.push(now - t.submitAt);
+          starts.push(now + loadS - t.submitAt);
+        }
         ledger.start(t.rec.id, t.submitter, 1, now * 1000);
         const end = now + loadS + t.durationS;
         allocS += clip(now, end, HORIZON_S);
@@ -370,10 +388,13 @@ function simulate(strategy: Strategy, w: Workload): Result {
     strategy,
     interactiveP50: pct(waits, 0.5),
     interactiveP95: pct(waits, 0.95),
+    startP50: pct(starts, 0.5),
+    startP95: pct(starts, 0.95),
     batchPerHour: batchDoneInHorizon / (HORIZON_S / 3600),
     utilisation: allocS / (AGENTS * HORIZON_S),
     useful: usefulS / (AGENTS * HORIZON_S),
     loads,
+    loadsInteractive,
     jainBatch: jain(gpuSBatchContended),
     jainInteractive: jain(users),
     batchShares: gpuSBatchContended.map((x) => x / Math.max(1, gpuSBatchContended.reduce((a, b) => a + b, 0))),
@@ -462,11 +483,10 @@ const w = workload(42);
 const results = (['fifo-lru', 'fair'] as const).map((s) => simulate(s, w));
 const f = (x: number, d = 1): string => x.toFixed(d);
 console.log(`scheduler simulation: ${AGENTS} agents (4 GPU types), ${CKPTS} checkpoints (load 5-60 s), ${TOTAL} tasks (${INTERACTIVE} interactive p2 from ${USERS} users, ${BATCH} batch p4 from 2 submitters), log-normal durations (median ${f(w.medianS)} s), window ${HORIZON_S / 3600} h`);
-console.log('strategy  | inter. wait p50 / p95 (s) | batch done/h | GPU util (alloc / useful) | ckpt loads | Jain batch (shares) | Jain interactive | passes (avg ms)');
+console.log('strategy  | inter. wait p50 / p95 (s) | + ckpt load p50 / p95 (s) | batch done/h | GPU util (alloc / useful) | ckpt loads (interactive) | Jain batch (shares) | Jain interactive | passes (avg ms)');
 for (const r of results)
   console.log(
-    `${r.strategy.padEnd(9)} | ${f(r.interactiveP50).padStart(9)} / ${f(r.interactiveP95).padEnd(12)} | ${f(r.batchPerHour, 0).padStart(12)} | ${f(100 * r.utilisation)}% / ${f(100 * r.useful)}%`.padEnd(95) +
-      ` | ${String(r.loads).padStart(10)} | ${f(r.jainBatch, 3)} (${r.batchShares.map((x) => f(x, 2)).join('/')}) | ${f(r.jainInteractive, 3).padStart(16)} | ${r.passes} (${f(r.passMsAvg, 2)})`,
+    `${r.strategy.padEnd(9)} | ${f(r.interactiveP50).padStart(9)} / ${f(r.interactiveP95).padEnd(13)} | ${f(r.startP50).padStart(9)} / ${f(r.startP95).padEnd(13)} | ${f(r.batchPerHour, 0).padStart(12)} | ${`${f(100 * r.utilisation)}% / ${f(100 * r.useful)}%`.padEnd(25)} | ${`${r.loads} (${r.loadsInteractive})`.padStart(24)} | ${`${f(r.jainBatch, 3)} (${r.batchShares.map((x) => f(x, 2)).join('/')})`.padEnd(19)} | ${f(r.jainInteractive, 3).padStart(16)} | ${r.passes} (${f(r.passMsAvg, 2)})`,
   );
 const [fifo, fair] = results as [Result, Result];
 const pass = passCost('fair', 0.05);

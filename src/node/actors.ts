@@ -86,7 +86,7 @@ export function registerAll(
     progressIntervalMs: PROGRESS_MIN_INTERVAL_MS,
     askTimeoutMs: 15_000,
     schedulerResyncMs: d.settings.schedulerResyncMs,
-    schedulerPolicy: { strategy: config.GANTRY_SCHEDULER_STRATEGY, agingS: config.GANTRY_PRIORITY_AGING_S, warmLookahead: config.GANTRY_SCHEDULER_WARM_LOOKAHEAD, warmSlackTasks: config.GANTRY_SCHEDULER_WARM_SLACK_TASKS },
+    schedulerPolicy: { strategy: config.GANTRY_SCHEDULER_STRATEGY, agingS: config.GANTRY_PRIORITY_AGING_S, warmLookahead: config.GANTRY_SCHEDULER_WARM_LOOKAHEAD, warmSlackTasks: config.GANTRY_SCHEDULER_WARM_SLACK_TASKS, warmWaitS: config.GANTRY_SCHEDULER_WARM_WAIT_S },
     fairShareWindowS: config.GANTRY_FAIRSHARE_WINDOW_S,
     schedulingLimits: d.stores.schedulingStore,
     containers: d.containers,

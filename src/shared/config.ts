@@ -102,6 +102,8 @@ export const configSchema = z.object({
   GANTRY_SCHEDULER_WARM_LOOKAHEAD: int(1000, 0, 100_000),
   /** fair: a submitter up to this many tasks' worth of GPU-seconds ahead of the least served one may take a slot its warm task fits (0 = strict fair share order). */
   GANTRY_SCHEDULER_WARM_SLACK_TASKS: int(20, 0, 10_000),
+  /** fair: seconds a newly submitted task may wait for a busy agent warm for it instead of a cold start on a free one (0 = never). */
+  GANTRY_SCHEDULER_WARM_WAIT_S: int(15, 0, 3600),
   GANTRY_JWT_PRIVATE_KEY: optStr,
   /**
    * The deployment's secret (>= 32 characters): encrypts the token signing keys kept in PostgreSQL.

@@ -8,7 +8,8 @@ import type { TaskRecord } from '../../src/actors/ports.js';
 import type { AgentSlot } from '../../src/actors/scheduler/fifo-lru.js';
 import { effectivePriority, gpuMatches } from '../../src/actors/scheduler/fair.js';
 import { UsageLedger } from '../../src/actors/scheduler/ledger.js';
-import { task as fixtureTask } from './fixtures.js';
+import { agentInfo, task as fixtureTask, TEAM } from './fixtures.js';
+import { decide, initialState, type SchedulerEffect } from '../../src/actors/scheduler/decide.js';
 import { DEFAULT_POLICY, noUsage, schedule, type PolicySettings, type PolicyUsage } from '../../src/actors/scheduler/policy.js';
 
 let seq = 0;
@@ -78,13 +79,67 @@ test('tool_type constrains placement under fair (an agent without tool types run
   assert.equal(schedule([task({ toolType: 'nerfstudio' })], agents(agent({ agentId: 'any' })), noUsage(), 0, FAIR).assign[0]?.agentId, 'any');
 });
 
-test('warm look-ahead: a later task of the same submitter may take a warm agent; not one submitted an aging interval later', () => {
+test('warm look-ahead: a later task of the same submitter may take a warm agent; not one submitted two aging intervals later', () => {
   const a = agent({ agentId: 'a', loaded: ['m/y'], models: ['m/x', 'm/y'] });
   const q = [task({ id: 'x', requiredModels: ['m/x'], createdAt: 0 }), task({ id: 'y', requiredModels: ['m/y'], createdAt: 1000 })];
   assert.equal(schedule(q, agents(a), noUsage(), 2000, FAIR).assign[0]?.taskId, 'y');
-  const late = [q[0] as TaskRecord, task({ id: 'y2', requiredModels: ['m/y'], createdAt: 400_000 })];
-  assert.equal(schedule(late, agents(a), noUsage(), 500_000, FAIR).assign[0]?.taskId, 'x');
+  // priority 2 does not age further: both stay on one level whatever the clock
+  const x2 = task({ id: 'x2', priority: 2, requiredModels: ['m/x'], createdAt: 0 });
+  const inside = [x2, task({ id: 'y-599', priority: 2, requiredModels: ['m/y'], createdAt: 599_000 })];
+  assert.equal(schedule(inside, agents(a), noUsage(), 700_000, FAIR).assign[0]?.taskId, 'y-599');
+  const late = [x2, task({ id: 'y-600', priority: 2, requiredModels: ['m/y'], createdAt: 600_000 })];
+  assert.equal(schedule(late, agents(a), noUsage(), 700_000, FAIR).assign[0]?.taskId, 'x2');
   assert.equal(schedule(q, agents(a), noUsage(), 2000, { ...FAIR, warmLookahead: 0 }).assign[0]?.taskId, 'x', 'look-ahead off: strict FIFO');
+});
+
+test('warm look-ahead: a warm task deep in the queue is taken; the overtaken head still runs once the tasks submitted within two aging intervals after it are gone', () => {
+  // one agent, always free and warm for m/y; the head x needs m/x; y1..y9 are submitted 100 s apart after it
+  const q = [task({ id: 'x', priority: 2, requiredModels: ['m/x'], createdAt: 0 })];
+  for (let i = 1; i <= 9; i++) q.push(task({ id: `y${i}`, priority: 2, requiredModels: ['m/y'], createdAt: i * 100_000 }));
+  const deep = [q[0] as TaskRecord, ...Array.from({ length: 400 }, () => task({ priority: 2, requiredModels: ['m/z'], createdAt: 0 })), q[5] as TaskRecord];
+  const a = (): AgentSlot => agent({ agentId: 'a', loaded: ['m/y'], lastWorkflow: null, models: ['m/x', 'm/y', 'm/z'] });
+  assert.equal(schedule(deep, agents(a()), noUsage(), 1_000_000, FAIR).assign[0]?.taskId, 'y5', '400 places behind the head');
+  const ran: string[] = [];
+  let left = q;
+  while (left.length > 0) {
+    const id = schedule(left, agents(a()), noUsage(), 1_000_000, FAIR).assign[0]?.taskId as string;
+    ran.push(id);
+    left = left.filter((t) => t.id !== id);
+  }
+  assert.deepEqual(ran, ['y1', 'y2', 'y3', 'y4', 'y5', 'x', 'y6', 'y7', 'y8', 'y9']);
+});
+
+test('cold start: the look-ahead task whose checkpoint has the most tasks left per warm agent, the head when that is its own', () => {
+  const free = agent({ agentId: 'free', loaded: ['m/c'], models: ['m/a', 'm/b', 'm/c'] });
+  const busyOn = (m: string): AgentSlot => agent({ agentId: `busy-${m}`, free: 0, loaded: [m], models: ['m/a', 'm/b', 'm/c'] });
+  const q = [task({ id: 'a1', requiredModels: ['m/a'], createdAt: 0 }), task({ id: 'a2', requiredModels: ['m/a'], createdAt: 0 }), task({ id: 'b1', requiredModels: ['m/b'], createdAt: 0 }), task({ id: 'b2', requiredModels: ['m/b'], createdAt: 0 }), task({ id: 'b3', requiredModels: ['m/b'], createdAt: 0 })];
+  const first = (...as: AgentSlot[]): string | undefined => schedule(q, agents(free, ...as), noUsage(), 60_000, FAIR).assign[0]?.taskId;
+  assert.equal(first(busyOn('m/a')), 'b1', 'm/a has an agent: 2 left / 2 < 3 left / 1');
+  assert.equal(first(busyOn('m/b')), 'a1', 'm/b has an agent: 3 / 2 < 2 / 1');
+  assert.equal(first(), 'b1', 'no agent warm: the key with more tasks');
+  assert.equal(schedule(q, agents(free, busyOn('m/a')), noUsage(), 60_000, { ...FAIR, warmLookahead: 0 }).assign[0]?.taskId, 'a1', 'look-ahead off: the head');
+  // a burst of free slots spreads over the keys instead of piling onto the head's
+  const two = agent({ agentId: 'free2', loaded: ['m/c'], models: ['m/a', 'm/b', 'm/c'] });
+  assert.deepEqual(schedule(q, agents(free, two), noUsage(), 60_000, FAIR).assign.map((x) => x.taskId).sort(), ['a1', 'b1']);
+});
+
+test('warm wait: a new task waits (bounded) for a busy warm agent rather than start cold; not when no eligible agent is warm', () => {
+  const cold = agent({ agentId: 'cold', models: ['m/x'] });
+  const busyWarm = agent({ agentId: 'warm', free: 0, loaded: ['m/x'], models: ['m/x'] });
+  const t = task({ id: 'n', status: 'pending', requiredModels: ['m/x'], createdAt: 100_000 });
+  const held = schedule([t], agents(cold, busyWarm), noUsage(), 101_000, FAIR);
+  assert.deepEqual([held.assign, held.wait, held.wakeAt], [[], ['n'], 115_000], 'waits until 15 s after its submission');
+  assert.equal(schedule([t], agents(cold, busyWarm), noUsage(), 115_000, FAIR).assign[0]?.agentId, 'cold', 'then starts cold');
+  assert.equal(schedule([t], agents(cold, busyWarm), noUsage(), 101_000, { ...FAIR, warmWaitS: 0 }).assign[0]?.agentId, 'cold', 'warm wait off');
+  const freed = schedule([t], agents(cold, { ...busyWarm, free: 1 }), noUsage(), 101_000, FAIR);
+  assert.deepEqual([freed.assign[0]?.agentId, freed.wakeAt], ['warm', null], 'the warm agent is free: it takes it');
+  const other = agent({ agentId: 'warm-ns', free: 0, loaded: ['m/x'], models: ['m/x'], toolTypes: ['nerfstudio'] });
+  assert.equal(schedule([t], agents(cold, other), noUsage(), 101_000, FAIR).assign[0]?.agentId, 'cold', 'the busy warm agent cannot run it: no wait');
+  // the submitter's later task waits behind it (FIFO); another submitter's task takes the free agent
+  const later = task({ id: 'n2', requiredModels: ['m/y'], createdAt: 100_500 });
+  const otherSub = task({ id: 'o', submitter: 'B', requiredModels: ['m/y'], createdAt: 100_500 });
+  const p = schedule([t, later, otherSub], agents(agent({ agentId: 'cold', models: ['m/x', 'm/y'] }), busyWarm), noUsage(), 101_000, FAIR);
+  assert.deepEqual(p.assign.map((x) => x.taskId), ['o']);
 });
 
 test('ledger: held time x GPUs, released tasks count while their release is in the window, seeded rows count', () => {
@@ -101,4 +156,21 @@ test('ledger: held time x GPUs, released tasks count while their release is in t
   assert.equal(l.usage(71_000).gpuSeconds.get('A'), undefined, 'out of the window');
   l.seed([{ taskId: 's1', submitter: 'C', start: 100_000, end: 105_000, gpus: 1 }, { taskId: 's2', submitter: 'C', start: 100_000, end: null, gpus: 1 }]);
   assert.equal(l.usage(110_000).gpuSeconds.get('C'), 15);
+});
+
+test('warm wait in the team scheduler: the held-back task is waiting, a timer kicks the pass that starts it cold when its wait is over', () => {
+  const id = (n: number): string => `00000000-0000-7000-8000-${String(n).padStart(12, '0')}`;
+  const models = ['m/x'];
+  const running = fixtureTask({ id: id(1), seq: 1, status: 'running', agentId: 'warm', requiredModels: models });
+  const s = initialState(TEAM, [], [running], [agentInfo({ agentId: 'warm', loaded: models, models }), agentInfo({ agentId: 'cold', models })]);
+  const env = (now: number) => ({ now, maxConcurrent: 0, policy: FAIR });
+  const t = fixtureTask({ id: id(2), seq: 2, requiredModels: models, createdAt: 1_000_000 });
+  const first: SchedulerEffect[] = [...decide(s, { type: 'task_submitted', taskId: t.id, task: t }, env(1_002_000)).effects, ...decide(s, { type: 'kick' }, env(1_002_000)).effects];
+  assert.deepEqual(first.filter((e) => e.type === 'assign'), []);
+  assert.deepEqual(first.filter((e) => e.type === 'set_timer'), [{ type: 'set_timer', ms: 13_000 }], 'until 15 s after its submission');
+  assert.deepEqual(first.filter((e) => e.type === 'mark_waiting').map((e) => (e as { ids: string[] }).ids), [[t.id]]);
+  decide(s, { type: 'waiting_marked', ids: [t.id], moved: [t.id], events: [] }, env(1_002_000));
+  const due = decide(s, { type: 'kick' }, env(1_015_000)).effects;
+  assert.deepEqual(due.filter((e) => e.type === 'assign').map((e) => (e as { agentId: string }).agentId), ['cold']);
+  assert.equal(due.filter((e) => e.type === 'set_timer').length, 0);
 });

@@ -58,7 +58,7 @@ export type SchedulerEffect =
   /** One fenced statement pending -> waiting for the batch: the answer comes back as `waiting_marked`. */
   | { type: 'mark_waiting'; ids: string[] }
   | { type: 'publish'; events: TaskEvent[] }
-  /** (Re)arms the scheduler's one backoff timer: a kick to self when the earliest retry backoff ends. */
+  /** (Re)arms the scheduler's one timer: a kick to self when the earliest retry backoff ends, or a task held back for a warm agent stops waiting. */
   | { type: 'set_timer'; ms: number }
   /** Rebuild the view from PostgreSQL (the shell runs the activation reads when nothing is in flight). */
   | { type: 'resync' };
@@ -173,12 +173,14 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
       earliest = Math.min(earliest, t.notBefore);
     } else due.push(t);
   }
-  if (notDue.length > 0) effects.push({ type: 'set_timer', ms: earliest - env.now });
   // nothing can be placed (no free slot, or the quota is used up): FIFO order does not matter, only
   // which tasks are still `pending` (they move to `waiting`), so skip the sort and the search
   const full = (env.maxConcurrent > 0 && s.active.size >= env.maxConcurrent) || ![...s.agents.values()].some((a) => !a.draining && a.free > 0);
   const p = full ? { assign: [], wait: [...s.queue.values()].filter((t) => t.status === 'pending').map((t) => t.id) } : schedule(due.sort(bySeq), s.agents, usageOf(s, env), env.now, env.policy ?? FIFO_LRU);
   if (!full) for (const t of notDue) if (t.status === 'pending') p.wait.push(t.id);
+  // ... and when a task the policy held back for a busy warm agent stops waiting for it
+  const wake = Math.min(earliest, ('wakeAt' in p ? p.wakeAt : null) ?? Infinity);
+  if (wake !== Infinity) effects.push({ type: 'set_timer', ms: Math.max(0, wake - env.now) });
   for (const step of p.assign) {
     const agent = step.agentId ? s.agents.get(step.agentId) : undefined;
     if (!agent) continue;

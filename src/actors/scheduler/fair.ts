@@ -12,13 +12,26 @@
  * task's required models loaded), then the preferred GPU (a case-insensitive substring of the
  * agent's GPU name), then the least recently used. When a submitter's next task has no warm agent
  * free, a later task of the same submitter and level (at most `warmLookahead` places behind it,
- * submitted less than one aging interval after it) that does may go first: only a bounded number
- * of tasks can ever overtake a task, so it cannot starve.
+ * submitted less than BYPASS_INTERVALS aging intervals after it) that does may go first; when none
+ * does, the cold start goes to the task of that same window whose warm key (workflow version and
+ * models) has the most tasks left per agent already warm for it (the head on ties), so a
+ * submitter's agents spread over its checkpoints instead of all reloading the head's. Only a
+ * bounded number of tasks can ever overtake a task, so it cannot starve. A task submitted less
+ * than `warmWaitS` ago that no free agent is warm for, but a busy eligible one is, waits for that
+ * one instead of starting cold (the submitter's later tasks wait behind it; the decision says when
+ * the wait ends, `wakeAt`, so the caller runs a pass then).
  */
 import type { TaskRecord } from '../ports.js';
 import type { AgentSlot, PlanStep } from './fifo-lru.js';
 
 export const DEFAULT_PRIORITY = 3;
+
+/**
+ * The look-ahead may take a task only if it was submitted less than this many aging intervals after
+ * the submitter's oldest waiting task of the level: so a task is overtaken by a bounded number of
+ * tasks (those submitted in that time) and cannot starve.
+ */
+export const BYPASS_INTERVALS = 2;
 
 /** At most this many look-ahead tasks are examined per pass (then placement is by the heads only). */
 const PROBE_BUDGET = 20_000;
@@ -52,6 +65,11 @@ export interface FairSettings {
    * the least one's may take a free slot its warm task fits, instead of a cold start; 0 = never.
    */
   warmSlackTasks: number;
+  /**
+   * A task younger than this (seconds since it was submitted) that no free agent is warm for, but a
+   * busy eligible agent is, waits for that agent instead of a cold start elsewhere; 0 = never.
+   */
+  warmWaitS: number;
   /** The team's held tasks and quota (0 = unlimited). */
   teamActive: number;
   teamMax: number;
@@ -106,6 +124,17 @@ interface Group {
   taken: Set<number> | null;
   weight: number;
   cap: number | null;
+  /** The look-ahead window's tasks by warm key (built at the group's first cold start in the pass), and its range. */
+  win: Map<string, WinEntry> | null;
+  winStart: number;
+  winEnd: number;
+}
+
+/** Tasks of one warm key in a group's window: their indices in order, the first maybe untaken, how many are left. */
+interface WinEntry {
+  idx: number[];
+  p: number;
+  left: number;
 }
 
 /** The task's placement constraints as one string: a pass remembers which found no free agent. */
@@ -119,6 +148,17 @@ function sigOf(t: TaskRecord): string {
   return s;
 }
 
+/** What makes an agent warm for the task (its workflow version and models): tasks with the same key share warm agents. */
+const wkeyCache = new WeakMap<TaskRecord, string>();
+function wkeyOf(t: TaskRecord): string {
+  let k = wkeyCache.get(t);
+  if (k === undefined) {
+    k = `${t.workflowKey ?? ''}|${t.requiredModels.join('\u0000')}`;
+    wkeyCache.set(t, k);
+  }
+  return k;
+}
+
 /** Whether a beats b for the task: preferred GPU, then least recently used, then the lower id. */
 function better(t: TaskRecord, a: Sim, b: Sim): boolean {
   const pref = t.preferredGpu ? t.preferredGpu.toLowerCase() : null;
@@ -128,7 +168,21 @@ function better(t: TaskRecord, a: Sim, b: Sim): boolean {
 }
 
 function fits(t: TaskRecord, a: Sim): boolean {
-  if (a.free <= 0 || a.draining || a.teamId !== t.teamId) return false;
+  return a.free > 0 && eligible(t, a);
+}
+
+/** Whether a busy agent could run the task once free. */
+function eligibleBusy(t: TaskRecord, a: AgentSlot): boolean {
+  if (a.draining || a.teamId !== t.teamId || !runsTool(a, t.toolType)) return false;
+  for (const l of t.requiredLabels) if (!a.labels.includes(l)) return false;
+  if (t.minVramGb > 0 && a.vramTotalGb < t.minVramGb) return false;
+  for (const m of t.requiredModels) if (!a.models.includes(m)) return false;
+  return true;
+}
+
+/** Whether the agent could run the task (free slot aside). */
+function eligible(t: TaskRecord, a: Sim): boolean {
+  if (a.draining || a.teamId !== t.teamId) return false;
   if (!runsTool(a, t.toolType)) return false;
   for (const l of t.requiredLabels) if (!a.labels.includes(l)) return false;
   if (t.minVramGb > 0 && a.vramTotalGb < t.minVramGb) return false;
@@ -239,16 +293,22 @@ class ColdIndex {
 }
 
 /** One pass of the fair strategy: which tasks go to which agent, which pending ones must wait. */
-export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlot>, usage: FairUsage, now: number, s: FairSettings): { assign: PlanStep[]; wait: string[] } {
+export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlot>, usage: FairUsage, now: number, s: FairSettings): { assign: PlanStep[]; wait: string[]; wakeAt: number | null } {
   const assign: PlanStep[] = [];
   const placed = new Set<string>();
   const free: Sim[] = [];
+  /** Agents running something (warm ones are worth keeping busy with their key, or waiting for). */
+  const busy: AgentSlot[] = [];
   let capacity = 0;
-  for (const a of agents)
-    if (!a.draining && a.free > 0) {
+  let wakeAt: number | null = null;
+  for (const a of agents) {
+    if (a.draining) continue;
+    if (a.free > 0) {
       free.push({ ...a, modelSet: null, pref: (a.gpuType ?? '').toLowerCase() });
       capacity += a.free;
     }
+    if (a.free < a.slots) busy.push(a);
+  }
   let active = s.teamActive;
   const full = (): boolean => capacity <= 0 || (s.teamMax > 0 && active >= s.teamMax);
   if (!full()) {
@@ -263,6 +323,48 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       if (a.lastWorkflow) index(`w:${a.lastWorkflow}`, a);
       for (const m of a.loaded ?? []) index(`m:${m}`, a);
     }
+    // busy agents by workflow version and by loaded model (built at the first need)
+    let busyWf: Map<string, AgentSlot[]> | null = null;
+    let busyModel: Map<string, AgentSlot[]> | null = null;
+    const busyIndex = (): void => {
+      busyWf = new Map();
+      busyModel = new Map();
+      const add = (m: Map<string, AgentSlot[]>, k: string, a: AgentSlot): void => {
+        const l = m.get(k);
+        if (l) l.push(a);
+        else m.set(k, [a]);
+      };
+      for (const a of busy) {
+        if (a.lastWorkflow) add(busyWf, a.lastWorkflow, a);
+        for (const m of a.loaded ?? []) add(busyModel, m, a);
+      }
+    };
+    /** How many busy agents are warm for the task (its keys' most; eligibility aside). */
+    const busyWarmCount = (t: TaskRecord): number => {
+      if (!busyWf) busyIndex();
+      let n = t.workflowKey ? (busyWf?.get(t.workflowKey)?.length ?? 0) : 0;
+      for (const m of t.requiredModels) n = Math.max(n, busyModel?.get(m)?.length ?? 0);
+      return n;
+    };
+    const busyWarmKnown = new Map<string, boolean>();
+    /** Whether an eligible busy agent is warm for the task. */
+    const busyWarm = (t: TaskRecord): boolean => {
+      const key = `${sigOf(t)}|${t.teamId}|${t.workflowKey ?? ''}`;
+      let r = busyWarmKnown.get(key);
+      if (r === undefined) {
+        if (!busyWf) busyIndex();
+        r = false;
+        for (let i = t.workflowKey ? -1 : 0; i < t.requiredModels.length && !r; i++) {
+          const l = i < 0 ? busyWf?.get(t.workflowKey as string) : busyModel?.get(t.requiredModels[i] as string);
+          if (l) r = l.some((a) => eligibleBusy(t, a));
+        }
+        busyWarmKnown.set(key, r);
+      }
+      return r;
+    };
+    /** Tasks placed in this pass per warm key: their agents are warm for that key from now on. */
+    const inPassWarm = new Map<string, number>();
+    const warmWaitMs = s.warmWaitS * 1000;
     /** The best free agent warm for the task (same workflow version, or one of its models loaded). */
     // (no closure per call: this runs for every look-ahead probe). Agents only lose free slots within
     // a pass, so a task that finds no warm agent tells the same for every task of its constraints and
@@ -294,14 +396,14 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       let g = lvl.get(sub);
       if (!g) {
         const lim = usage.limits.get(sub);
-        g = { sub, tasks: [], next: 0, taken: null, weight: lim && lim.weight > 0 ? lim.weight : 1, cap: lim?.maxConcurrent ?? null };
+        g = { sub, tasks: [], next: 0, taken: null, weight: lim && lim.weight > 0 ? lim.weight : 1, cap: lim?.maxConcurrent ?? null, win: null, winStart: 0, winEnd: 0 };
         lvl.set(sub, g);
       }
       g.tasks.push(t);
     }
     const inPass = new Map<string, number>();
     const noFit = new Set<string>();
-    const bypassMs = (s.agingS > 0 ? s.agingS : 300) * 1000;
+    const bypassMs = BYPASS_INTERVALS * (s.agingS > 0 ? s.agingS : 300) * 1000;
     const slack = s.warmSlackTasks * usage.quantumS;
     let probes = 0; // look-ahead tasks examined in this pass (bounded: the pass stays cheap with a long queue)
     const share = (g: Group): number => ((usage.gpuSeconds.get(g.sub) ?? 0) + (inPass.get(g.sub) ?? 0) * usage.quantumS) / g.weight;
@@ -326,7 +428,7 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       for (let j = g.next + 1; j < end && probes < PROBE_BUDGET; j++, probes++) {
         if (g.taken?.has(j)) continue;
         const c = g.tasks[j] as TaskRecord;
-        if (c.createdAt - h.createdAt >= bypassMs) break; // submitted an aging interval later: may not overtake
+        if (c.createdAt - h.createdAt >= bypassMs) break; // submitted BYPASS_INTERVALS aging intervals later: may not overtake
         if (noFit.has(sigOf(c))) continue;
         const wa = bestWarm(c);
         if (wa) return { g, t: c, ti: j, a: wa };
@@ -335,12 +437,74 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
     };
     /** The group's head on the best agent (cold); null (and the head skipped) when no free agent fits it. */
     const cold = new ColdIndex(free);
+    /** Whether the look-ahead may consider task j of the group (head h): not taken, not unplaceable, submitted less than bypassMs after h. */
+    const inWindow = (g: Group, h: TaskRecord, j: number): boolean => {
+      if (g.taken?.has(j)) return false;
+      const c = g.tasks[j] as TaskRecord;
+      return c.createdAt - h.createdAt < bypassMs && !noFit.has(sigOf(c));
+    };
+    /**
+     * Which task of the group starts cold: among the look-ahead window's warm keys, the one with the
+     * most tasks left per agent already warm for it (busy, or placed in this pass), its oldest task;
+     * the head's key wins ties with a later one. So the submitter's agents spread over its window's
+     * checkpoints instead of piling onto the head's (each load then serves more tasks). The window
+     * is the warm look-ahead's: only tasks submitted less than BYPASS_INTERVALS aging intervals after
+     * the head go before it, so the head cannot starve.
+     */
+    const coldTask = (g: Group, h: TaskRecord): { t: TaskRecord; ti: number } => {
+      if (s.warmLookahead <= 0) return { t: h, ti: g.next };
+      if (!g.win || g.next >= g.winEnd) {
+        g.win = new Map();
+        g.winStart = g.next;
+        g.winEnd = Math.min(g.tasks.length, g.next + 1 + s.warmLookahead);
+        for (let j = g.next; j < g.winEnd; j++) {
+          const c = g.tasks[j] as TaskRecord;
+          if (c.createdAt - h.createdAt >= bypassMs) {
+            g.winEnd = j;
+            break;
+          }
+          if (g.taken?.has(j)) continue;
+          const k = wkeyOf(c);
+          const e = g.win.get(k);
+          if (e) {
+            e.idx.push(j);
+            e.left++;
+          } else g.win.set(k, { idx: [j], p: 0, left: 1 });
+        }
+      }
+      let best: { t: TaskRecord; ti: number } | null = null;
+      let bestRatio = -1;
+      for (const [k, e] of g.win) {
+        if (e.left <= 0) continue;
+        while (e.p < e.idx.length && !inWindow(g, h, e.idx[e.p] as number)) e.p++;
+        if (e.p >= e.idx.length) {
+          e.left = 0;
+          continue;
+        }
+        const ti = e.idx[e.p] as number;
+        if (ti < g.next) continue;
+        const t = g.tasks[ti] as TaskRecord;
+        const ratio = e.left / (1 + busyWarmCount(t) + (inPassWarm.get(k) ?? 0));
+        if (ratio > bestRatio || (ratio === bestRatio && best !== null && ti < best.ti)) {
+          best = { t, ti };
+          bestRatio = ratio;
+        }
+      }
+      return best ?? { t: h, ti: g.next };
+    };
     const findCold = (g: Group): Choice | null => {
       for (let h = headOf(g); h; h = headOf(g)) {
-        const a = cold.pick(h);
-        if (a) return { g, t: h, ti: g.next, a };
-        noFit.add(sigOf(h)); // agents only lose free slots within a pass: nothing will fit it later
-        g.next++;
+        // young, and an eligible agent warm for it is busy: it waits for that one (and so do the
+        // submitter's later tasks: FIFO), at most warmWaitS after its submission
+        if (warmWaitMs > 0 && now - h.createdAt < warmWaitMs && busyWarm(h)) {
+          wakeAt = Math.min(wakeAt ?? Infinity, h.createdAt + warmWaitMs);
+          return null;
+        }
+        const c = coldTask(g, h);
+        const a = cold.pick(c.t);
+        if (a) return { g, t: c.t, ti: c.ti, a };
+        noFit.add(sigOf(c.t)); // agents only lose free slots within a pass: nothing will fit it later
+        if (c.ti === g.next) g.next++;
       }
       return null;
     };
@@ -356,6 +520,10 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
         if (t.workflowKey) a.lastWorkflow = t.workflowKey;
         placed.add(t.id);
         assign.push({ taskId: t.id, agentId: a.agentId });
+        const k = wkeyOf(t);
+        inPassWarm.set(k, (inPassWarm.get(k) ?? 0) + 1);
+        const e = g.win?.get(k);
+        if (e && ti >= g.winStart && ti < g.winEnd) e.left--;
     };
 
     for (let lvl = 1; lvl <= 5 && !full(); lvl++) {
@@ -392,5 +560,5 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
   }
   const wait: string[] = [];
   for (const t of queue) if (t.status === 'pending' && !placed.has(t.id)) wait.push(t.id);
-  return { assign, wait };
+  return { assign, wait, wakeAt };
 }

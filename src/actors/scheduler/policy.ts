@@ -20,9 +20,13 @@ export interface PolicySettings {
   warmLookahead: number;
   /** How many tasks' worth of fair share a submitter may be ahead and still take a slot its warm task fits (0 = never). */
   warmSlackTasks: number;
+  /** Seconds a young task may wait for a busy warm agent instead of a cold start (absent: DEFAULT_WARM_WAIT_S; 0 = never). */
+  warmWaitS?: number;
 }
 
-export const DEFAULT_POLICY: PolicySettings = { strategy: 'fair', agingS: 300, warmLookahead: 1000, warmSlackTasks: 20 };
+export const DEFAULT_WARM_WAIT_S = 15;
+
+export const DEFAULT_POLICY: PolicySettings = { strategy: 'fair', agingS: 300, warmLookahead: 1000, warmSlackTasks: 20, warmWaitS: DEFAULT_WARM_WAIT_S };
 
 export interface PolicyUsage extends FairUsage {
   /** Tasks the team holds now, and its quota (0 = unlimited). */
@@ -33,6 +37,8 @@ export interface PolicyUsage extends FairUsage {
 export interface PolicyDecision {
   assign: PlanStep[];
   wait: string[];
+  /** When a task held back for a busy warm agent stops waiting for it (epoch ms): run a pass then; absent = nothing held back. */
+  wakeAt?: number | null;
 }
 
 /** No usage known (fifo-lru ignores it; fair then orders by priority and FIFO). */
@@ -41,5 +47,5 @@ export const noUsage = (teamActive = 0, teamMax = 0): PolicyUsage => ({ gpuSecon
 /** One scheduling pass. `queue` in FIFO (seq) order; agents with their free slots (not modified). */
 export function schedule(queue: readonly TaskRecord[], agents: ReadonlyMap<string, AgentSlot>, usage: PolicyUsage, now: number, settings: PolicySettings): PolicyDecision {
   if (settings.strategy === 'fifo-lru') return plan(queue, agents, usage.teamActive, usage.teamMax);
-  return planFair(queue, agents.values(), usage, now, { agingS: settings.agingS, warmLookahead: settings.warmLookahead, warmSlackTasks: settings.warmSlackTasks, teamActive: usage.teamActive, teamMax: usage.teamMax });
+  return planFair(queue, agents.values(), usage, now, { agingS: settings.agingS, warmLookahead: settings.warmLookahead, warmSlackTasks: settings.warmSlackTasks, warmWaitS: settings.warmWaitS ?? DEFAULT_WARM_WAIT_S, teamActive: usage.teamActive, teamMax: usage.teamMax });
 }
