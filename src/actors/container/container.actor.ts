@@ -326,6 +326,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       if (want <= 0) return this.answerWakes();
       const { chosen, reason } = place(this.svc, want, online, mine, used);
       this.scaleError = chosen.length === 0 ? reason : '';
+      // autoscaled: a scale-up that found no agent is retried with the replica backoff, not every tick
+      if (chosen.length === 0 && this.autoscale()) this.backOff();
       for (const agentId of chosen) {
         const i: ServiceInstance = { id: uuidv7(), agentId, status: 'pending', healthy: false, error: '', updatedAt: this.ctx.clock.now() };
         this.instances.set(i.id, i);
