@@ -57,6 +57,10 @@ export class LoadMeter {
     return e;
   }
 
+  now(): number {
+    return this.d.now();
+  }
+
   /** A request of an autoscaled service went to an instance. */
   started(serviceId: string, teamId: string, instanceId: string): void {
     const e = this.entry(serviceId, teamId);

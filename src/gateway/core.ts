@@ -216,7 +216,7 @@ export class GatewayCore {
         // autoscaled: no replica can take it now (scaled to zero, every replica busy or starting):
         // hold it while the service's actor scales up, up to the hold timeout
         if (!held) {
-          held = { token: scaled.meter.holdBegin(route.svc.id, team.teamId), deadline: Date.now() + scaled.holdTimeoutMs, scaleError: null, gone: false };
+          held = { token: scaled.meter.holdBegin(route.svc.id, team.teamId), deadline: scaled.meter.now() + scaled.holdTimeoutMs, scaleError: null, gone: false };
           onHold(held);
           const h = held;
           const svcId = route.svc.id;
@@ -233,7 +233,7 @@ export class GatewayCore {
           );
         }
         if (held.scaleError) throw unavailable('no_eligible_agent', `container service ${route.svc.slug} has no replica and none can be started: ${held.scaleError}`, 5);
-        if (Date.now() >= held.deadline) throw unavailable('cold_start_timeout', `container service ${route.svc.slug} had no replica able to take the request within ${scaled.holdTimeoutMs} ms (GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS)`, 5);
+        if (scaled.meter.now() >= held.deadline) throw unavailable('cold_start_timeout', `container service ${route.svc.slug} had no replica able to take the request within ${scaled.holdTimeoutMs} ms (GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS)`, 5);
         await scaled.meter.wait(route.svc.id, held.deadline);
         if (held.gone) throw badGateway('cancelled', 'the client went away while its request was held');
         const again = await this.d.directory.get(team.teamId, route.svc.slug);

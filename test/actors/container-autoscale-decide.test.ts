@@ -17,7 +17,7 @@ const series = (from: number, to: number, inflight: (at: number) => number): Loa
   for (let at = from; at <= to; at += 1000) out.push(sample(at, inflight(at)));
   return out;
 };
-const hist = { observedSince: T0 - 60_000, lastScaleUpAt: T0 - 60_000 };
+const hist = { observedSince: T0 - 60_000, lastScaleUpAt: T0 - 60_000, lastActiveAt: 0 };
 
 test('scale up at once to ceil(in flight / target), clamped to max_replicas', () => {
   const now = T0;
@@ -36,7 +36,7 @@ test('scale up on queue delay: one more replica when requests waited past the th
   assert.equal(decideScale(waited, two, ST, hist, now).desired, 3);
   assert.equal(decideScale(waited, [...two, rep('c', 0, { ready: false })], ST, hist, now).desired, 3, 'a replica on its way: no extra one (and no scale-down while requests wait)');
   // (a scale-up just happened: the cool-down keeps these from scaling down)
-  const justUp = { observedSince: T0 - 60_000, lastScaleUpAt: now };
+  const justUp = { observedSince: T0 - 60_000, lastScaleUpAt: now, lastActiveAt: 0 };
   assert.equal(decideScale([sample(now, 2, { queueDelayMs: 100 })], two, ST, justUp, now).desired, 2, 'a short wait: nothing');
   assert.equal(decideScale([sample(now - 5_000, 2, { queueDelayMs: 5_000 })], two, ST, justUp, now).desired, 2, 'an old wait (outside the up window): nothing');
 });
@@ -56,12 +56,12 @@ test('cool-down: no scale-down before the load stayed lower for the whole cool-d
   assert.equal(decideScale(spiky, replicas, ST, hist, T0 + 6000).desired, 2);
   // no scale-down within the cool-down after a scale-up, even with no load
   const idle = series(T0 - 10_000, T0, () => 0);
-  assert.equal(decideScale(idle, replicas, ST, { observedSince: T0 - 60_000, lastScaleUpAt: T0 - 1000 }, T0).desired, 3);
+  assert.equal(decideScale(idle, replicas, ST, { observedSince: T0 - 60_000, lastScaleUpAt: T0 - 1000, lastActiveAt: 0 }, T0).desired, 3);
   // nor right after the actor started observing (no history behind)
-  assert.equal(decideScale(idle, replicas, ST, { observedSince: T0 - 1000, lastScaleUpAt: 0 }, T0).desired, 3);
+  assert.equal(decideScale(idle, replicas, ST, { observedSince: T0 - 1000, lastScaleUpAt: 0, lastActiveAt: 0 }, T0).desired, 3);
   assert.equal(decideScale(idle, replicas, ST, hist, T0).desired, 1, 'min_replicas floors it');
   // max_replicas lowered below the replicas serving: down at once (a setting, not load)
-  assert.equal(decideScale(series(T0 - 2000, T0, () => 6), replicas, { ...ST, maxReplicas: 2 }, { observedSince: T0 - 1000, lastScaleUpAt: T0 }, T0).desired, 2);
+  assert.equal(decideScale(series(T0 - 2000, T0, () => 6), replicas, { ...ST, maxReplicas: 2 }, { observedSince: T0 - 1000, lastScaleUpAt: T0, lastActiveAt: 0 }, T0).desired, 2);
 });
 
 test('never drains a replica with requests in flight while an idle one can go; never removes one with requests in flight', () => {
@@ -89,7 +89,7 @@ test('never drains a replica with requests in flight while an idle one can go; n
   for (let k = 0; k < 2000; k++) {
     const rs = Array.from({ length: 1 + rnd(6) }, (_, i) => rep(`r${i}`, rnd(3), { ready: rnd(4) > 0, drainingSince: rnd(2) ? now - rnd(10_000) : null }));
     const ss = series(now - rnd(20_000), now, () => rnd(8));
-    const out = decideScale(ss, rs, { ...ST, minReplicas: rnd(2) }, { observedSince: now - rnd(60_000), lastScaleUpAt: now - rnd(60_000) }, now);
+    const out = decideScale(ss, rs, { ...ST, minReplicas: rnd(2) }, { observedSince: now - rnd(60_000), lastScaleUpAt: now - rnd(60_000), lastActiveAt: now - rnd(60_000) }, now);
     for (const id of out.remove) assert.equal(rs.find((r) => r.id === id)?.inflight, 0, `removed ${id} with requests in flight`);
     for (const id of out.drain) assert.equal(rs.find((r) => r.id === id)?.drainingSince, null);
     assert.ok(out.desired >= 0 && out.desired <= ST.maxReplicas, `desired ${out.desired}`);
@@ -121,6 +121,10 @@ test('scale to zero (min_replicas 0): after idle_timeout without requests, not w
   assert.match(woken.reason, /from zero/);
   // with nothing asked, zero stays zero
   assert.equal(decideScale(samples, [], zero, hist, lastReq + 30_000).desired, 0);
+  // the samples kept cover the cool-down only: idleness comes from the last active instant
+  const quiet = series(lastReq + 5_000, lastReq + 9_000, () => 0);
+  assert.equal(decideScale(quiet, [rep('a')], zero, { ...hist, lastActiveAt: lastReq }, lastReq + 9_000).desired, 1);
+  assert.equal(decideScale(quiet, [rep('a')], zero, { ...hist, lastActiveAt: lastReq }, lastReq + 10_000).desired, 0);
 });
 
 test('clusterLoad sums the nodes\' fresh reports per replica; a node silent past the stale limit counts nothing', () => {

@@ -55,6 +55,8 @@ export interface ScaleHistory {
   /** Since when the samples cover the service's load (the actor's activation or the last deploy). */
   observedSince: number;
   lastScaleUpAt: number;
+  /** The last sample with a request started, in flight or queued (0: none seen; the samples kept may be shorter than the idle timeout). */
+  lastActiveAt: number;
 }
 
 export interface ScaleDecision {
@@ -103,7 +105,8 @@ export function decideScale(samples: readonly LoadSample[], replicas: readonly S
     let down = 0;
     for (const s of window) down = Math.max(down, need(s, st.targetInflight));
     if (st.minReplicas === 0) {
-      const lastActive = Math.max(h.observedSince, ...samples.filter((s) => s.inflight > 0 || s.queued > 0 || s.requests > 0).map((s) => s.at));
+      let lastActive = Math.max(h.observedSince, h.lastActiveAt);
+      for (const s of samples) if (s.inflight > 0 || s.queued > 0 || s.requests > 0) lastActive = Math.max(lastActive, s.at);
       const busyNow = replicas.some((r) => r.inflight > 0);
       if (now - lastActive < st.idleTimeoutMs || busyNow) down = Math.max(down, 1);
     }

@@ -69,6 +69,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private desired = 0;
   private observedSince = 0;
   private lastScaleUpAt = 0;
+  private lastActiveAt = 0;
   private draining = new Map<string, number>();
   private coldStartBegin: number | null = null;
   private lastColdStart: { ms: number; at: number } | null = null;
@@ -378,6 +379,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     this.desired = as ? Math.max(as.minReplicas, 1) : 0;
     this.observedSince = now;
     this.lastScaleUpAt = now;
+    this.lastActiveAt = 0;
     this.coldStartBegin = null;
     this.scaleError = '';
   }
@@ -390,8 +392,11 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     const st = this.settings();
     const load = clusterLoad(this.nodes, now, st.intervalMs * 5);
     for (const [k, n] of this.nodes) if (now - n.at > st.intervalMs * 5) this.nodes.delete(k);
-    this.samples.push({ at: now, inflight: load.inflight, queued: load.queued + extraQueued, queueDelayMs, requests });
-    const keep = Math.max(st.cooldownMs, as.idleTimeoutS * 1000) + st.intervalMs * 2;
+    const s: LoadSample = { at: now, inflight: load.inflight, queued: load.queued + extraQueued, queueDelayMs, requests };
+    this.samples.push(s);
+    if (s.inflight > 0 || s.queued > 0 || s.requests > 0) this.lastActiveAt = now;
+    // the cool-down's window is kept; idleness is the last active instant
+    const keep = st.cooldownMs + st.intervalMs * 2;
     let drop = 0;
     while (drop < this.samples.length && (this.samples[drop] as LoadSample).at < now - keep) drop++;
     if (drop) this.samples.splice(0, drop);
@@ -413,7 +418,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       this.samples,
       replicas,
       { minReplicas: as.minReplicas, maxReplicas: as.maxReplicas, targetInflight: as.targetInflight, idleTimeoutMs: as.idleTimeoutS * 1000, cooldownMs: st.cooldownMs, queueDelayMs: st.queueDelayMs, upWindowMs: st.intervalMs * 2, drainSettleMs: st.intervalMs * 2 },
-      { observedSince: this.observedSince, lastScaleUpAt: this.lastScaleUpAt },
+      { observedSince: this.observedSince, lastScaleUpAt: this.lastScaleUpAt, lastActiveAt: this.lastActiveAt },
       now,
     );
     const before = replicas.filter((r) => r.drainingSince === null).length;
