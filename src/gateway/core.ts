@@ -183,12 +183,13 @@ export class GatewayCore {
     const inline = await inlineBody(req.body, req.headers);
     const affinity = affinityOf(route.svc.sessionAffinity, route.svc.slug, req.headers);
     const scaled = this.d.autoscale && autoscaleOf(route.svc) ? this.d.autoscale : null;
+    if (!scaled) return this.exchangeLoop(route, team, req, client, tried, inline, affinity, null, () => undefined);
     let held: Held | null = null;
     try {
       return await this.exchangeLoop(route, team, req, client, tried, inline, affinity, scaled, (h) => (held = h));
     } finally {
       const h = held as Held | null;
-      if (h && scaled) scaled.meter.holdEnd(route.svc.id, h.token);
+      if (h) scaled.meter.holdEnd(route.svc.id, h.token);
     }
   }
 

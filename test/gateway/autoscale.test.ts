@@ -6,6 +6,7 @@
  *
  * - load scales a service from min_replicas up, and back down after the cool-down; a long SSE
  *   stream on a replica chosen for scale-down is not cut (the replica drains, then goes)
+ * - requests beyond the replicas' concurrency cap are queued (held) and their wait adds a replica
  * - scale to zero: idle -> no replica; the next request (proxy, then invoke) is held, answered 200;
  *   the cold start shows in deploy_status.last_cold_start_ms and gantry_container_cold_start_seconds
  * - with no eligible agent the held request ends in 503 no_eligible_agent + Retry-After; a
@@ -69,7 +70,8 @@ async function coldStartCount(): Promise<number> {
 
 before(async () => {
   t = await startTestNode(
-    { GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1, GANTRY_PROXY_TIMEOUT_MS: 10_000, GANTRY_AUTOSCALE_INTERVAL_MS: 100, GANTRY_AUTOSCALE_COOLDOWN_MS: 1_500, GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS: HOLD_TIMEOUT_MS },
+    // at most 4 requests at once per replica on this node: beyond, autoscaled services queue (held)
+    { GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1, GANTRY_PROXY_TIMEOUT_MS: 10_000, GANTRY_PROXY_MAX_INFLIGHT: 4, GANTRY_AUTOSCALE_INTERVAL_MS: 100, GANTRY_AUTOSCALE_COOLDOWN_MS: 1_500, GANTRY_AUTOSCALE_QUEUE_DELAY_MS: 300, GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS: HOLD_TIMEOUT_MS },
     'autoscale',
   );
   s = await setupTeam(t);
@@ -176,6 +178,20 @@ test('load through the gateway scales from min_replicas up, and after the cool-d
     return live(sv).length === 1 && (sv.instance_list as unknown[]).length === 1 && sv.deploy_status.draining === 0 && sv.deploy_status.healthy === 1 && sv;
   }, 30_000);
   assert.equal(after.deploy_status.desired, 1);
+  assert.equal((await t.http.post(`/containers/${id}/undeploy`, {}, mgmt())).status, 200);
+});
+
+test('queue delay: requests beyond every replica\'s concurrency cap wait in the gateway\'s queue (held, then answered) and the wait adds a replica', async () => {
+  // target 100 in flight per replica: the in-flight count alone never asks for a second replica
+  const id = await createService('as-queue', { min_replicas: 1, max_replicas: 2, target_inflight_per_replica: 100 });
+  await deployAndWait(id);
+  const rs = await Promise.all(Array.from({ length: 8 }, () => fetch(proxyUrl('as-queue', '/slow?ms=1500'), { headers: auth() }).then(async (r) => ({ status: r.status, text: await r.text() }))));
+  for (const r of rs) assert.equal(r.status, 200, r.text);
+  const sv = await waitFor('a second replica for the queue delay', async () => {
+    const x = await service(id);
+    return x.deploy_status.desired === 2 && x.deploy_status.healthy === 2 && x;
+  }, 30_000);
+  assert.equal(live(sv).length, 2);
   assert.equal((await t.http.post(`/containers/${id}/undeploy`, {}, mgmt())).status, 200);
 });
 
