@@ -195,7 +195,7 @@ test('queue delay: requests beyond every replica\'s concurrency cap wait in the 
   assert.equal((await t.http.post(`/containers/${id}/undeploy`, {}, mgmt())).status, 200);
 });
 
-test('scale to zero: idle -> no replica; the next proxied and invoked requests are held while a replica starts, then answered 200; cold start in the status and the metric', async () => {
+test('scale to zero: idle -> no replica; the next proxied and invoked requests are held while a replica starts, then answered 200; cold start in the status and the metric', async (ctx) => {
   const id = await createService('as-zero', { min_replicas: 0, max_replicas: 1, idle_timeout_s: 1 });
   await deployAndWait(id);
   const before = await coldStartCount();
@@ -210,6 +210,7 @@ test('scale to zero: idle -> no replica; the next proxied and invoked requests a
   assert.equal(typeof sv.deploy_status.last_cold_start_ms, 'number');
   assert.ok(sv.deploy_status.last_cold_start_ms > 0);
   assert.equal(typeof sv.deploy_status.last_cold_start_at, 'string');
+  ctx.diagnostic(`cold start (proxy): ${sv.deploy_status.last_cold_start_ms} ms`);
   assert.equal(await coldStartCount(), before + 1);
   // invoke: idle again -> zero, then a structured call is held and answered too
   await scaledToZero(id);
@@ -217,6 +218,7 @@ test('scale to zero: idle -> no replica; the next proxied and invoked requests a
   assert.equal(inv.status, 200, inv.text);
   assert.equal(inv.body.status_code, 200);
   assert.equal(await coldStartCount(), before + 2);
+  ctx.diagnostic(`cold start (invoke): ${(await service(id)).deploy_status.last_cold_start_ms} ms`);
   assert.equal((await t.http.post(`/containers/${id}/undeploy`, {}, mgmt())).status, 200);
 });
 
