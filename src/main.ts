@@ -127,7 +127,8 @@ export async function startNode(config: Config, opts: StartOptions = {}): Promis
     await life.start(liveEventsParticipant(liveEvents, { cluster, bus }));
     if (cluster) await life.start(clusterLeave(cluster));
     const edge = createEdge({ settings, identity, rateLimits: limits.rateLimits, metrics, logger });
-    const gateway = createGateway({ config, settings, containers, streams, sessions, cluster, agentStore, vault: cloud.vault, guard: liveEvents.guard, identity, clock, logger });
+    const gateway = createGateway({ config, settings, containers, streams, sessions, cluster, actors, agentStore, vault: cloud.vault, guard: liveEvents.guard, identity, clock, logger });
+    await life.start({ stop: () => gateway.core.close() });
     await mountRoutes(edge, { config, settings, publicUrl, db, objectStore, stores, actors, cluster, events: bus.events, identity, files, agents, liveEvents, containers, gateway, cloud, auditStore, metrics, clock, usageNow: opts.usageNow, logger });
     const { http, baseUrl } = await listen(life, { edge, config, settings, publicUrl, objectStore, logger });
     let closing: Promise<void> | null = null;

@@ -9,7 +9,7 @@ import { TaskActor, TASK, parseTaskMsg } from './task/task.actor.js';
 import { TeamSchedulerActor, SCHEDULER, parseSchedulerMsg } from './scheduler/scheduler.actor.js';
 import { AgentActor, AGENT, parseAgentMsg } from './agent/agent.actor.js';
 import { ContainerServiceMsg, ContainerServiceReplySchemas } from './container/protocol.js';
-import { ContainerServiceActor, CONTAINER_SERVICE, parseContainerServiceMsg } from './container/container.actor.js';
+import { ContainerServiceActor, CONTAINER_SERVICE, parseContainerServiceMsg, type ContainerMetricsPort } from './container/container.actor.js';
 import { CloudDispatcherMsg, CloudDispatcherReplySchemas } from './cloud/protocol.js';
 import { CloudDispatcherActor, CLOUD_DISPATCHER, parseCloudDispatcherMsg } from './cloud/cloud.actor.js';
 import { cloudDispatcherId } from '../domain/tasks/record.js';
@@ -36,6 +36,10 @@ export interface ActorDeps {
   containers: ContainerStorePort;
   containerChanges: ContainerChangesPort;
   containerTickMs?: number;
+  /** Container autoscaling: report/evaluation interval, cool-down, queue delay that adds a replica. */
+  containerAutoscale?: { intervalMs: number; cooldownMs: number; queueDelayMs: number };
+  /** Cold starts of container services, for /metrics. */
+  containerMetrics?: ContainerMetricsPort;
   /** /metrics counters (absent: nothing counted). */
   metrics?: TaskMetricsPort;
   /** Hosted cloud providers: runs provider jobs for the cloud dispatchers. */
@@ -86,7 +90,7 @@ export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): 
     parse: parseAgentMsg,
     idleMs: 24 * 3600_000,
   });
-  sys.register(CONTAINER_SERVICE, (id, ctx) => new ContainerServiceActor(id, ctx, { store: d.containers, changes: d.containerChanges, agentGraceMs: d.agentGraceMs, tickMs: d.containerTickMs ?? 5_000 }), {
+  sys.register(CONTAINER_SERVICE, (id, ctx) => new ContainerServiceActor(id, ctx, { store: d.containers, changes: d.containerChanges, agentGraceMs: d.agentGraceMs, tickMs: d.containerTickMs ?? 5_000, ...(d.containerAutoscale ? { autoscale: d.containerAutoscale } : {}), ...(d.containerMetrics ? { metrics: d.containerMetrics } : {}) }), {
     parse: parseContainerServiceMsg,
     idleMs: 10 * 60_000,
   });

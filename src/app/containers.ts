@@ -10,7 +10,7 @@ import { CONTAINER_SERVICE } from '../actors/index.js';
 import type { ActorSystemPort } from '../actors/ports.js';
 import type { TeamPrincipal } from '../identity/principal.js';
 import type { OutboundUrlPolicy } from './ports.js';
-import { checkTypeRules, serviceJson, type CreateServiceBody, type ServiceInstance, type ServiceRecord, type UpdateServiceBody } from '../domain/containers/schema.js';
+import { checkAutoscaleRules, checkTypeRules, serviceJson, type CreateServiceBody, type ServiceInstance, type ServiceRecord, type UpdateServiceBody } from '../domain/containers/schema.js';
 import type { AuditNote } from '../shared/audit.js';
 import { AppError, badRequest, fromZodIssues, notFound } from '../shared/errors.js';
 import { paged, type PageRequest } from '../shared/pagination.js';
@@ -122,6 +122,18 @@ export class ContainerUseCases {
     };
     const issues: Array<{ path: string[]; message: string }> = [];
     checkTypeRules(merged, { addIssue: (i) => issues.push(i) });
+    // autoscaling: the rules hold for the fields as they will be (max_replicas null turns it off)
+    const pick = <T>(v: T | undefined, cur: T): T => (v !== undefined ? v : cur);
+    checkAutoscaleRules(
+      {
+        service_type: s.type,
+        min_replicas: pick(b.min_replicas, s.minReplicas),
+        max_replicas: pick(b.max_replicas, s.maxReplicas),
+        target_inflight_per_replica: pick(b.target_inflight_per_replica, s.targetInflight),
+        idle_timeout_s: pick(b.idle_timeout_s, s.idleTimeoutS),
+      },
+      { addIssue: (i) => issues.push(i) },
+    );
     if (issues.length) throw fromZodIssues(issues);
     await this.checkExternalUrl(b.external_url);
     await this.checkCredential(s.teamId, b.external_auth_credential_id);

@@ -112,6 +112,22 @@ export const ContainerService = z.looseObject({
   external_url: z.string(),
   external_auth_credential_id: uuid.nullable(),
   session_affinity: z.object({ mode: z.enum(['cookie', 'header']), header_name: z.string().optional() }).nullable().describe('sticky sessions (an extension): by a cookie the gateway sets, or by a header the client sends'),
+  min_replicas: z.int().nullable().optional().describe('autoscaling (an extension; null: fixed replica_count): the fewest replicas, 0 = scale to zero after idle_timeout_s'),
+  max_replicas: z.int().nullable().optional().describe('autoscaling: the most replicas (set: autoscaling is on)'),
+  target_inflight_per_replica: z.int().nullable().optional().describe('autoscaling: requests in flight per replica the autoscaler aims at (default 8)'),
+  idle_timeout_s: z.int().nullable().optional().describe('autoscaling with min_replicas 0: seconds without a request before the last replica goes (default 300)'),
+  deploy_status: z
+    .looseObject({
+      desired: z.int(),
+      placed: z.int(),
+      running: z.int(),
+      healthy: z.int(),
+      message: z.string(),
+      draining: z.int().optional().describe('autoscaling: replicas draining (no new requests; removed once their requests in flight ended)'),
+      last_cold_start_ms: z.int().nullable().optional().describe('autoscaling: the last start from zero replicas, from the request that woke the service to its first healthy replica'),
+      last_cold_start_at: ts.nullable().optional(),
+    })
+    .optional(),
   created_at: ts,
   updated_at: ts,
 });

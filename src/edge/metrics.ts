@@ -77,6 +77,7 @@ export class NodeMetrics {
   private readonly finishedTotal: client.Counter;
   private readonly proxyRequests: client.Counter;
   private readonly proxySeconds: client.Histogram;
+  private readonly coldStartSeconds: client.Histogram;
   private readonly now: () => number;
 
   constructor(private readonly o: NodeMetricsOptions) {
@@ -182,7 +183,18 @@ export class NodeMetrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     });
+    this.coldStartSeconds = new client.Histogram({
+      name: 'gantry_container_cold_start_seconds',
+      help: 'Container services scaled to zero: from the request that woke the service to its first healthy replica, on the node whose service actor decided it',
+      buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600],
+      registers,
+    });
   }
+
+  /** Container services' cold starts (ContainerMetricsPort), on the node whose service actor saw them. */
+  readonly containers = {
+    coldStart: (ms: number): void => this.coldStartSeconds.observe(ms / 1000),
+  };
 
   /** The actors' counters (TaskMetricsPort). */
   readonly tasks = {

@@ -13,10 +13,11 @@
  * 503 no healthy instance / no online agent, 502 the tunnel or the container failed; any other
  * status is the container's own.
  */
-import type { ServiceRecord } from '../domain/containers/schema.js';
+import { autoscaleOf, type ServiceInstance, type ServiceRecord } from '../domain/containers/schema.js';
 import { AppError, badGateway, badRequest, invalidParameter, notFound, unavailable } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { affinityOf, pinCookie } from './affinity.js';
+import type { LoadMeter } from './autoscale.js';
 import type { Balancer, PickResult } from './balancer.js';
 import type { ServiceDirectory, ServiceRoute } from './directory.js';
 import { ExternalError, type ExternalErrorCode, type ExternalResponse } from './external.js';
@@ -42,6 +43,11 @@ export interface GatewayCoreDeps {
   timeoutMs: number;
   /** Invoke: the largest container response it returns (base64 in JSON). */
   invokeMaxResponseBytes: number;
+  /**
+   * Autoscaled services (src/gateway/autoscale.ts): the load meter reporting to their actors, the
+   * wake-up of a service that has no replica to take a request, and how long a request is held.
+   */
+  autoscale?: { meter: LoadMeter; wake(serviceId: string): Promise<{ scaleError: string }>; holdTimeoutMs: number };
   logger: Logger;
 }
 
@@ -69,6 +75,11 @@ export type ProxyResponse = { kind: 'tunnel'; upstream: Upstream } | { kind: 'ex
 
 export class GatewayCore {
   constructor(private readonly d: GatewayCoreDeps) {}
+
+  /** At shutdown: the load meter stops reporting; held requests look once more and end. */
+  close(): void {
+    this.d.autoscale?.meter.close();
+  }
 
   // ---------------------------------------------------------------------------------------------
   // transparent proxy
@@ -171,8 +182,73 @@ export class GatewayCore {
     const tried = new Set<string>();
     const inline = await inlineBody(req.body, req.headers);
     const affinity = affinityOf(route.svc.sessionAffinity, route.svc.slug, req.headers);
+    const scaled = this.d.autoscale && autoscaleOf(route.svc) ? this.d.autoscale : null;
+    if (!scaled) return this.exchangeLoop(route, team, req, client, tried, inline, affinity, null, () => undefined);
+    let held: Held | null = null;
+    try {
+      return await this.exchangeLoop(route, team, req, client, tried, inline, affinity, scaled, (h) => (held = h));
+    } finally {
+      const h = held as Held | null;
+      if (h) scaled.meter.holdEnd(route.svc.id, h.token);
+    }
+  }
+
+  /** The instances a request may go to: draining replicas (autoscaling) take no new request. */
+  private routable(route: ServiceRoute): ServiceInstance[] {
+    const draining = route.svc.detail.draining;
+    return draining?.length ? route.instances.filter((i) => !draining.includes(i.id)) : route.instances;
+  }
+
+  private async exchangeLoop(
+    route: ServiceRoute,
+    team: TeamContext,
+    req: RelayRequest,
+    client: ClientLink | null,
+    tried: Set<string>,
+    inline: Buffer | null,
+    affinity: ReturnType<typeof affinityOf>,
+    scaled: NonNullable<GatewayCoreDeps['autoscale']> | null,
+    onHold: (h: Held) => void,
+  ): Promise<Upstream> {
+    let held: Held | null = null;
     for (;;) {
-      const pick: PickResult = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a), tried, affinity);
+      let pick: PickResult = this.d.balancer.pick(route.svc.id, this.routable(route), (a) => this.d.agentOnline(a), tried, affinity);
+      if (!pick.ok && scaled && tried.size === 0) {
+        // autoscaled: no replica can take it now (scaled to zero, every replica busy or starting):
+        // hold it while the service's actor scales up, up to the hold timeout
+        if (!held) {
+          held = { token: scaled.meter.holdBegin(route.svc.id, team.teamId), deadline: scaled.meter.now() + scaled.holdTimeoutMs, scaleError: null, gone: false };
+          onHold(held);
+          const h = held;
+          const svcId = route.svc.id;
+          client?.onAbort(() => {
+            h.gone = true;
+            scaled.meter.signal(svcId);
+          });
+          scaled.wake(route.svc.id).then(
+            (r) => {
+              h.scaleError = r.scaleError || null;
+              scaled.meter.signal(route.svc.id);
+            },
+            () => undefined,
+          );
+        }
+        if (held.scaleError) throw unavailable('no_eligible_agent', `container service ${route.svc.slug} has no replica and none can be started: ${held.scaleError}`, 5);
+        if (scaled.meter.now() >= held.deadline) throw unavailable('cold_start_timeout', `container service ${route.svc.slug} had no replica able to take the request within ${scaled.holdTimeoutMs} ms (GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS)`, 5);
+        await scaled.meter.wait(route.svc.id, held.deadline);
+        if (held.gone) throw badGateway('cancelled', 'the client went away while its request was held');
+        const again = await this.d.directory.get(team.teamId, route.svc.slug);
+        if (!again) throw notFound(`container service ${route.svc.slug}`, 'service_not_found');
+        if (again.svc.status !== 'running') throw badRequest('service_not_running', `container service ${route.svc.slug} is ${again.svc.status}, not running`);
+        route = again;
+        continue;
+      }
+      if (pick.ok && scaled) {
+        scaled.meter.started(route.svc.id, team.teamId, pick.instance.id);
+        const release = pick.release;
+        const svcId = route.svc.id;
+        pick = { ...pick, release: (failed) => (release(failed), scaled.meter.signal(svcId)) };
+      }
       if (!pick.ok) {
         if (tried.size > 0 && pick.reason === 'no_healthy_instance') throw badGateway('tunnel_failed', 'every instance failed to take the request');
         throw unavailable(pick.reason, pick.reason === 'instances_busy' ? `every instance of ${route.svc.slug} is at its concurrent request limit` : pick.reason === 'no_online_agent' ? `no online agent can reach an instance of ${route.svc.slug}` : `container service ${route.svc.slug} has no healthy instance`, 1);
@@ -217,8 +293,13 @@ export class GatewayCore {
     } else {
       const route = await this.running(team.teamId, target.slug);
       if (route.svc.type === 'external') return this.externalWebSocket(route.svc, path, headers, bridge);
-      const pick = this.d.balancer.pick(route.svc.id, route.instances, (a) => this.d.agentOnline(a), undefined, affinityOf(route.svc.sessionAffinity, route.svc.slug, headers));
-      if (!pick.ok) throw unavailable(pick.reason, `container service ${route.svc.slug} has no instance to take the connection (${pick.reason})`, 1);
+      const pick = this.d.balancer.pick(route.svc.id, this.routable(route), (a) => this.d.agentOnline(a), undefined, affinityOf(route.svc.sessionAffinity, route.svc.slug, headers));
+      if (!pick.ok) {
+        // autoscaled and scaled to zero: a WebSocket is not held (a replica is started for the next try)
+        if (this.d.autoscale && autoscaleOf(route.svc)) void this.d.autoscale.wake(route.svc.id).catch(() => undefined);
+        throw unavailable(pick.reason, `container service ${route.svc.slug} has no instance to take the connection (${pick.reason})`, 1);
+      }
+      if (this.d.autoscale && autoscaleOf(route.svc)) this.d.autoscale.meter.started(route.svc.id, team.teamId, pick.instance.id);
       agentId = pick.instance.agentId;
       instanceId = pick.instance.id;
       release = pick.release;
@@ -289,6 +370,15 @@ export class GatewayCore {
     }
     return head;
   }
+}
+
+/** A request held while an autoscaled service has no replica to take it. */
+interface Held {
+  token: number;
+  deadline: number;
+  /** Why the service's actor could not start a replica (then: 503 at once). */
+  scaleError: string | null;
+  gone: boolean;
 }
 
 /** How a failed external WebSocket maps to the client's answer (as the HTTP path's externalError). */

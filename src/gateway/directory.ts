@@ -26,6 +26,7 @@ interface TeamEntry {
 export class ServiceDirectory {
   private readonly teams = new Map<string, TeamEntry>();
   private generation = 0;
+  private readonly listeners: Array<(teamId: string | null) => void> = [];
 
   constructor(
     private readonly store: DirectoryStore,
@@ -41,12 +42,19 @@ export class ServiceDirectory {
   /** A team's services or instances changed (from any node). */
   invalidate(teamId: string): void {
     this.teams.delete(teamId);
+    for (const l of this.listeners) l(teamId);
   }
 
   /** Everything may be stale (a missed broadcast). */
   invalidateAll(): void {
     this.generation++;
     this.teams.clear();
+    for (const l of this.listeners) l(null);
+  }
+
+  /** Called after a team's entry (null: every entry) was dropped (held requests look again). */
+  onInvalidate(l: (teamId: string | null) => void): void {
+    this.listeners.push(l);
   }
 
   private load(teamId: string): Promise<TeamEntry> {

@@ -91,6 +91,8 @@ export function registerAll(
     schedulingLimits: d.stores.schedulingStore,
     containers: d.containers,
     containerChanges: d.containerChanges,
+    containerAutoscale: { intervalMs: config.GANTRY_AUTOSCALE_INTERVAL_MS, cooldownMs: config.GANTRY_AUTOSCALE_COOLDOWN_MS, queueDelayMs: config.GANTRY_AUTOSCALE_QUEUE_DELAY_MS },
+    containerMetrics: d.metrics.containers,
   });
 }
 

@@ -8,7 +8,9 @@ import { PgContainerStore } from '../persistence/container-store.js';
 import type { PgAgentStore } from '../persistence/agent-store.js';
 import type { RedisInvalidation } from '../cluster/invalidation-redis.js';
 import type { Cluster } from '../cluster/index.js';
-import type { Protocols } from '../actors/ports.js';
+import type { ActorSystemPort, Protocols } from '../actors/ports.js';
+import { CONTAINER_SERVICE } from '../actors/index.js';
+import { LoadMeter } from '../gateway/autoscale.js';
 import { ServiceDirectory } from '../gateway/directory.js';
 import { Balancer } from '../gateway/balancer.js';
 import { externalRequest } from '../gateway/external.js';
@@ -70,6 +72,7 @@ export function createGateway(d: {
   streams: LocalAgentStreams;
   sessions: AgentSessions;
   cluster: Cluster<Protocols> | null;
+  actors: ActorSystemPort;
   agentStore: PgAgentStore;
   vault: VaultStore;
   guard: OutboundGuard;
@@ -80,12 +83,27 @@ export function createGateway(d: {
   const { config, streams, sessions, cluster, vault, clock } = d;
   const timeoutMs = config.GANTRY_PROXY_TIMEOUT_MS;
   const outboundCaList = d.settings.outboundCa;
+  const balancer = new Balancer({ maxInflight: config.GANTRY_PROXY_MAX_INFLIGHT, ejectMs: 5_000, now: () => clock.now() });
+  // autoscaled services: this node's load goes to each service's actor (one per cluster, wherever it lives)
+  const meter = new LoadMeter({
+    intervalMs: config.GANTRY_AUTOSCALE_INTERVAL_MS,
+    now: () => clock.now(),
+    inflight: (id) => balancer.inflight(id),
+    report: (serviceId, r) => d.actors.tell({ kind: CONTAINER_SERVICE, id: serviceId }, { type: 'load', node: cluster?.memberId ?? 'local', ...r }),
+  });
+  d.containers.serviceDirectory.onInvalidate((teamId) => meter.signalTeam(teamId));
+  const holdTimeoutMs = config.GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS;
   // gateway tunnels: on this node's agent streams, else forwarded to the node holding the stream
   const openTunnel: OpenTunnel = (agentId, teamId, open, h) => streams.openTunnel(agentId, teamId, open, h) ?? cluster?.openRemoteTunnel(agentId, teamId, open, h) ?? null;
   return new Gateway({
     basePath: '/api/v1',
     directory: d.containers.serviceDirectory,
-    balancer: new Balancer({ maxInflight: config.GANTRY_PROXY_MAX_INFLIGHT, ejectMs: 5_000, now: () => clock.now() }),
+    balancer,
+    autoscale: {
+      meter,
+      holdTimeoutMs,
+      wake: (serviceId) => d.actors.ask({ kind: CONTAINER_SERVICE, id: serviceId }, { type: 'wake' }, { deadlineMs: clock.now() + holdTimeoutMs }),
+    },
     openTunnel,
     agentOnline: (id) => sessions.session(id) !== null || (cluster?.agentElsewhere(id) ?? false),
     external: async (svc, r) => {

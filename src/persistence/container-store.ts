@@ -44,6 +44,10 @@ interface ServiceRow {
   external_url: string;
   external_auth_credential_id: string | null;
   session_affinity: unknown;
+  min_replicas: number | null;
+  max_replicas: number | null;
+  target_inflight_per_replica: number | null;
+  idle_timeout_s: number | null;
   status_detail: unknown;
   created_by: string | null;
   created_at: PgTimestamp;
@@ -76,7 +80,9 @@ function rowDetail(v: unknown): ServiceRecord['detail'] {
   const d: ServiceRecord['detail'] = {};
   for (const [k, x] of Object.entries(jsonObject(v))) {
     if (k === 'message' && typeof x === 'string') d.message = x;
-    else if ((k === 'desired' || k === 'placed' || k === 'running' || k === 'healthy') && typeof x === 'number') d[k] = x;
+    else if ((k === 'desired' || k === 'placed' || k === 'running' || k === 'healthy' || k === 'lastColdStartMs' || k === 'coldStartAt') && typeof x === 'number') d[k] = x;
+    else if (k === 'scaleError' && typeof x === 'string') d.scaleError = x;
+    else if (k === 'draining' && Array.isArray(x)) d.draining = x.filter((v): v is string => typeof v === 'string');
   }
   return d;
 }
@@ -102,6 +108,10 @@ const rowToService = (r: ServiceRow): ServiceRecord => ({
   externalUrl: r.external_url,
   externalAuthCredentialId: r.external_auth_credential_id ?? null,
   sessionAffinity: SessionAffinitySchema.safeParse(r.session_affinity).data ?? null,
+  minReplicas: r.min_replicas ?? null,
+  maxReplicas: r.max_replicas ?? null,
+  targetInflight: r.target_inflight_per_replica ?? null,
+  idleTimeoutS: r.idle_timeout_s ?? null,
   detail: rowDetail(r.status_detail),
   createdAt: ts(r.created_at) ?? 0,
   updatedAt: ts(r.updated_at) ?? 0,
@@ -139,6 +149,10 @@ const COLUMNS: Record<keyof UpdateServiceBody, [column: string, cast?: string]> 
   external_url: ['external_url'],
   external_auth_credential_id: ['external_auth_credential_id'],
   session_affinity: ['session_affinity', 'jsonb'],
+  min_replicas: ['min_replicas'],
+  max_replicas: ['max_replicas'],
+  target_inflight_per_replica: ['target_inflight_per_replica'],
+  idle_timeout_s: ['idle_timeout_s'],
 };
 
 export class PgContainerStore implements ContainerStorePort {
@@ -153,9 +167,9 @@ export class PgContainerStore implements ContainerStorePort {
     try {
       await audited(this.db, audit, async (tq, record) => {
         await tq(
-        `insert into container_services (id, team_id, service_slug, display_name, service_type, service_status, service_desc, docker_image, exposed_port, health_path, env_config, volume_config, required_labels, gpu_count, replica_count, usage_prompt, openapi_url, external_url, external_auth_credential_id, session_affinity, created_by)
-         values (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, ?::jsonb, ?)`,
-        [id, teamId, b.service_slug, b.display_name, b.service_type, b.service_desc, b.docker_image ?? '', b.exposed_port ?? 0, b.health_path, json(b.env_config), json(b.volume_config), json(b.required_labels), b.gpu_count, b.replica_count, b.usage_prompt, b.openapi_url, b.external_url ?? '', b.external_auth_credential_id ?? null, b.session_affinity ? json(b.session_affinity) : null, createdBy],
+        `insert into container_services (id, team_id, service_slug, display_name, service_type, service_status, service_desc, docker_image, exposed_port, health_path, env_config, volume_config, required_labels, gpu_count, replica_count, usage_prompt, openapi_url, external_url, external_auth_credential_id, session_affinity, min_replicas, max_replicas, target_inflight_per_replica, idle_timeout_s, created_by)
+         values (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::jsonb, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?)`,
+        [id, teamId, b.service_slug, b.display_name, b.service_type, b.service_desc, b.docker_image ?? '', b.exposed_port ?? 0, b.health_path, json(b.env_config), json(b.volume_config), json(b.required_labels), b.gpu_count, b.replica_count, b.usage_prompt, b.openapi_url, b.external_url ?? '', b.external_auth_credential_id ?? null, b.session_affinity ? json(b.session_affinity) : null, b.min_replicas, b.max_replicas, b.target_inflight_per_replica, b.idle_timeout_s, createdBy],
         );
         await record({ targetId: id, details: { service_slug: b.service_slug } });
       });

@@ -55,6 +55,14 @@ export const configSchema = z.object({
   GANTRY_PROXY_MAX_BODY_BYTES: int(1024 * 1024 * 1024, 1024, 5 * 1024 * 1024 * 1024),
   /** Container gateway: the largest container response invoke returns (base64 in JSON). */
   GANTRY_INVOKE_MAX_RESPONSE_BYTES: int(32 * 1024 * 1024, 1024, 256 * 1024 * 1024),
+  /** Container autoscaling: how often each gateway node reports its load to a service's actor (and the actor decides). */
+  GANTRY_AUTOSCALE_INTERVAL_MS: int(1_000, 20, 60_000),
+  /** Container autoscaling: load must stay lower this long before replicas are drained (scale-down cool-down). */
+  GANTRY_AUTOSCALE_COOLDOWN_MS: int(60_000, 100, 3_600_000),
+  /** Container autoscaling: requests that waited this long in the gateway's queue add a replica. */
+  GANTRY_AUTOSCALE_QUEUE_DELAY_MS: int(500, 1, 600_000),
+  /** Container autoscaling: how long the gateway holds a request while a replica starts (scale from zero, every replica busy); then 503. */
+  GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS: int(120_000, 100, 3_600_000),
   /** Credential vault keys: "kid:base64-32-bytes,..." (first encrypts; all decrypt). Unset: derived from the deployment secret. */
   GANTRY_VAULT_KEYS: optStr,
   // hosted cloud providers (dispatch_target comfy_cloud): default concurrency per team key, job status poll interval, request timeout

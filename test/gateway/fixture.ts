@@ -7,7 +7,7 @@
  *   GET /status/{code}           that status, body "status {code}"
  *   POST /upload                 {bytes, sha256} of the streamed body
  *   GET /download?bytes=N        N deterministic bytes (Content-Length), sha256 in x-sha256
- *   GET /sse                     3 events, 300 ms apart, then ends (chunked)
+ *   GET /sse?n=N&ms=M            N events (3), M ms apart (300), then ends (chunked)
  *   GET /slow?ms=N               answers after N ms
  *   POST /invoke                 {own_invoke: true} (the container's own /invoke)
  *   GET /headers                 the request headers
@@ -58,7 +58,8 @@ const server = http.createServer((req, res) => {
   if (p === '/sse') {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
     let i = 0;
-    const tick = () => { i++; res.write('event: tick\\ndata: ' + JSON.stringify({ i, at: Date.now() }) + '\\n\\n'); if (i < 3) setTimeout(tick, 300); else res.end(); };
+    const n = Number(url.searchParams.get('n') || '3'), gap = Number(url.searchParams.get('ms') || '300');
+    const tick = () => { i++; res.write('event: tick\\ndata: ' + JSON.stringify({ i, at: Date.now(), port }) + '\\n\\n'); if (i < n) setTimeout(tick, gap); else res.end(); };
     return tick();
   }
   if (p === '/echo') {

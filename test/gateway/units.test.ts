@@ -106,7 +106,7 @@ test('definition: type rules and the reduced view for sk- callers', () => {
   const rec = {
     id: 'id', teamId: 't', slug: 's', displayName: 'S', type: 'deployed' as const, status: 'running' as const, desc: '', image: 'img', exposedPort: 80, healthPath: '/h',
     env: [{ env_name: 'TOKEN', env_value: 'secret' }], volumes: [{ host_path: '/srv/data', container_path: '/data' }], requiredLabels: [], gpuCount: 0, replicaCount: 1,
-    usagePrompt: '', openapiUrl: '', externalUrl: '', externalAuthCredentialId: null, sessionAffinity: null, detail: {}, createdAt: 0, updatedAt: 0,
+    usagePrompt: '', openapiUrl: '', externalUrl: '', externalAuthCredentialId: null, sessionAffinity: null, minReplicas: null, maxReplicas: null, targetInflight: null, idleTimeoutS: null, detail: {}, createdAt: 0, updatedAt: 0,
   };
   const reduced = JSON.stringify(serviceJson(rec, true));
   assert.ok(!reduced.includes('secret') && !reduced.includes('/srv/data'));

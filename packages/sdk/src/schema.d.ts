@@ -1880,6 +1880,28 @@ export interface components {
                 mode: "cookie" | "header";
                 header_name?: string;
             } | null;
+            /** @description autoscaling (an extension; null: fixed replica_count): the fewest replicas, 0 = scale to zero after idle_timeout_s */
+            min_replicas?: number | null;
+            /** @description autoscaling: the most replicas (set: autoscaling is on) */
+            max_replicas?: number | null;
+            /** @description autoscaling: requests in flight per replica the autoscaler aims at (default 8) */
+            target_inflight_per_replica?: number | null;
+            /** @description autoscaling with min_replicas 0: seconds without a request before the last replica goes (default 300) */
+            idle_timeout_s?: number | null;
+            deploy_status?: {
+                desired: number;
+                placed: number;
+                running: number;
+                healthy: number;
+                message: string;
+                /** @description autoscaling: replicas draining (no new requests; removed once their requests in flight ended) */
+                draining?: number;
+                /** @description autoscaling: the last start from zero replicas, from the request that woke the service to its first healthy replica */
+                last_cold_start_ms?: number | null;
+                last_cold_start_at?: string | null;
+            } & {
+                [key: string]: unknown;
+            };
             /** @description ISO 8601 timestamp, UTC */
             created_at: string;
             /** @description ISO 8601 timestamp, UTC */
@@ -5066,6 +5088,14 @@ export interface operations {
                         mode: "header";
                         header_name: string;
                     }) | null;
+                    /** @default null */
+                    min_replicas?: number | null;
+                    /** @default null */
+                    max_replicas?: number | null;
+                    /** @default null */
+                    target_inflight_per_replica?: number | null;
+                    /** @default null */
+                    idle_timeout_s?: number | null;
                 };
             };
         };
@@ -5154,6 +5184,10 @@ export interface operations {
                         mode: "header";
                         header_name: string;
                     }) | null;
+                    min_replicas?: number | null;
+                    max_replicas?: number | null;
+                    target_inflight_per_replica?: number | null;
+                    idle_timeout_s?: number | null;
                 };
             };
         };

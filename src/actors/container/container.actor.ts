@@ -2,12 +2,14 @@ import type { Actor, ActorContext } from '../runtime/system.js';
 import { AGENT_KIND, CONTAINER_SERVICE_KIND } from '../../domain/tasks/record.js';
 import type { ContainerChangesPort, ContainerStorePort, Protocols } from '../ports.js';
 import { ContainerServiceMsg, type ContainerServiceMsg as Msg, type ContainerServiceReplies } from './protocol.js';
-import { OPERATION_FROM, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
+import { OPERATION_FROM, autoscaleOf, type Autoscale, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
 import { conflict, notFound } from '../../shared/errors.js';
 import { uuidv7 } from '../../shared/ids.js';
 import type { AuditNote } from '../../shared/audit.js';
 import { containerStartOf } from '../../protocol/container-start.js';
 import { detailOf, isLive, place, runningStatus, settleRun } from './decide.js';
+import { clusterLoad, decideScale, type LoadSample, type NodeLoad, type ScaleReplica } from './autoscale.js';
+import type { ReplyHandle } from '../runtime/actor.js';
 
 export const CONTAINER_SERVICE = CONTAINER_SERVICE_KIND;
 
@@ -18,7 +20,17 @@ export interface ContainerActorDeps {
   agentGraceMs: number;
   /** Reconcile period while the service should run or is stopping. */
   tickMs: number;
+  /** Autoscaling (src/actors/container/autoscale.ts): the gateways' report interval (also the actor's evaluation period), the cool-down, the queue delay that adds a replica. */
+  autoscale?: { intervalMs: number; cooldownMs: number; queueDelayMs: number };
+  /** Cold starts (a replica started for a request while the service had none), for /metrics. */
+  metrics?: ContainerMetricsPort;
 }
+
+export interface ContainerMetricsPort {
+  coldStart(ms: number): void;
+}
+
+const AUTOSCALE_DEFAULTS = { intervalMs: 1_000, cooldownMs: 60_000, queueDelayMs: 500 };
 
 export const parseContainerServiceMsg = (m: Msg): Msg => ContainerServiceMsg.parse(m);
 
@@ -50,6 +62,19 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private notBefore = 0;
   /** The audit note of the operation being applied: the first state write it causes carries it. */
   private pendingAudit: AuditNote | null = null;
+  // autoscaling: the gateways' reports, the samples over the cool-down / idle window, the replicas
+  // serving (desired) and draining, the cold start under way, held requests waiting for a placement
+  private nodes = new Map<string, NodeLoad>();
+  private samples: LoadSample[] = [];
+  private desired = 0;
+  private observedSince = 0;
+  private lastScaleUpAt = 0;
+  private lastActiveAt = 0;
+  private draining = new Map<string, number>();
+  private coldStartBegin: number | null = null;
+  private lastColdStart: { ms: number; at: number } | null = null;
+  private scaleError = '';
+  private wakeWaiters: Array<ReplyHandle<Reply>> = [];
 
   constructor(
     private readonly serviceId: string,
@@ -63,7 +88,13 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     for (const i of await this.d.store.instances(this.serviceId)) this.instances.set(i.id, i);
     this.message = this.svc.detail.message ?? '';
     this.target = targetOf(this.svc.status);
-    if (this.target !== 'idle') this.ctx.setTimer('tick', this.d.tickMs, { type: 'tick' });
+    // autoscaling resumes from what was written: the replicas serving, those draining
+    const now = this.ctx.clock.now();
+    for (const id of this.svc.detail.draining ?? []) if (this.instances.has(id)) this.draining.set(id, now);
+    this.desired = this.svc.detail.desired ?? [...this.instances.values()].filter((i) => isLive(i) && !this.draining.has(i.id)).length;
+    this.observedSince = now;
+    if (this.svc.detail.lastColdStartMs !== undefined) this.lastColdStart = { ms: this.svc.detail.lastColdStartMs, at: this.svc.detail.coldStartAt ?? 0 };
+    if (this.target !== 'idle') this.ctx.setTimer('tick', this.tickEvery(), { type: 'tick' });
   }
 
   receive(m: Msg): Reply | undefined {
@@ -120,9 +151,27 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
             if ('value' in r) for (const a of r.value) this.downSince.delete(a.id);
             this.reconcile();
           });
-        } else this.reconcile();
-        if (this.target !== 'idle') this.ctx.setTimer('tick', this.d.tickMs, { type: 'tick' });
+        } else {
+          this.sample(0, 0);
+          this.reconcile();
+        }
+        if (this.target !== 'idle') this.ctx.setTimer('tick', this.tickEvery(), { type: 'tick' });
         return { ok: true };
+      case 'load': {
+        const now = this.ctx.clock.now();
+        this.nodes.set(m.node, { at: now, instances: new Map(m.instances.map((i) => [i.id, i.inflight])), queued: m.queued });
+        this.sample(m.requests, m.queueDelayMs);
+        this.reconcile();
+        return { ok: true };
+      }
+      case 'wake': {
+        // a held request counts as one queued request now (its node's next report follows)
+        this.sample(1, 0, 1);
+        this.reconcile();
+        if (!this.placing || !this.autoscale()) return { scaleError: this.scaleError };
+        this.wakeWaiters.push(this.ctx.deferReply());
+        return undefined;
+      }
       case 'get':
         return { serviceId: this.serviceId, status: this.svc?.status ?? null, instances: [...this.instances.values()].map((i) => ({ id: i.id, agentId: i.agentId, status: i.status, healthy: i.healthy })) };
     }
@@ -144,6 +193,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         this.placementFailed = false;
         this.failuresInRow = 0;
         this.notBefore = 0;
+        this.resetScaling();
         this.message = external ? '' : 'placing replicas';
         if (external) this.setStatus('running');
         else {
@@ -154,12 +204,14 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       case 'stop':
         this.target = 'stop';
         this.message = '';
+        this.draining.clear();
         for (const i of this.instances.values()) if (isLive(i)) this.command(i, 'stop');
         this.setStatus(external ? 'stopped' : 'stopping');
         break;
       case 'undeploy':
         this.target = 'remove';
         this.message = '';
+        this.draining.clear();
         for (const i of this.instances.values()) this.command(i, 'remove');
         this.setStatus(external ? 'created' : 'stopping');
         break;
@@ -174,7 +226,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         this.ctx.stop();
         return { status: 'deleted' };
     }
-    this.ctx.setTimer('tick', this.d.tickMs, { type: 'tick' });
+    this.ctx.setTimer('tick', this.tickEvery(), { type: 'tick' });
     this.reconcile();
     return { status: this.svc?.status ?? 'deleted' };
   }
@@ -190,6 +242,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     }
     if (i.agentId !== agentId) return;
     if (state === 'removed') {
+      this.draining.delete(instanceId);
       this.instances.delete(instanceId);
       this.write(() => this.d.store.deleteInstance(instanceId));
     } else {
@@ -201,7 +254,10 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       if (state === 'failed') {
         this.message = `instance ${instanceId.slice(0, 8)} on agent ${agentId.slice(0, 8)} failed: ${firstLine(error)}`;
         this.backOff();
-      } else if (state === 'running' && healthy) this.failuresInRow = 0;
+      } else if (state === 'running' && healthy) {
+        this.failuresInRow = 0;
+        this.coldStartEnded();
+      }
     }
     this.reconcile();
   }
@@ -231,8 +287,9 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         return;
       }
       for (const id of settled.replace) this.dropInstance(this.instances.get(id) as ServiceInstance);
-      const live = [...this.instances.values()].filter(isLive).length;
-      if (live < svc.replicaCount && !this.placing && now >= this.notBefore) this.startPlacement(svc);
+      if (svc.status === 'running') this.scale(now);
+      else if (!this.autoscale()) this.draining.clear();
+      if (this.serving() < this.wanted() && !this.placing && now >= this.notBefore) this.startPlacement(svc);
       const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
       this.setStatus(next);
       if (next === 'failed') this.target = 'idle';
@@ -266,10 +323,12 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       const online = agents.filter((a) => !this.downSince.has(a.id));
       const mine = new Map<string, number>();
       for (const i of this.instances.values()) if (isLive(i)) mine.set(i.agentId, (mine.get(i.agentId) ?? 0) + 1);
-      const live = [...this.instances.values()].filter(isLive).length;
-      const want = this.svc.replicaCount - live;
-      if (want <= 0) return;
+      const want = this.wanted() - this.serving();
+      if (want <= 0) return this.answerWakes();
       const { chosen, reason } = place(this.svc, want, online, mine, used);
+      this.scaleError = chosen.length === 0 ? reason : '';
+      // autoscaled: a scale-up that found no agent is retried with the replica backoff, not every tick
+      if (chosen.length === 0 && this.autoscale()) this.backOff();
       for (const agentId of chosen) {
         const i: ServiceInstance = { id: uuidv7(), agentId, status: 'pending', healthy: false, error: '', updatedAt: this.ctx.clock.now() };
         this.instances.set(i.id, i);
@@ -279,7 +338,132 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       this.placementFailed = chosen.length === 0 && reason !== '';
       this.message = reason || (chosen.length ? `placed ${chosen.length} replica(s)` : this.message);
       this.reconcile();
+      this.answerWakes();
     });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // autoscaling
+
+  private autoscale(): Autoscale | null {
+    return this.svc ? autoscaleOf(this.svc) : null;
+  }
+
+  private settings(): { intervalMs: number; cooldownMs: number; queueDelayMs: number } {
+    return this.d.autoscale ?? AUTOSCALE_DEFAULTS;
+  }
+
+  /** Reconcile period: the autoscaling interval when it is shorter. */
+  private tickEvery(): number {
+    return this.autoscale() ? Math.min(this.d.tickMs, this.settings().intervalMs) : this.d.tickMs;
+  }
+
+  /** Replicas that should serve: the autoscaler's count, else replica_count. */
+  private wanted(): number {
+    return this.autoscale() ? this.desired : (this.svc?.replicaCount ?? 0);
+  }
+
+  /** Live replicas that are not draining. */
+  private serving(): number {
+    let n = 0;
+    for (const i of this.instances.values()) if (isLive(i) && !this.draining.has(i.id)) n++;
+    return n;
+  }
+
+  private resetScaling(): void {
+    const as = this.autoscale();
+    const now = this.ctx.clock.now();
+    this.nodes.clear();
+    this.samples = [];
+    this.draining.clear();
+    this.desired = as ? Math.max(as.minReplicas, 1) : 0;
+    this.observedSince = now;
+    this.lastScaleUpAt = now;
+    this.lastActiveAt = 0;
+    this.coldStartBegin = null;
+    this.scaleError = '';
+  }
+
+  /** One load sample now: cluster-wide in flight and queued from the nodes' fresh reports. */
+  private sample(requests: number, queueDelayMs: number, extraQueued = 0): void {
+    const as = this.autoscale();
+    if (!as) return;
+    const now = this.ctx.clock.now();
+    const st = this.settings();
+    const load = clusterLoad(this.nodes, now, st.intervalMs * 5);
+    for (const [k, n] of this.nodes) if (now - n.at > st.intervalMs * 5) this.nodes.delete(k);
+    const s: LoadSample = { at: now, inflight: load.inflight, queued: load.queued + extraQueued, queueDelayMs, requests };
+    this.samples.push(s);
+    if (s.inflight > 0 || s.queued > 0 || s.requests > 0) this.lastActiveAt = now;
+    // the cool-down's window is kept; idleness is the last active instant
+    const keep = st.cooldownMs + st.intervalMs * 2;
+    let drop = 0;
+    while (drop < this.samples.length && (this.samples[drop] as LoadSample).at < now - keep) drop++;
+    if (drop) this.samples.splice(0, drop);
+  }
+
+  /** Applies the autoscaler's decision: the count to serve, replicas to drain, bring back or remove. */
+  private scale(now: number): void {
+    const as = this.autoscale();
+    if (!as) {
+      this.draining.clear();
+      return;
+    }
+    const st = this.settings();
+    const load = clusterLoad(this.nodes, now, st.intervalMs * 5);
+    const replicas: ScaleReplica[] = [...this.instances.values()]
+      .filter(isLive)
+      .map((i) => ({ id: i.id, ready: i.status === 'running' && i.healthy, drainingSince: this.draining.get(i.id) ?? null, inflight: load.perReplica.get(i.id) ?? 0 }));
+    const dec = decideScale(
+      this.samples,
+      replicas,
+      { minReplicas: as.minReplicas, maxReplicas: as.maxReplicas, targetInflight: as.targetInflight, idleTimeoutMs: as.idleTimeoutS * 1000, cooldownMs: st.cooldownMs, queueDelayMs: st.queueDelayMs, upWindowMs: st.intervalMs * 2, drainSettleMs: st.intervalMs * 2 },
+      { observedSince: this.observedSince, lastScaleUpAt: this.lastScaleUpAt, lastActiveAt: this.lastActiveAt },
+      now,
+    );
+    const before = replicas.filter((r) => r.drainingSince === null).length;
+    if (dec.desired > before) {
+      this.lastScaleUpAt = now;
+      if (!replicas.some((r) => r.ready && r.drainingSince === null) && this.coldStartBegin === null && before === 0) this.coldStartBegin = now;
+    }
+    if (dec.desired === 0) this.coldStartBegin = null;
+    this.desired = dec.desired;
+    for (const id of dec.undrain) this.draining.delete(id);
+    for (const id of dec.drain) this.draining.set(id, now);
+    for (const id of dec.remove) {
+      const i = this.instances.get(id);
+      this.draining.delete(id);
+      if (i) this.dropInstance(i);
+    }
+    if (this.desired === 0) this.scaleError = '';
+    if (dec.reason) this.message = dec.reason;
+  }
+
+  /** The first replica of a cold start became healthy: its duration goes to the status and /metrics. */
+  private coldStartEnded(): void {
+    if (this.coldStartBegin === null) return;
+    const now = this.ctx.clock.now();
+    const ms = now - this.coldStartBegin;
+    this.coldStartBegin = null;
+    this.lastColdStart = { ms, at: now };
+    this.message = `cold start: a replica became healthy ${ms} ms after the request that woke the service`;
+    this.d.metrics?.coldStart(ms);
+  }
+
+  private answerWakes(): void {
+    if (this.placing) return;
+    for (const h of this.wakeWaiters.splice(0)) h.resolve({ scaleError: this.scaleError });
+  }
+
+  /** The autoscaling part of the written detail. */
+  private scaleDetail(): Partial<ServiceRecord['detail']> {
+    if (!this.autoscale()) return {};
+    return {
+      desired: this.desired,
+      draining: [...this.draining.keys()].sort(),
+      ...(this.lastColdStart ? { lastColdStartMs: this.lastColdStart.ms, coldStartAt: this.lastColdStart.at } : {}),
+      ...(this.scaleError ? { scaleError: this.scaleError } : {}),
+    };
   }
 
   /** A replica failed: the next placement waits 1 s, doubling per failure in a row, up to 30 s (no hot crash loop). */
@@ -307,7 +491,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private setStatus(status: ServiceStatus): void {
     const svc = this.svc;
     if (!svc) return;
-    const detail = svc.type === 'external' ? { message: this.message } : detailOf([...this.instances.values()], this.message);
+    const detail = svc.type === 'external' ? { message: this.message } : { ...detailOf([...this.instances.values()], this.message), ...this.scaleDetail() };
     if (svc.status === status && JSON.stringify(detail) === JSON.stringify(svc.detail)) return;
     svc.status = status;
     svc.detail = detail;

@@ -21,6 +21,20 @@ export const ContainerServiceMsg = z.discriminatedUnion('type', [
   z.object({ type: z.literal('agent_up'), agentId: id, held: z.array(id).max(100_000) }),
   // timers and recovery: compare desired with actual and act
   z.object({ type: z.literal('tick') }),
+  // autoscaling: a gateway node's load on this service since its previous report (node: its
+  // cluster member id, 'local' on a single node): requests in flight per replica on that node,
+  // requests waiting in its queue, the longest wait since the last report, requests started
+  z.object({
+    type: z.literal('load'),
+    node: z.string().min(1).max(200),
+    instances: z.array(z.object({ id, inflight: z.number().int().min(0).max(10_000_000) })).max(1000),
+    queued: z.number().int().min(0).max(10_000_000),
+    queueDelayMs: z.number().int().min(0).max(86_400_000),
+    requests: z.number().int().min(0).max(1_000_000_000),
+  }),
+  // autoscaling: a gateway holds a request while no replica can take it (scaled to zero): start
+  // one; answered once the placement it started ended, with why it could not place ('' = placed or under way)
+  z.object({ type: z.literal('wake') }),
   z.object({ type: z.literal('get') }),
 ]);
 export type ContainerServiceMsg = z.infer<typeof ContainerServiceMsg>;
@@ -32,7 +46,11 @@ export interface ContainerServiceView {
   instances: Array<{ id: string; agentId: string; status: string; healthy: boolean }>;
 }
 
-export type ContainerServiceReplies = { [T in ContainerServiceMsgType]: T extends 'get' ? ContainerServiceView : T extends 'op' ? { status: string } : { ok: boolean } };
+export interface WakeReply {
+  scaleError: string;
+}
+
+export type ContainerServiceReplies = { [T in ContainerServiceMsgType]: T extends 'get' ? ContainerServiceView : T extends 'op' ? { status: string } : T extends 'wake' ? WakeReply : { ok: boolean } };
 
 const Ok = z.object({ ok: z.boolean() });
 
@@ -49,4 +67,6 @@ export const ContainerServiceReplySchemas: { [T in ContainerServiceMsgType]: z.Z
   agent_down: Ok,
   agent_up: Ok,
   tick: Ok,
+  load: Ok,
+  wake: z.object({ scaleError: z.string() }),
 };

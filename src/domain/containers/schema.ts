@@ -88,7 +88,15 @@ const fields = {
     .refine((v) => URL.canParse(v) && !new URL(v).username && !new URL(v).password, 'must be a valid absolute URL without credentials'),
   external_auth_credential_id: z.uuid().nullable(),
   session_affinity: SessionAffinitySchema.nullable(),
+  // autoscaling (an extension, src/actors/container/autoscale.ts): on when max_replicas is set
+  min_replicas: z.number().int().min(0).max(32).nullable(),
+  max_replicas: z.number().int().min(1).max(32).nullable(),
+  target_inflight_per_replica: z.number().int().min(1).max(10_000).nullable(),
+  idle_timeout_s: z.number().int().min(1).max(7 * 86_400).nullable(),
 };
+
+/** Defaults of the autoscaling fields left null while max_replicas is set. */
+export const AUTOSCALE_DEFAULTS = { minReplicas: 1, targetInflight: 8, idleTimeoutS: 300 } as const;
 
 export const CreateServiceBody = z
   .object({
@@ -108,9 +116,16 @@ export const CreateServiceBody = z
     external_url: fields.external_url.optional(),
     external_auth_credential_id: fields.external_auth_credential_id.optional(),
     session_affinity: fields.session_affinity.default(null),
+    min_replicas: fields.min_replicas.default(null),
+    max_replicas: fields.max_replicas.default(null),
+    target_inflight_per_replica: fields.target_inflight_per_replica.default(null),
+    idle_timeout_s: fields.idle_timeout_s.default(null),
   })
   .strict()
-  .superRefine((b, ctx) => checkTypeRules(b, ctx));
+  .superRefine((b, ctx) => {
+    checkTypeRules(b, ctx);
+    checkAutoscaleRules(b, ctx);
+  });
 export type CreateServiceBody = z.output<typeof CreateServiceBody>;
 
 export const UpdateServiceBody = z
@@ -126,6 +141,57 @@ interface TypeFields {
   external_url?: string | undefined;
   external_auth_credential_id?: string | null | undefined;
   session_affinity?: SessionAffinity | null | undefined;
+  min_replicas?: number | null | undefined;
+  max_replicas?: number | null | undefined;
+  target_inflight_per_replica?: number | null | undefined;
+  idle_timeout_s?: number | null | undefined;
+}
+
+/** The autoscaling fields of a service as they are (or will be after an update). */
+export interface AutoscaleFields {
+  service_type?: ServiceType;
+  min_replicas?: number | null | undefined;
+  max_replicas?: number | null | undefined;
+  target_inflight_per_replica?: number | null | undefined;
+  idle_timeout_s?: number | null | undefined;
+}
+
+/**
+ * Autoscaling is on when max_replicas is set: min_replicas (default 1) must not exceed it; the
+ * other fields need max_replicas; an external service has no replicas to scale.
+ */
+export function checkAutoscaleRules(b: AutoscaleFields, ctx: { addIssue(i: { code: 'custom'; message: string; path: string[] }): void }): void {
+  const on = b.max_replicas !== null && b.max_replicas !== undefined;
+  if (b.service_type === 'external') {
+    for (const k of ['min_replicas', 'max_replicas', 'target_inflight_per_replica', 'idle_timeout_s'] as const)
+      if (b[k] !== null && b[k] !== undefined) ctx.addIssue({ code: 'custom', message: 'is only for deployed services (an external service has no replicas)', path: [k] });
+    return;
+  }
+  if (!on) {
+    for (const k of ['min_replicas', 'target_inflight_per_replica', 'idle_timeout_s'] as const)
+      if (b[k] !== null && b[k] !== undefined) ctx.addIssue({ code: 'custom', message: 'needs max_replicas (autoscaling is on when max_replicas is set)', path: [k] });
+    return;
+  }
+  const min = b.min_replicas ?? AUTOSCALE_DEFAULTS.minReplicas;
+  if (min > (b.max_replicas as number)) ctx.addIssue({ code: 'custom', message: `must not exceed max_replicas (${String(b.max_replicas)})`, path: ['min_replicas'] });
+}
+
+/** A service's effective autoscaling settings (null: fixed size, replica_count). */
+export interface Autoscale {
+  minReplicas: number;
+  maxReplicas: number;
+  targetInflight: number;
+  idleTimeoutS: number;
+}
+
+export function autoscaleOf(s: Pick<ServiceRecord, 'type' | 'minReplicas' | 'maxReplicas' | 'targetInflight' | 'idleTimeoutS'>): Autoscale | null {
+  if (s.type !== 'deployed' || s.maxReplicas === null) return null;
+  return {
+    minReplicas: s.minReplicas ?? AUTOSCALE_DEFAULTS.minReplicas,
+    maxReplicas: s.maxReplicas,
+    targetInflight: s.targetInflight ?? AUTOSCALE_DEFAULTS.targetInflight,
+    idleTimeoutS: s.idleTimeoutS ?? AUTOSCALE_DEFAULTS.idleTimeoutS,
+  };
 }
 
 /** deployed needs an image and a port and has no external_url; external needs an https URL and runs no image. */
@@ -173,8 +239,17 @@ export interface ServiceRecord {
   externalUrl: string;
   externalAuthCredentialId: string | null;
   sessionAffinity: SessionAffinity | null;
-  /** The actor's last word on the deployment: {message, desired, placed, running, healthy}. */
-  detail: { message?: string; desired?: number; placed?: number; running?: number; healthy?: number };
+  /** Autoscaling (null max: fixed size); null fields take AUTOSCALE_DEFAULTS. */
+  minReplicas: number | null;
+  maxReplicas: number | null;
+  targetInflight: number | null;
+  idleTimeoutS: number | null;
+  /**
+   * The actor's last word on the deployment: {message, desired, placed, running, healthy}; with
+   * autoscaling also the replicas being drained (ids: the gateway stops routing to them), the
+   * last cold start's duration and why the last scale-up could not place a replica.
+   */
+  detail: { message?: string; desired?: number; placed?: number; running?: number; healthy?: number; draining?: string[]; lastColdStartMs?: number; coldStartAt?: number; scaleError?: string };
   createdAt: number;
   updatedAt: number;
 }
@@ -186,6 +261,7 @@ export interface ServiceRecord {
  * instance_list.
  */
 export function serviceJson(s: ServiceRecord, reduced: boolean, instances?: ServiceInstance[]): Record<string, unknown> {
+  const as = autoscaleOf(s);
   const out: Record<string, unknown> = {
     id: s.id,
     service_slug: s.slug,
@@ -206,17 +282,22 @@ export function serviceJson(s: ServiceRecord, reduced: boolean, instances?: Serv
     external_url: s.type === 'external' ? s.externalUrl : '',
     external_auth_credential_id: s.type === 'external' ? s.externalAuthCredentialId : null,
     session_affinity: s.sessionAffinity,
+    min_replicas: as ? as.minReplicas : null,
+    max_replicas: as ? as.maxReplicas : null,
+    target_inflight_per_replica: as ? as.targetInflight : null,
+    idle_timeout_s: as ? as.idleTimeoutS : null,
     deploy_status: {
-      desired: s.type === 'external' ? 0 : s.replicaCount,
+      desired: s.type === 'external' ? 0 : as ? (s.detail.desired ?? as.minReplicas) : s.replicaCount,
       placed: s.detail.placed ?? 0,
       running: s.detail.running ?? 0,
       healthy: s.detail.healthy ?? 0,
       message: s.detail.message ?? '',
+      ...(as ? { draining: s.detail.draining?.length ?? 0, last_cold_start_ms: s.detail.lastColdStartMs ?? null, last_cold_start_at: s.detail.coldStartAt ? new Date(s.detail.coldStartAt).toISOString() : null } : {}),
     },
     created_at: new Date(s.createdAt).toISOString(),
     updated_at: new Date(s.updatedAt).toISOString(),
   };
   if (instances)
-    out.instance_list = instances.map((i) => ({ instance_id: i.id, agent_id: i.agentId, instance_status: i.status, healthy: i.healthy, instance_error: i.error, updated_at: new Date(i.updatedAt).toISOString() }));
+    out.instance_list = instances.map((i) => ({ instance_id: i.id, agent_id: i.agentId, instance_status: i.status, healthy: i.healthy, instance_error: i.error, updated_at: new Date(i.updatedAt).toISOString(), ...(as ? { draining: s.detail.draining?.includes(i.id) ?? false } : {}) }));
   return out;
 }

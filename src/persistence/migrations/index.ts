@@ -19,6 +19,7 @@ import { Migration20261126100000_scheduling } from './Migration20261126100000_sc
 import { Migration20261126100100_usage } from './Migration20261126100100_usage.js';
 import { Migration20261126100200_session_affinity } from './Migration20261126100200_session_affinity.js';
 import { Migration20261126100300_pairing_mint_agent } from './Migration20261126100300_pairing_mint_agent.js';
+import { Migration20261126100400_autoscaling } from './Migration20261126100400_autoscaling.js';
 import { Migration20261126100500_agent_node_classes } from './Migration20261126100500_agent_node_classes.js';
 
 /**
@@ -47,5 +48,6 @@ export const migrationsList = [
   { name: 'Migration20261126100100_usage', class: Migration20261126100100_usage },
   { name: 'Migration20261126100200_session_affinity', class: Migration20261126100200_session_affinity },
   { name: 'Migration20261126100300_pairing_mint_agent', class: Migration20261126100300_pairing_mint_agent },
+  { name: 'Migration20261126100400_autoscaling', class: Migration20261126100400_autoscaling },
   { name: 'Migration20261126100500_agent_node_classes', class: Migration20261126100500_agent_node_classes },
 ];
