@@ -152,24 +152,24 @@ export class AgentTunnel {
     }
     s.res = res;
     if (s.timer) clearTimeout(s.timer);
-    const headers = pairs(res.rawHeaders).filter(([k]) => !HOP.has(k.toLowerCase()));
+    const headers = relayedHeaders(res.rawHeaders);
     const status = res.statusCode ?? 502;
     const len = Number(res.headers['content-length'] ?? NaN);
     const noBody = method === 'HEAD' || status === 204 || status === 304 || (status >= 100 && status < 200);
     const small = noBody || (Number.isFinite(len) && len <= INLINE_BODY_MAX);
     if (small) {
-      // the whole response in one frame
+      // the whole response in one frame (a single chunk, the common case, is not copied)
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {
         if (s.done) return;
-        this.send(s, { head: { status, headers: toHeaders(headers), body: Buffer.concat(chunks), end: true, window: 0 } });
+        this.send(s, { head: { status, headers, body: chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks), end: true, window: 0 } });
         this.finish(s, null, false);
       });
       res.on('error', (e) => this.finish(s, { code: 'upstream_error', message: e.message }));
       return;
     }
-    this.send(s, { head: { status, headers: toHeaders(headers), body: Buffer.alloc(0), end: false, window: WINDOW } });
+    this.send(s, { head: { status, headers, body: EMPTY, end: false, window: WINDOW } });
     void this.pump(s, res);
   }
 
@@ -217,8 +217,7 @@ export class AgentTunnel {
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {
         if (s.done) return;
-        const headers = pairs(res.rawHeaders).filter(([k]) => !HOP.has(k.toLowerCase()));
-        this.send(s, { head: { status: res.statusCode ?? 502, headers: toHeaders(headers), body: Buffer.concat(chunks), end: true, window: 0 } });
+        this.send(s, { head: { status: res.statusCode ?? 502, headers: relayedHeaders(res.rawHeaders), body: Buffer.concat(chunks), end: true, window: 0 } });
         this.finish(s, null, false);
       });
     });
@@ -257,11 +256,15 @@ export class AgentTunnel {
   }
 }
 
-const pairs = (raw: string[]): Array<[string, string]> => {
-  const out: Array<[string, string]> = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) out.push([raw[i] as string, raw[i + 1] as string]);
+const EMPTY = Buffer.alloc(0);
+/** A response's raw headers (name, value, name, value...) minus hop-by-hop, in the wire form, in one pass. */
+function relayedHeaders(raw: string[]): Array<{ name: string; value: string }> {
+  const out: Array<{ name: string; value: string }> = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i] as string;
+    if (!HOP.has(name.toLowerCase())) out.push({ name, value: raw[i + 1] as string });
+  }
   return out;
-};
-const toHeaders = (hs: Array<[string, string]>) => hs.map(([name, value]) => ({ name, value }));
+}
 /** Close codes a peer may send (RFC 6455 §7.4): 1000-1014 except the reserved ones, and 3000-4999. */
 const validCloseCode = (c: number): number => ((c >= 1000 && c <= 1014 && c !== 1004 && c !== 1005 && c !== 1006) || (c >= 3000 && c <= 4999) ? c : 1000);
