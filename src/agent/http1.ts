@@ -65,7 +65,8 @@ interface Pooled {
 export class Http1Pool {
   private readonly free = new Map<string, Pooled[]>();
   private readonly active = new Map<string, number>();
-  private readonly waiting = new Map<string, Array<() => void>>();
+  /** Requests waiting for a socket: handed a parked one, or null with a slot to connect. */
+  private readonly waiting = new Map<string, Array<(p: Pooled | null) => void>>();
   private closed = false;
 
   constructor(private readonly o: { maxSockets: number; maxFree: number; idleMs: number }) {}
@@ -96,8 +97,8 @@ export class Http1Pool {
     return null;
   }
 
-  /** Whether a new socket may be opened now; else `wake` runs when one may. */
-  reserve(key: string, wake: () => void): boolean {
+  /** Whether a new socket may be opened now; else `wake` runs when a socket frees (or one may be opened: null). */
+  reserve(key: string, wake: (p: Pooled | null) => void): boolean {
     const n = this.active.get(key) ?? 0;
     if (n < this.o.maxSockets) {
       this.active.set(key, n + 1);
@@ -109,15 +110,23 @@ export class Http1Pool {
     return false;
   }
 
-  /** A socket (busy or free) is gone: its slot frees. */
+  /** A socket (busy or free) is gone: its slot frees, or passes to the first request waiting for one. */
   released(key: string): void {
-    this.active.set(key, Math.max(0, (this.active.get(key) ?? 1) - 1));
     const w = this.waiting.get(key)?.shift();
-    w?.();
+    if (w) w(null);
+    else this.active.set(key, Math.max(0, (this.active.get(key) ?? 1) - 1));
   }
 
   /** A socket whose exchange completed cleanly: kept for the next request (or closed). */
   park(p: Pooled): void {
+    const w = this.closed || p.sock.destroyed ? undefined : this.waiting.get(p.key)?.shift();
+    if (w) {
+      p.sock.removeAllListeners('data');
+      p.sock.removeAllListeners('error');
+      p.sock.removeAllListeners('close');
+      w(p);
+      return;
+    }
     const list = this.free.get(p.key) ?? [];
     if (this.closed || list.length >= this.o.maxFree || p.sock.destroyed) {
       p.sock.destroy();
@@ -188,7 +197,15 @@ export class Http1Exchange {
       this.attach(p);
       return;
     }
-    if (this.pool.reserve(this.key, () => this.connect())) this.connect();
+    if (this.pool.reserve(this.key, (q) => this.woken(q))) this.connect();
+  }
+
+  /** A socket freed while this request waited: a parked one to use, or a slot to connect. */
+  private woken(p: Pooled | null): void {
+    if (!p) return this.connect();
+    if (this.finished) return this.pool.park(p);
+    this.reused = true;
+    this.attach(p);
   }
 
   get reusedSocket(): boolean {

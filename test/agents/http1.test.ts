@@ -213,3 +213,20 @@ test('lean client: pause holds the body until resume; failures name what happene
   const b = await call(pool, bport, head('/'));
   assert.match(String(b.error?.message), /Content-Length/);
 });
+
+test('lean client: beyond maxSockets a request waits for a free socket', async (t) => {
+  let connections = 0;
+  const server = http.createServer((_req, res) => setTimeout(() => res.writeHead(200, { 'content-length': 2 }).end('ok'), 20));
+  server.on('connection', () => connections++);
+  const port = await listen(server);
+  const pool = new Http1Pool({ maxSockets: 1, maxFree: 1, idleMs: 4_000 });
+  t.after(() => {
+    pool.destroy();
+    server.closeAllConnections();
+    server.close();
+  });
+  const head = leanRequestHead('GET', '/', { host: 'x' }, Buffer.alloc(0)) as string;
+  const rs = await Promise.all([call(pool, port, head), call(pool, port, head), call(pool, port, head)]);
+  for (const r of rs) assert.equal(r.body.toString(), 'ok');
+  assert.equal(connections, 1, 'one socket at a time, reused');
+});
