@@ -5,7 +5,8 @@
  * nginx (a stock reverse proxy, keep-alive upstream), all three measured in the same run.
  *
  *   npm run bench:proxy         (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/postgres)
- *   env: BENCH_CONNS (32), BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_LAT_CONNS (1);
+ *   env: BENCH_CONNS (32), BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_LAT_CONNS (1),
+ *        BENCH_RATE (1000 requests/s), BENCH_RATE_S (10), BENCH_RATE_CONNS (16);
  *        BENCH_NODE_ARGS / BENCH_AGENT_NODE_ARGS: extra node flags for the node / the agent (profiling)
  *
  * Processes: the Gantry node (`node bin/gantry.mjs serve`, fresh database), one agent program
@@ -16,12 +17,20 @@
  * to PORT_FILE (passed through env_config), which gives the direct URL of the very process the
  * gateway reaches.
  *
- * Two passes, each target with a warm-up then one measured run, same settings for all three:
- *   - throughput: wrk BENCH_CONNS connections (rps, p50, p99): ratio = gantry / direct rps;
+ * Three passes, each target with a warm-up then one measured run, same settings for all three:
+ *   - throughput: wrk BENCH_CONNS connections (rps, p50, p99): ratio = gantry / direct rps; the
+ *     node's and the agent's CPU per proxied request (utime+stime from /proc/<pid>/stat over the
+ *     measured run, divided by the requests wrk completed);
  *   - latency: wrk BENCH_LAT_CONNS connections (default 1): added p50/p99 over direct without the
- *     queueing that dominates latency at saturation on a small machine.
- * Targets: ratio >= 0.4; gantry added p50 <= 1 ms. Non-2xx responses fail the bench.
- * Last line: `PROXY gantry_rps=... direct_rps=... nginx_rps=... ratio=... nginx_ratio=... added_p50_ms=... added_p99_ms=...`.
+ *     queueing that dominates latency at saturation on a small machine;
+ *   - fixed rate: BENCH_RATE requests/s offered open-loop over BENCH_RATE_CONNS keep-alive
+ *     connections (bench/proc/rate.ts, its own process; latency from each request's scheduled send
+ *     time): added p50/p99 over direct at that rate.
+ * Targets (issue 31 §4): gantry >= 0.5 x nginx's throughput; added p50 <= 1 ms at 1,000 requests/s;
+ * node CPU <= 60 us and agent CPU <= 50 us per proxied request (throughput pass). Also printed:
+ * gantry/direct >= 0.4 (the earlier target). Non-2xx responses fail the bench.
+ * Last line: `PROXY gantry_rps=... direct_rps=... nginx_rps=... ratio=... gantry_nginx_ratio=...
+ * rate_added_p50_ms=... node_us_per_req=... agent_us_per_req=... ...` (key=value).
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -31,6 +40,7 @@ import {
   envNum,
   fmt,
   freePort,
+  jsonLines,
   machineLine,
   onCleanup,
   procCpuS,
@@ -50,6 +60,9 @@ const SECONDS = envNum('BENCH_DURATION_S', 10);
 const CONNS = envNum('BENCH_CONNS', 32);
 const LAT_CONNS = envNum('BENCH_LAT_CONNS', 1);
 const WARMUP_S = envNum('BENCH_WARMUP_S', 2);
+const RATE = envNum('BENCH_RATE', 1000);
+const RATE_S = envNum('BENCH_RATE_S', 10);
+const RATE_CONNS = envNum('BENCH_RATE_CONNS', 16);
 const SLUG = 'bench-echo';
 
 interface Target {
@@ -63,6 +76,25 @@ interface Target {
 interface Measured {
   r: WrkResult;
   cpu: string;
+  /** CPU seconds each of the target's processes used over the measured run, by label. */
+  cpuS: Map<string, number>;
+}
+
+/** What bench/proc/rate.ts prints. */
+interface RateResult {
+  sent: number;
+  ok: number;
+  non2xx: number;
+  errors: number;
+  unanswered: number;
+  seconds: number;
+  rps: number;
+  p50Ms: number;
+  p90Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  lateSends: number;
+  cpuPercent: number;
 }
 
 /** A temp dir removed at the bench's exit. */
@@ -247,10 +279,22 @@ async function measure(t: Target, conns: number, seconds: number): Promise<Measu
   const wall = (performance.now() - t0) / 1000;
   const m1 = machineJiffies();
   const machine = `whole machine ${fmt(((m1.busy - m0.busy) / Math.max(1, m1.total - m0.total)) * 100)}% busy of ${os.availableParallelism()} cores`;
-  const cpu = [...t.pids.map(([label, pid], i) => `${label} ${fmt(((procCpuS(pid) - (c0[i] as number)) / wall) * 100)}%`), machine].join(', ');
+  const cpuS = new Map<string, number>(t.pids.map(([label, pid], i) => [label, procCpuS(pid) - (c0[i] as number)]));
+  const cpu = [...t.pids.map(([label]) => `${label} ${fmt(((cpuS.get(label) as number) / wall) * 100)}%`), machine].join(', ');
   if (r.non2xx > 0) throw new BenchError(`${t.name} (wrk -c${conns}): ${r.non2xx} of ${r.requests} responses were not 2xx`);
   if (r.requests === 0) throw new BenchError(`${t.name} (wrk -c${conns}): no request completed`);
-  return { r, cpu };
+  return { r, cpu, cpuS };
+}
+
+/** Runs bench/proc/rate.ts against a target: `rate` requests/s for `seconds`, open loop. */
+async function fixedRate(t: Target, rate: number, seconds: number): Promise<{ r: RateResult; cpuS: Map<string, number> }> {
+  const headers = Object.entries(t.headers ?? {}).map(([k, v]) => `${k}: ${v}`);
+  const c0 = t.pids.map(([, pid]) => procCpuS(pid));
+  const child = spawnChild(process.execPath, ['--import', 'tsx', 'bench/proc/rate.ts', t.url, String(rate), String(seconds), String(RATE_CONNS), ...headers]);
+  const r = (await jsonLines(child).next((o) => typeof o.sent === 'number', `the fixed-rate result (${t.name})`, (seconds + 60) * 1000)) as unknown as RateResult;
+  const cpuS = new Map<string, number>(t.pids.map(([label, pid], i) => [label, procCpuS(pid) - (c0[i] as number)]));
+  if (r.non2xx > 0 || r.errors > 0 || r.unanswered > 0) throw new BenchError(`${t.name} (fixed rate ${rate}/s): ${r.sent} sent, ${r.ok} 2xx, ${r.non2xx} non-2xx, ${r.errors} errors, ${r.unanswered} unanswered`);
+  return { r, cpuS };
 }
 
 function line(name: string, m: Measured): string {
@@ -319,6 +363,16 @@ runBench('PROXY', async () => {
   await sleep(500);
   console.log(`-- latency: wrk -c${LAT_CONNS}`);
   const lat = await pass(targets, LAT_CONNS);
+  await sleep(500);
+  console.log(`-- fixed rate: ${RATE} requests/s offered for ${RATE_S} s over ${RATE_CONNS} keep-alive connections (bench/proc/rate.ts, latency from the scheduled send time)`);
+  const fr = new Map<string, RateResult>();
+  for (const t of targets) {
+    await fixedRate(t, RATE, Math.min(2, RATE_S));
+    const { r, cpuS } = await fixedRate(t, RATE, RATE_S);
+    fr.set(t.name, r);
+    const perReq = [...cpuS].map(([label, s]) => `${label} ${fmt((s * 1e6) / Math.max(1, r.ok))} us`).join(', ');
+    console.log(`${t.name.padEnd(8)} ${fmt(r.rps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p90 ${fmt(r.p90Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  max ${fmt(r.maxMs, 1)} ms  (${r.ok} requests in ${fmt(r.seconds, 1)} s, late sends ${r.lateSends}, generator CPU ${fmt(r.cpuPercent)}%; CPU per request: ${perReq})`);
+  }
 
   const [d, n, gw] = [get(tp, 'direct'), get(tp, 'nginx'), get(tp, 'gantry')];
   const [ld, ln, lg] = [get(lat, 'direct'), get(lat, 'nginx'), get(lat, 'gantry')];
@@ -329,6 +383,14 @@ runBench('PROXY', async () => {
   const nginxAdded = { p50: n.p50Ms - d.p50Ms, p99: n.p99Ms - d.p99Ms };
   const latAdded = { p50: lg.p50Ms - ld.p50Ms, p99: lg.p99Ms - ld.p99Ms };
   const latNginxAdded = { p50: ln.p50Ms - ld.p50Ms, p99: ln.p99Ms - ld.p99Ms };
+  const [rd, rn, rg] = [fr.get('direct') as RateResult, fr.get('nginx') as RateResult, fr.get('gantry') as RateResult];
+  const rateAdded = { p50: rg.p50Ms - rd.p50Ms, p99: rg.p99Ms - rd.p99Ms };
+  const rateNginxAdded = { p50: rn.p50Ms - rd.p50Ms, p99: rn.p99Ms - rd.p99Ms };
+  const gm = tp.get('gantry') as Measured;
+  const nodeUs = ((gm.cpuS.get('node') as number) * 1e6) / gw.requests;
+  const agentUs = ((gm.cpuS.get('agent') as number) * 1e6) / gw.requests;
+  const nm = tp.get('nginx') as Measured;
+  const nginxUs = ((nm.cpuS.get('nginx worker') ?? nm.cpuS.get('nginx master') ?? NaN) * 1e6) / n.requests;
 
   console.log('-- figures');
   console.log(`proxied/direct rps   ${fmt(ratio, 3)}   (gantry ${fmt(gw.okRps)} / direct ${fmt(d.okRps)})`);
@@ -336,12 +398,21 @@ runBench('PROXY', async () => {
   console.log(`gantry/nginx rps     ${fmt(gantryNginx, 3)}`);
   console.log(`added latency at -c${String(CONNS).padEnd(3)} gantry p50 ${signed(added.p50)} ms, p99 ${signed(added.p99)} ms;  nginx p50 ${signed(nginxAdded.p50)} ms, p99 ${signed(nginxAdded.p99)} ms  (mostly queueing at saturation)`);
   console.log(`added latency at -c${String(LAT_CONNS).padEnd(3)} gantry p50 ${signed(latAdded.p50)} ms, p99 ${signed(latAdded.p99)} ms;  nginx p50 ${signed(latNginxAdded.p50)} ms, p99 ${signed(latNginxAdded.p99)} ms`);
-  console.log(`target: proxied/direct >= 0.4: ${ratio >= 0.4 ? 'met' : 'NOT met'}`);
-  console.log(`target: gantry added p50 <= 1 ms: at -c${LAT_CONNS} ${latAdded.p50 <= 1 ? 'met' : 'NOT met'} (${fmt(latAdded.p50, 3)} ms); at -c${CONNS} ${added.p50 <= 1 ? 'met' : 'NOT met'} (${fmt(added.p50, 3)} ms)`);
+  console.log(`added latency at ${RATE}/s gantry p50 ${signed(rateAdded.p50)} ms, p99 ${signed(rateAdded.p99)} ms;  nginx p50 ${signed(rateNginxAdded.p50)} ms, p99 ${signed(rateNginxAdded.p99)} ms  (fixed rate, open loop)`);
+  console.log(`CPU per proxied request at -c${CONNS}: node ${fmt(nodeUs)} us, agent ${fmt(agentUs)} us  (nginx worker ${fmt(nginxUs)} us per request)`);
+  const met = (ok: boolean): string => (ok ? 'met' : 'NOT met');
+  console.log(`target: gantry/nginx rps >= 0.5: ${met(gantryNginx >= 0.5)} (${fmt(gantryNginx, 3)})`);
+  console.log(`target: gantry added p50 <= 1 ms at ${RATE} requests/s: ${met(rateAdded.p50 <= 1)} (${fmt(rateAdded.p50, 3)} ms)`);
+  console.log(`target: node CPU per proxied request <= 60 us: ${met(nodeUs <= 60)} (${fmt(nodeUs)} us)`);
+  console.log(`target: agent CPU per proxied request <= 50 us: ${met(agentUs <= 50)} (${fmt(agentUs)} us)`);
+  console.log(`target: proxied/direct >= 0.4: ${met(ratio >= 0.4)} (${fmt(ratio, 3)})`);
+  console.log(`gantry added p50 at -c${LAT_CONNS}: ${fmt(latAdded.p50, 3)} ms; at -c${CONNS}: ${fmt(added.p50, 3)} ms (closed loop, for reference)`);
   console.log(
     `PROXY gantry_rps=${fmt(gw.okRps)} direct_rps=${fmt(d.okRps)} nginx_rps=${fmt(n.okRps)} ratio=${fmt(ratio, 3)} nginx_ratio=${fmt(nginxRatio, 3)} gantry_nginx_ratio=${fmt(gantryNginx, 3)} ` +
       `added_p50_ms=${fmt(added.p50, 3)} added_p99_ms=${fmt(added.p99, 3)} nginx_added_p50_ms=${fmt(nginxAdded.p50, 3)} nginx_added_p99_ms=${fmt(nginxAdded.p99, 3)} ` +
       `lat_added_p50_ms=${fmt(latAdded.p50, 3)} lat_added_p99_ms=${fmt(latAdded.p99, 3)} lat_nginx_added_p50_ms=${fmt(latNginxAdded.p50, 3)} lat_nginx_added_p99_ms=${fmt(latNginxAdded.p99, 3)} ` +
-      `conns=${CONNS} lat_conns=${LAT_CONNS} duration_s=${SECONDS}`,
+      `rate=${RATE} rate_added_p50_ms=${fmt(rateAdded.p50, 3)} rate_added_p99_ms=${fmt(rateAdded.p99, 3)} rate_nginx_added_p50_ms=${fmt(rateNginxAdded.p50, 3)} rate_gantry_p50_ms=${fmt(rg.p50Ms, 3)} rate_direct_p50_ms=${fmt(rd.p50Ms, 3)} ` +
+      `node_us_per_req=${fmt(nodeUs)} agent_us_per_req=${fmt(agentUs)} nginx_us_per_req=${fmt(nginxUs)} ` +
+      `conns=${CONNS} lat_conns=${LAT_CONNS} duration_s=${SECONDS} rate_s=${RATE_S}`,
   );
-}, 300);
+}, 420);

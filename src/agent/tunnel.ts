@@ -12,6 +12,7 @@ import type { Logger } from '../shared/logger.js';
 import type { TunnelFrame } from '../gen/gantry/agent/v1/TunnelFrame.js';
 import type { TunnelFrame__Output } from '../gen/gantry/agent/v1/TunnelFrame.js';
 import type { TunnelOpen__Output } from '../gen/gantry/agent/v1/TunnelOpen.js';
+import { Http1Pool, leanRequestHead, type Http1Exchange } from './http1.js';
 
 const INLINE_BODY_MAX = 64 * 1024;
 const MAX_CHUNK = 256 * 1024;
@@ -41,6 +42,13 @@ interface Stream {
   req: http.ClientRequest | null;
   res: http.IncomingMessage | null;
   ws: WebSocket | null;
+  /** The request on the lean client (http1.ts) instead of req/res. */
+  lean: Http1Exchange | null;
+  /** The lean client's response head came. */
+  answered: boolean;
+  /** Lean response bytes waiting for the server's credit (the socket is paused), and whether the body ended after them. */
+  held: Buffer | null;
+  heldEnd: boolean;
   done: boolean;
   timer: NodeJS.Timeout | null;
 }
@@ -54,6 +62,8 @@ export class AgentTunnel {
    * sent again once on a fresh connection (as Node's documentation recommends).
    */
   private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, timeout: 4_000 });
+  /** The same limits for the lean client, which takes the requests whose whole body came in the open frame. */
+  private readonly pool = new Http1Pool({ maxSockets: 256, maxFree: 64, idleMs: 4_000 });
 
   constructor(private readonly o: AgentTunnelOptions) {}
 
@@ -78,6 +88,7 @@ export class AgentTunnel {
       case 'window':
         s.credit += f.window?.bytes ?? 0;
         for (const w of s.waiters.splice(0)) w();
+        if (s.held) this.leanFlush(s);
         return;
       case 'reset':
         this.finish(s, null);
@@ -104,6 +115,7 @@ export class AgentTunnel {
   close(): void {
     this.resetAll();
     this.agent.destroy();
+    this.pool.destroy();
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -114,11 +126,11 @@ export class AgentTunnel {
       this.o.send({ stream_id: id, reset: { code: 'instance_not_found', message: o.instance_id ? `instance ${o.instance_id} is not running on this agent` : 'this agent exposes no tunnel target' } });
       return;
     }
-    const s: Stream = { id, credit: o.window || WINDOW, waiters: [], req: null, res: null, ws: null, done: false, timer: null };
+    const s: Stream = { id, credit: o.window || WINDOW, waiters: [], req: null, res: null, ws: null, lean: null, answered: false, held: null, heldEnd: false, done: false, timer: null };
     this.streams.set(id, s);
     if (o.timeout_ms > 0)
       s.timer = setTimeout(() => {
-        if (!s.res && !s.done) this.finish(s, { code: 'timeout', message: `the instance did not answer within ${o.timeout_ms} ms` });
+        if (!s.res && !s.answered && !s.done) this.finish(s, { code: 'timeout', message: `the instance did not answer within ${o.timeout_ms} ms` });
       }, o.timeout_ms);
     if (o.websocket) return this.openWs(s, target, o);
     const headers: Record<string, string | string[]> = {};
@@ -129,6 +141,9 @@ export class AgentTunnel {
       headers[k] = prev === undefined ? h.value : Array.isArray(prev) ? [...prev, h.value] : [prev, h.value];
     }
     headers.host = `${target.host}:${target.port}`;
+    // the common case (the whole body in the open frame) goes on the lean client; the rest on node:http
+    const leanHead = o.end ? leanRequestHead(o.method, o.path, headers, o.body) : null;
+    if (leanHead !== null) return this.sendLean(s, target, o.method, leanHead, o.body, true);
     const send = (retry: boolean): void => {
       const req = http.request({ host: target.host, port: target.port, method: o.method, path: o.path, headers, agent: this.agent });
       s.req = req;
@@ -152,25 +167,113 @@ export class AgentTunnel {
     }
     s.res = res;
     if (s.timer) clearTimeout(s.timer);
-    const headers = pairs(res.rawHeaders).filter(([k]) => !HOP.has(k.toLowerCase()));
+    const headers = relayedHeaders(res.rawHeaders);
     const status = res.statusCode ?? 502;
     const len = Number(res.headers['content-length'] ?? NaN);
     const noBody = method === 'HEAD' || status === 204 || status === 304 || (status >= 100 && status < 200);
     const small = noBody || (Number.isFinite(len) && len <= INLINE_BODY_MAX);
     if (small) {
-      // the whole response in one frame
+      // the whole response in one frame (a single chunk, the common case, is not copied)
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {
         if (s.done) return;
-        this.send(s, { head: { status, headers: toHeaders(headers), body: Buffer.concat(chunks), end: true, window: 0 } });
+        this.send(s, { head: { status, headers, body: chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks), end: true, window: 0 } });
         this.finish(s, null, false);
       });
       res.on('error', (e) => this.finish(s, { code: 'upstream_error', message: e.message }));
       return;
     }
-    this.send(s, { head: { status, headers: toHeaders(headers), body: Buffer.alloc(0), end: false, window: WINDOW } });
+    this.send(s, { head: { status, headers, body: EMPTY, end: false, window: WINDOW } });
     void this.pump(s, res);
+  }
+
+  /** A request on the lean client; `retry`: sent once more on a fresh connection if a reused one fails before any answer. */
+  private sendLean(s: Stream, target: TunnelTarget, method: string, head: string, body: Buffer, retry: boolean): void {
+    let small = false;
+    const chunks: Buffer[] = [];
+    let pendingHead: { status: number; headers: Array<{ name: string; value: string }> } | null = null;
+    const x = this.pool.request(
+      target.host,
+      target.port,
+      head,
+      body,
+      {
+        head: (status, raw) => {
+          if (s.done) return x.destroy();
+          s.answered = true;
+          if (s.timer) clearTimeout(s.timer);
+          const headers = relayedHeaders(raw);
+          let len = NaN;
+          for (let i = 0; i + 1 < raw.length; i += 2) if ((raw[i] as string).toLowerCase() === 'content-length') len = Number(raw[i + 1]);
+          const noBody = method === 'HEAD' || status === 204 || status === 304 || (status >= 100 && status < 200);
+          small = noBody || (Number.isFinite(len) && len <= INLINE_BODY_MAX);
+          if (small) {
+            // the whole response in one frame, sent at the end
+            pendingHead = { status, headers };
+            return;
+          }
+          this.send(s, { head: { status, headers, body: EMPTY, end: false, window: WINDOW } });
+        },
+        data: (chunk) => {
+          if (s.done) return;
+          if (small) chunks.push(chunk);
+          else this.leanData(s, chunk);
+        },
+        end: () => {
+          if (s.done) return;
+          if (small) {
+            const h = pendingHead as { status: number; headers: Array<{ name: string; value: string }> };
+            this.send(s, { head: { status: h.status, headers: h.headers, body: chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks), end: true, window: 0 } });
+            this.finish(s, null, false);
+            return;
+          }
+          if (s.held) s.heldEnd = true;
+          else this.leanEnd(s);
+        },
+        error: (e, started) => {
+          if (s.done || s.lean !== x) return;
+          if (!started) {
+            if (retry && x.reusedSocket && (e.code === 'ECONNRESET' || e.code === 'EPIPE')) return this.sendLean(s, target, method, head, body, false);
+            return this.finish(s, { code: 'connect_failed', message: `the instance could not be reached: ${e.message}` });
+          }
+          this.finish(s, { code: 'upstream_error', message: small ? e.message : `the instance's response broke off: ${e.message}` });
+        },
+      },
+      !retry,
+    );
+    s.lean = x;
+  }
+
+  /** A lean response chunk out under the server's credit; what the credit does not cover waits (socket paused). */
+  private leanData(s: Stream, chunk: Buffer): void {
+    for (let off = 0; off < chunk.length; ) {
+      if (s.done) return;
+      if (s.credit <= 0) {
+        s.held = chunk.subarray(off);
+        s.lean?.pause();
+        return;
+      }
+      const n = Math.min(chunk.length - off, s.credit, MAX_CHUNK);
+      this.send(s, { data: { data: chunk.subarray(off, off + n), end: false } });
+      s.credit -= n;
+      off += n;
+    }
+  }
+
+  /** Credit came back: the held bytes go out, then the socket reads on (or the body's end goes out). */
+  private leanFlush(s: Stream): void {
+    const h = s.held as Buffer;
+    s.held = null;
+    this.leanData(s, h);
+    if (s.held || s.done) return;
+    if (s.heldEnd) this.leanEnd(s);
+    else s.lean?.resume();
+  }
+
+  private leanEnd(s: Stream): void {
+    this.send(s, { data: { data: EMPTY, end: true } });
+    this.finish(s, null, false);
   }
 
   /** Streams the response body under the server's credit. */
@@ -217,8 +320,7 @@ export class AgentTunnel {
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {
         if (s.done) return;
-        const headers = pairs(res.rawHeaders).filter(([k]) => !HOP.has(k.toLowerCase()));
-        this.send(s, { head: { status: res.statusCode ?? 502, headers: toHeaders(headers), body: Buffer.concat(chunks), end: true, window: 0 } });
+        this.send(s, { head: { status: res.statusCode ?? 502, headers: relayedHeaders(res.rawHeaders), body: Buffer.concat(chunks), end: true, window: 0 } });
         this.finish(s, null, false);
       });
     });
@@ -250,6 +352,7 @@ export class AgentTunnel {
     if (s.timer) clearTimeout(s.timer);
     for (const w of s.waiters.splice(0)) w();
     if (destroy) {
+      s.lean?.destroy();
       s.req?.destroy();
       s.res?.destroy();
       if (s.ws && s.ws.readyState !== WebSocket.CLOSED) s.ws.terminate();
@@ -257,11 +360,15 @@ export class AgentTunnel {
   }
 }
 
-const pairs = (raw: string[]): Array<[string, string]> => {
-  const out: Array<[string, string]> = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) out.push([raw[i] as string, raw[i + 1] as string]);
+const EMPTY = Buffer.alloc(0);
+/** A response's raw headers (name, value, name, value...) minus hop-by-hop, in the wire form, in one pass. */
+function relayedHeaders(raw: string[]): Array<{ name: string; value: string }> {
+  const out: Array<{ name: string; value: string }> = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i] as string;
+    if (!HOP.has(name.toLowerCase())) out.push({ name, value: raw[i + 1] as string });
+  }
   return out;
-};
-const toHeaders = (hs: Array<[string, string]>) => hs.map(([name, value]) => ({ name, value }));
+}
 /** Close codes a peer may send (RFC 6455 §7.4): 1000-1014 except the reserved ones, and 3000-4999. */
 const validCloseCode = (c: number): number => ((c >= 1000 && c <= 1014 && c !== 1004 && c !== 1005 && c !== 1006) || (c >= 3000 && c <= 4999) ? c : 1000);

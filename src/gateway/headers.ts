@@ -20,19 +20,32 @@ export interface ClientRequestInfo {
   path: string;
 }
 
+/** The prefix pattern per base path (compiled once, not per request). */
+const prefixPatterns = new Map<string, RegExp>();
+function prefixPattern(basePath: string): RegExp {
+  let re = prefixPatterns.get(basePath);
+  if (!re) {
+    re = new RegExp(`^(${basePath}/(?:r/containers/[^/]+|agents/[^/]+/tunnel))`);
+    prefixPatterns.set(basePath, re);
+  }
+  return re;
+}
+
 /** Request headers the container gets: the client's, minus hop-by-hop and Gantry's own, plus X-Forwarded-*. */
 export function forwardHeaders(h: Record<string, string>, c: ClientRequestInfo, basePath: string): HeaderList {
-  const connTokens = new Set((h.connection ?? '').split(',').map((t) => t.trim().toLowerCase()).filter(Boolean));
+  // headers named by Connection are hop-by-hop too (rare: most clients send keep-alive or close)
+  const conn = h.connection;
+  const connTokens = conn ? new Set(conn.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean)) : null;
   const out: HeaderList = [];
-  for (const [k, v] of Object.entries(h)) {
-    if (HOP.has(k) || GANTRY_OWN.has(k) || connTokens.has(k) || k.startsWith('x-forwarded-')) continue;
-    out.push([k, v]);
+  for (const k in h) {
+    if (HOP.has(k) || GANTRY_OWN.has(k) || connTokens?.has(k) || k.startsWith('x-forwarded-')) continue;
+    out.push([k, h[k] as string]);
   }
   const prior = h['x-forwarded-for'];
   out.push(['x-forwarded-for', prior ? `${prior}, ${c.ip}` : c.ip]);
   out.push(['x-forwarded-proto', h['x-forwarded-proto'] ?? 'http']);
   if (h.host) out.push(['x-forwarded-host', h['x-forwarded-host'] ?? h.host]);
-  const m = new RegExp(`^(${basePath}/(?:r/containers/[^/]+|agents/[^/]+/tunnel))`).exec(c.path);
+  const m = prefixPattern(basePath).exec(c.path);
   if (m?.[1]) out.push(['x-forwarded-prefix', m[1]]);
   return out;
 }

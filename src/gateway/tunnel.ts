@@ -144,6 +144,38 @@ export function dispatchToHandlers(h: TunnelHandlers, raw: TunnelFrame__Output):
   return true;
 }
 
+/** The gateway's side of one stream of a TunnelMux (a class: no closures per proxied request). */
+class MuxChannel implements TunnelChannel {
+  constructor(
+    private readonly id: number,
+    private readonly streams: Map<number, TunnelHandlers>,
+    private readonly write: (f: TunnelFrame) => boolean,
+  ) {}
+
+  private live(): boolean {
+    return this.streams.has(this.id);
+  }
+
+  data(chunk: Buffer, end: boolean): void {
+    if (this.live()) this.write({ stream_id: this.id, data: { data: chunk, end } });
+  }
+
+  window(n: number): void {
+    if (this.live() && n > 0) this.write({ stream_id: this.id, window: { bytes: n } });
+  }
+
+  ws(m: WsFrame): void {
+    if (this.live()) this.write(wsFrame(this.id, m));
+    if (m.close) this.streams.delete(this.id);
+  }
+
+  reset(code: string, message: string): void {
+    if (!this.live()) return;
+    this.streams.delete(this.id);
+    this.write({ stream_id: this.id, reset: { code, message } });
+  }
+}
+
 /**
  * The server end of the tunnel streams on one agent connection. `write` puts a frame on the
  * agent's stream (outside the message window).
@@ -167,24 +199,7 @@ export class TunnelMux {
       this.streams.delete(id);
       return null;
     }
-    const live = (): boolean => this.streams.has(id);
-    return {
-      data: (chunk, end) => {
-        if (live()) this.write({ stream_id: id, data: { data: chunk, end } });
-      },
-      window: (n) => {
-        if (live() && n > 0) this.write({ stream_id: id, window: { bytes: n } });
-      },
-      ws: (m) => {
-        if (live()) this.write(wsFrame(id, m));
-        if (m.close) this.streams.delete(id);
-      },
-      reset: (code, message) => {
-        if (!live()) return;
-        this.streams.delete(id);
-        this.write({ stream_id: id, reset: { code, message } });
-      },
-    };
+    return new MuxChannel(id, this.streams, this.write);
   }
 
   /** A tunnel frame from the agent. */

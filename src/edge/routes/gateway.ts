@@ -165,8 +165,14 @@ interface WsUser {
 /** Writes the container's response: status and headers as they came, the body with backpressure. */
 async function writeUpstream(res: StreamResponse, method: string, up: Upstream): Promise<void> {
   res.onAbort(() => up.cancel());
-  const headers = up.head.headers.filter(([k]) => !RESPONSE_OWN.has(k.toLowerCase()));
-  const lenHeader = up.head.headers.find(([k]) => k.toLowerCase() === 'content-length')?.[1];
+  // one pass: the relayed headers, and the declared length (the first Content-Length)
+  const headers: HeaderList = [];
+  let lenHeader: string | undefined;
+  for (const h of up.head.headers) {
+    const k = h[0].toLowerCase();
+    if (k === 'content-length') lenHeader ??= h[1];
+    if (!RESPONSE_OWN.has(k)) headers.push(h);
+  }
   const len = lenHeader !== undefined && /^\d+$/.test(lenHeader) ? Number(lenHeader) : undefined;
   const first = up.head.body;
   const rest = up.body;
