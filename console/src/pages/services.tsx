@@ -19,11 +19,16 @@ interface Service {
   external_url: string;
   replica_count: number;
   gpu_count: number;
+  /** Autoscaling (extension): on when max_replicas is set. */
+  min_replicas?: number | null;
+  max_replicas?: number | null;
+  target_inflight_per_replica?: number | null;
+  idle_timeout_s?: number | null;
   usage_prompt: string;
   required_labels: string[];
   health_path: string;
   env_config: Array<{ env_name: string; env_value: string }>;
-  deploy_status?: { desired: number; placed: number; running: number; healthy: number; message: string };
+  deploy_status?: { desired: number; placed: number; running: number; healthy: number; message: string; last_cold_start_ms?: number | null };
   instance_list?: Array<{ instance_id: string; agent_id: string; instance_status: string; healthy: boolean; instance_error: string | null; updated_at: string }>;
   updated_at: string;
 }
@@ -40,11 +45,16 @@ interface FormState {
   env: string;
   gpu_count: string;
   replica_count: string;
+  /** Autoscaling: '' = not set (max_replicas '' = off). */
+  min_replicas: string;
+  max_replicas: string;
+  target_inflight: string;
+  idle_timeout_s: string;
   required_labels: string;
   service_desc: string;
 }
 
-const EMPTY: FormState = { display_name: '', service_slug: '', service_type: 'deployed', docker_image: '', exposed_port: '8080', health_path: '', external_url: 'https://', env: '', gpu_count: '0', replica_count: '1', required_labels: '', service_desc: '' };
+const EMPTY: FormState = { display_name: '', service_slug: '', service_type: 'deployed', docker_image: '', exposed_port: '8080', health_path: '', external_url: 'https://', env: '', gpu_count: '0', replica_count: '1', min_replicas: '', max_replicas: '', target_inflight: '', idle_timeout_s: '', required_labels: '', service_desc: '' };
 
 function formOf(s: Service): FormState {
   return {
@@ -58,6 +68,10 @@ function formOf(s: Service): FormState {
     env: (s.env_config ?? []).map((e) => `${e.env_name}=${e.env_value}`).join('\n'),
     gpu_count: String(s.gpu_count),
     replica_count: String(s.replica_count),
+    min_replicas: s.min_replicas == null ? '' : String(s.min_replicas),
+    max_replicas: s.max_replicas == null ? '' : String(s.max_replicas),
+    target_inflight: s.target_inflight_per_replica == null ? '' : String(s.target_inflight_per_replica),
+    idle_timeout_s: s.idle_timeout_s == null ? '' : String(s.idle_timeout_s),
     required_labels: s.required_labels.join(', '),
     service_desc: s.service_desc ?? '',
   };
@@ -81,8 +95,28 @@ function intOf(label: string, v: string): number {
   return n;
 }
 
+/** A whole number, or null when left empty. */
+function optIntOf(label: string, v: string): number | null {
+  return v.trim() === '' ? null : intOf(label, v);
+}
+
+/**
+ * The autoscaling fields: all four when Max replicas is set (empty ones null: the server's
+ * defaults); when it is empty, nothing on a create and all null on an edit (autoscaling off).
+ */
+function autoscaleBody(f: FormState, editing: boolean): Record<string, number | null> {
+  const max = optIntOf('Max replicas', f.max_replicas);
+  if (max === null) return editing ? { max_replicas: null, min_replicas: null, target_inflight_per_replica: null, idle_timeout_s: null } : {};
+  return {
+    max_replicas: max,
+    min_replicas: optIntOf('Min replicas', f.min_replicas),
+    target_inflight_per_replica: optIntOf('Target requests in flight per replica', f.target_inflight),
+    idle_timeout_s: optIntOf('Idle timeout', f.idle_timeout_s),
+  };
+}
+
 /** The request body of the form: every field for a create; for an edit the same fields (the API's PUT takes any of them). */
-function bodyOf(f: FormState) {
+function bodyOf(f: FormState, editing = false) {
   const common = {
     display_name: f.display_name,
     service_slug: f.service_slug,
@@ -98,13 +132,14 @@ function bodyOf(f: FormState) {
     env_config: parseEnv(f.env),
     gpu_count: intOf('GPUs', f.gpu_count),
     replica_count: intOf('Replicas', f.replica_count),
+    ...autoscaleBody(f, editing),
   };
 }
 
 /**
  * Create or edit a container service. The service type is chosen at creation (the API does not
- * change it). Autoscaling (min/max replicas and a target) belongs in the "Scaling" fieldset next
- * to replica_count once the API has such fields; today a service runs replica_count replicas.
+ * change it). Scaling: a fixed replica_count, or autoscaling when Max replicas is set (min 0 =
+ * scale to zero after the idle timeout; docs/api.md "Autoscaling").
  */
 function ServiceForm({ initial, editing, busy, error, submitLabel, onSubmit }: { initial: FormState; editing: boolean; busy: boolean; error: unknown; submitLabel: string; onSubmit: (f: FormState) => void }) {
   const [f, setF] = useState(initial);
@@ -170,7 +205,32 @@ function ServiceForm({ initial, editing, busy, error, submitLabel, onSubmit }: {
             </div>
             <div class="field">
               <label for={`${p}-replicas`}>Replicas</label>
-              <input id={`${p}-replicas`} type="number" required min={1} max={32} value={f.replica_count} onInput={set('replica_count')} />
+              <input id={`${p}-replicas`} type="number" required min={1} max={32} aria-describedby={`${p}-replicas-help`} value={f.replica_count} onInput={set('replica_count')} />
+              <small id={`${p}-replicas-help`} class="help">
+                The fixed size; with autoscaling (Max replicas set) the count follows the load instead.
+              </small>
+            </div>
+            <div class="field">
+              <label for={`${p}-max`}>Max replicas (autoscaling)</label>
+              <input id={`${p}-max`} type="number" min={1} max={32} aria-describedby={`${p}-max-help`} value={f.max_replicas} onInput={set('max_replicas')} />
+              <small id={`${p}-max-help`} class="help">
+                Empty: no autoscaling. Set: replicas follow the requests in flight, between Min and Max.
+              </small>
+            </div>
+            <div class="field">
+              <label for={`${p}-min`}>Min replicas</label>
+              <input id={`${p}-min`} type="number" min={0} max={32} aria-describedby={`${p}-min-help`} value={f.min_replicas} onInput={set('min_replicas')} disabled={f.max_replicas.trim() === ''} />
+              <small id={`${p}-min-help`} class="help">
+                0 scales to zero when idle; the next request waits for a replica to start. Empty: 1.
+              </small>
+            </div>
+            <div class="field">
+              <label for={`${p}-target`}>Target requests in flight per replica</label>
+              <input id={`${p}-target`} type="number" min={1} max={10000} value={f.target_inflight} onInput={set('target_inflight')} disabled={f.max_replicas.trim() === ''} />
+            </div>
+            <div class="field">
+              <label for={`${p}-idle`}>Idle timeout (s)</label>
+              <input id={`${p}-idle`} type="number" min={1} max={604800} value={f.idle_timeout_s} onInput={set('idle_timeout_s')} disabled={f.max_replicas.trim() === ''} />
             </div>
           </fieldset>
         </>
@@ -291,8 +351,17 @@ export function ServicePage({ id }: { id: string }) {
             </dd>
             <dt>GPUs / replicas</dt>
             <dd>
-              {s.gpu_count} / {s.replica_count}
+              {s.gpu_count} / {s.max_replicas != null ? `autoscaling ${s.min_replicas ?? 1}–${s.max_replicas}` : s.replica_count}
             </dd>
+            {s.max_replicas != null ? (
+              <>
+                <dt>Autoscaling</dt>
+                <dd>
+                  target {s.target_inflight_per_replica ?? 8} in flight per replica, idle timeout {s.idle_timeout_s ?? 300} s
+                  {s.deploy_status?.last_cold_start_ms != null ? `, last cold start ${(s.deploy_status.last_cold_start_ms / 1000).toFixed(1)} s` : ''}
+                </dd>
+              </>
+            ) : null}
           </>
         )}
         {s.deploy_status ? (
@@ -337,7 +406,7 @@ export function ServicePage({ id }: { id: string }) {
             onSubmit={(f) => {
               setSaved(false);
               void save
-                .run(() => api.PUT('/containers/{serviceId}', { params: { path: { serviceId: s.id } }, body: bodyOf(f) }))
+                .run(() => api.PUT('/containers/{serviceId}', { params: { path: { serviceId: s.id } }, body: bodyOf(f, true) }))
                 .then((ok) => {
                   setSaved(ok);
                   svc.reload();
