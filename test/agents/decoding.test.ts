@@ -104,7 +104,9 @@ test('heartbeat: telemetry normalised (NaN counts as 0, utilisation within 0-100
   const w = decoded({ heartbeat: { running_tasks: 0, loaded_models: ['checkpoints/a.safetensors', '', 'checkpoints/a.safetensors'] } });
   assert.deepEqual((w as { heartbeat: { loaded_models: string[] } }).heartbeat.loaded_models, ['checkpoints/a.safetensors']);
   assert.deepEqual(decoded({ credit: { grant: 12 } }), { msg: 'credit', credit: { grant: 12 } });
-  assert.deepEqual(decoded({ inventory: { models: [{ path: 'a' }, { path: '' }], custom_nodes: ['n@1', ''] } }), { msg: 'inventory', inventory: { models: ['a'], custom_nodes: ['n@1'] } });
+  // node_classes (an older agent sends none): [] = not reported; duplicates and empty entries dropped
+  assert.deepEqual(decoded({ inventory: { models: [{ path: 'a' }, { path: '' }], custom_nodes: ['n@1', ''] } }), { msg: 'inventory', inventory: { models: ['a'], custom_nodes: ['n@1'], node_classes: [] } });
+  assert.deepEqual(decoded({ inventory: { models: [], custom_nodes: [], node_classes: ['KSampler', '', 'KSampler', 'SaveImage'] } }), { msg: 'inventory', inventory: { models: [], custom_nodes: [], node_classes: ['KSampler', 'SaveImage'] } });
   assert.deepEqual(decoded({ status: { draining: true } }), { msg: 'status', status: { draining: true } });
   assert.deepEqual(decoded({}), {});
 });
