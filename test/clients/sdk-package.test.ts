@@ -10,11 +10,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { tmpDir } from '../agents/helpers.js';
 import { startLiveTeam, type LiveTeam } from './live-team.js';
+import { browserSkip, launchBrowser } from '../helpers/browser.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 const sdkDir = join(root, 'packages/sdk');
@@ -53,8 +54,7 @@ function runtimeClosure(): string[] {
   return [...seen.values()];
 }
 
-const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
-const noBrowser = existsSync(CHROMIUM) ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): the browser run is skipped`;
+const noBrowser = browserSkip('the browser run is skipped');
 
 let live: LiveTeam;
 /** The consumer project the tarball was installed into (set by the first test). */
@@ -154,8 +154,7 @@ window.__run = async (baseUrl, token, slug) => {
   assert.ok(!inputs.some((i) => i.startsWith('node:')), inputs.join(', '));
   const bundle = b.outputFiles[0]!.text.replace(/<\/script/gi, '<\\/script');
 
-  const { chromium } = await import('playwright-core');
-  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'] });
+  const browser = await launchBrowser();
   try {
     const page = await browser.newPage();
     // a page of the node's origin (served by the browser's request interception): the API and the

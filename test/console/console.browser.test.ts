@@ -10,8 +10,7 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,12 +19,10 @@ import type { Browser, Page } from 'playwright-core';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { spawnAgent, tinyGraph, tmpDir, type AgentProcess } from '../agents/helpers.js';
 import { makePki, Receiver, type Pki } from '../events/helpers.js';
+import { browserSkip, buildConsole, launchBrowser, newPage } from '../helpers/browser.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
-const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
-const haveChromium = existsSync(CHROMIUM);
-const skip = haveChromium ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): console browser tests skipped`;
-if (skip) console.log(`# ${skip}`);
+const skip = browserSkip('console browser tests skipped');
 
 const ARTIFACTS = join(root, 'test-artifacts', 'console');
 const PNG_SIG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -92,25 +89,15 @@ async function go(path: string, heading: string | RegExp): Promise<void> {
 
 before(async () => {
   if (skip) return;
-  const b = spawnSync(process.execPath, ['scripts/build-console.mjs', '--if-missing'], { cwd: root, encoding: 'utf8' });
-  assert.equal(b.status, 0, b.stderr);
+  buildConsole();
   mkdirSync(ARTIFACTS, { recursive: true });
   work = mkdtempSync(join(tmpdir(), 'gantry-console-'));
   // an https webhook receiver with its own CA, trusted by the node for outbound calls
   pki = makePki();
   receiver = await new Receiver(pki, () => Date.now()).start('localhost');
   t = await startTestNode({ GANTRY_AGENT_GRACE_S: 1, GANTRY_HEARTBEAT_INTERVAL_S: 1, GANTRY_OUTBOUND_CA_FILE: pki.caFile }, 'console_browser');
-  const { chromium } = await import('playwright-core');
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    // without the background-networking flags Chromium's own connections fail in a closed network;
-    // playwright gives every launch a fresh temporary profile (--user-data-dir) itself
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  page = await context.newPage();
-  page.setDefaultTimeout(45_000);
+  browser = await launchBrowser();
+  page = await newPage(browser);
   // the revoke/delete buttons ask confirm(): accept
   page.on('dialog', (d) => void d.accept());
 });

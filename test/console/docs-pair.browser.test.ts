@@ -6,13 +6,11 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import type { Browser, Page } from 'playwright-core';
 import { startTestNode, type TestNode } from '../helpers/node.js';
+import { browserSkip, launchBrowser, newPage } from '../helpers/browser.js';
 
-const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
-const skip = existsSync(CHROMIUM) ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): browser tests skipped`;
-if (skip) console.log(`# ${skip}`);
+const skip = browserSkip();
 
 let t: TestNode;
 let browser: Browser;
@@ -36,14 +34,8 @@ async function settle(quietMs = 1000, capMs = 30_000): Promise<void> {
 before(async () => {
   if (skip) return;
   t = await startTestNode({}, 'docs_pair_browser');
-  const { chromium } = await import('playwright-core');
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
-  page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.setDefaultTimeout(45_000);
+  browser = await launchBrowser();
+  page = await newPage(browser);
   page.on('request', (r) => { requests.push(r.url()); inflight.add(r); });
   page.on('requestfinished', (r) => inflight.delete(r));
   page.on('requestfailed', (r) => inflight.delete(r));

@@ -6,17 +6,12 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { createCredential, registerUser, type TestUser } from '../helpers/identity.js';
+import { browserSkip, buildConsole, launchBrowser, newPage, signInWithTokens } from '../helpers/browser.js';
 
-const root = fileURLToPath(new URL('../../', import.meta.url));
-const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
-const skip = existsSync(CHROMIUM) ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): browser tests skipped`;
-if (skip) console.log(`# ${skip}`);
+const skip = browserSkip();
 
 let t: TestNode;
 let user: TestUser;
@@ -25,20 +20,12 @@ let page: Page;
 
 before(async () => {
   if (skip) return;
-  const b = spawnSync(process.execPath, ['scripts/build-console.mjs', '--if-missing'], { cwd: root, encoding: 'utf8' });
-  assert.equal(b.status, 0, b.stderr);
+  buildConsole();
   t = await startTestNode({}, 'console_services');
   user = await registerUser(t.http);
-  const { chromium } = await import('playwright-core');
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
-  page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.setDefaultTimeout(45_000);
-  await page.goto(`${t.origin}/login`);
-  await page.evaluate((s) => localStorage.setItem('gantry.console.session', s), JSON.stringify({ tokens: { access_token: user.accessToken, refresh_token: user.refreshToken }, teamId: user.teamId }));
+  browser = await launchBrowser();
+  page = await newPage(browser);
+  await signInWithTokens(page, t.origin, user);
 });
 after(async () => {
   if (skip) return;

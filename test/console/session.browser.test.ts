@@ -7,19 +7,14 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { Browser, Page, Response } from 'playwright-core';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { registerUser, type TestUser } from '../helpers/identity.js';
 import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.js';
 import { waitFor } from '../agents/helpers.js';
+import { browserSkip, buildConsole, launchBrowser, newPage } from '../helpers/browser.js';
 
-const root = fileURLToPath(new URL('../../', import.meta.url));
-const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
-const skip = existsSync(CHROMIUM) ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): browser tests skipped`;
-if (skip) console.log(`# ${skip}`);
+const skip = browserSkip();
 
 let t: TestNode;
 let idp: TestProvider;
@@ -28,8 +23,7 @@ let browser: Browser;
 
 before(async () => {
   if (skip) return;
-  const b = spawnSync(process.execPath, ['scripts/build-console.mjs', '--if-missing'], { cwd: root, encoding: 'utf8' });
-  assert.equal(b.status, 0, b.stderr);
+  buildConsole();
   idp = await startTestProvider();
   t = await startTestNode(
     {
@@ -41,12 +35,7 @@ before(async () => {
   idp.setRedirectUris([`${t.origin}/api/v1/auth/oidc/corp/callback`]);
   idp.accounts.set('erin', { email: 'erin@corp.test', email_verified: true, given_name: 'Erin', family_name: 'SSO', name: 'Erin SSO' });
   user = await registerUser(t.http);
-  const { chromium } = await import('playwright-core');
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
+  browser = await launchBrowser();
 });
 after(async () => {
   if (skip) return;
@@ -55,11 +44,7 @@ after(async () => {
   await idp?.stop();
 });
 
-async function freshPage(): Promise<Page> {
-  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.setDefaultTimeout(45_000);
-  return page;
-}
+const freshPage = (): Promise<Page> => newPage(browser);
 
 const stored = (page: Page): Promise<{ tokens: { access_token: string; refresh_token: string } | null }> => page.evaluate(() => JSON.parse(localStorage.getItem('gantry.console.session') ?? '{"tokens":null}'));
 

@@ -7,18 +7,13 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { Browser } from 'playwright-core';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import { createCredential, registerUser, type TestUser } from '../helpers/identity.js';
 import { spawnAgent, tinyGraph, tmpDir, waitFor, type AgentProcess } from '../agents/helpers.js';
+import { browserSkip, buildConsole, launchBrowser, newPage, signInWithTokens } from '../helpers/browser.js';
 
-const root = fileURLToPath(new URL('../../', import.meta.url));
-const CHROMIUM = process.env.GANTRY_CHROMIUM ?? '/usr/bin/chromium';
-const noBrowser = existsSync(CHROMIUM) ? false : `chromium is not installed (${CHROMIUM} missing; on Debian: apt-get install --no-install-recommends chromium): browser test skipped`;
-if (noBrowser) console.log(`# ${noBrowser}`);
+const noBrowser = browserSkip('browser test skipped');
 
 let t: TestNode;
 let user: TestUser;
@@ -89,18 +84,10 @@ test('waiting_reason: no agent online, then an agent without the label, without 
 });
 
 test('the console\'s task page says why the task waits', { skip: noBrowser, timeout: 90_000 }, async () => {
-  const b = spawnSync(process.execPath, ['scripts/build-console.mjs', '--if-missing'], { cwd: root, encoding: 'utf8' });
-  assert.equal(b.status, 0, b.stderr);
-  const { chromium } = await import('playwright-core');
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
-  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.setDefaultTimeout(45_000);
-  await page.goto(`${t.origin}/login`);
-  await page.evaluate((s) => localStorage.setItem('gantry.console.session', s), JSON.stringify({ tokens: { access_token: user.accessToken, refresh_token: user.refreshToken }, teamId: user.teamId }));
+  buildConsole();
+  browser = await launchBrowser();
+  const page = await newPage(browser);
+  await signInWithTokens(page, t.origin, user);
   await page.goto(`${t.origin}/tasks/${labelTask}`);
   const why = page.getByTestId('waiting-reason');
   await why.waitFor();
