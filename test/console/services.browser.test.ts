@@ -1,5 +1,5 @@
 /**
- * The console creates and edits a container service (image, port, env, GPUs, replicas) through its
+ * The console creates and edits a container service (image, port, env, GPUs, replicas, autoscaling) through its
  * forms, and the API holds what was typed; the credentials page is not cut off at 390 px. Debian's
  * chromium through playwright-core, against a real node. Skips, naming chromium, where
  * /usr/bin/chromium is missing.
@@ -45,6 +45,10 @@ interface Svc {
   gpu_count: number;
   replica_count: number;
   required_labels: string[];
+  min_replicas: number | null;
+  max_replicas: number | null;
+  target_inflight_per_replica: number | null;
+  idle_timeout_s: number | null;
 }
 
 test('create a container service in the console, then edit it: the API holds what was typed', { skip, timeout: 120_000 }, async () => {
@@ -58,7 +62,7 @@ test('create a container service in the console, then edit it: the API holds wha
   await page.getByLabel('Health check path').fill('/health');
   await page.getByLabel('Environment').fill('MODEL=llama-3-8b\nTOKEN=a=b=c\n');
   await page.getByLabel('GPUs per replica').fill('1');
-  await page.getByLabel('Replicas').fill('2');
+  await page.getByLabel('Replicas', { exact: true }).fill('2');
   await page.getByLabel('Required agent labels').fill('gpu, eu');
   await page.getByRole('button', { name: 'Create service' }).click();
   await page.waitForURL(/\/services\/[0-9a-f-]{36}$/);
@@ -79,7 +83,7 @@ test('create a container service in the console, then edit it: the API holds wha
   await page.getByLabel('Port').fill('9000');
   await page.getByLabel('Environment').fill('MODEL=llama-3-70b');
   await page.getByLabel('GPUs per replica').fill('-1');
-  await page.getByLabel('Replicas').fill('3');
+  await page.getByLabel('Replicas', { exact: true }).fill('3');
   await page.getByRole('button', { name: 'Save changes' }).click();
   await page.getByText('Saved.').waitFor();
   const edited = (await t.http.get(`/containers/${id}`, { token: user.accessToken, team: user.teamId })).body as Svc;
@@ -89,6 +93,24 @@ test('create a container service in the console, then edit it: the API holds wha
   );
   // the page shows the saved settings
   await page.getByText('ghcr.io/example/llm:1.1', { exact: true }).first().waitFor();
+
+  // autoscaling: Max replicas turns it on (Min 0 = scale to zero), the page shows the range; clearing it turns it off
+  await page.getByLabel('Max replicas (autoscaling)').fill('4');
+  await page.getByLabel('Min replicas').fill('0');
+  await page.getByLabel('Idle timeout (s)').fill('120');
+  await page.getByRole('button', { name: 'Save changes' }).click();
+  await page.getByText('autoscaling 0–4').waitFor();
+  const scaled = (await t.http.get(`/containers/${id}`, { token: user.accessToken, team: user.teamId })).body as Svc;
+  assert.deepEqual(
+    { min: scaled.min_replicas, max: scaled.max_replicas, target: scaled.target_inflight_per_replica, idle: scaled.idle_timeout_s },
+    { min: 0, max: 4, target: 8, idle: 120 }, // an empty target: the default (8)
+  );
+  await page.getByLabel('Max replicas (autoscaling)').fill('');
+  await page.getByRole('button', { name: 'Save changes' }).click();
+  await page.getByText(/^-?\d+ \/ 3$/).waitFor();
+  const fixed = (await t.http.get(`/containers/${id}`, { token: user.accessToken, team: user.teamId })).body as Svc;
+  assert.equal(fixed.max_replicas, null);
+  assert.equal(fixed.replica_count, 3);
 
   // a refusal of the API is shown in the form, and nothing changes
   await page.getByLabel('Environment').fill('1BAD=x');
