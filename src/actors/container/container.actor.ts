@@ -303,7 +303,10 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         return;
       }
       for (const id of settled.replace) this.dropInstance(this.instances.get(id) as ServiceInstance);
-      if (svc.status === 'running' && this.rollout?.state !== 'rolling') this.scale(now);
+      // autoscaling pauses while a rollout replaces replicas (its drains are the rollout's)
+      if (this.rollout?.state === 'rolling') {
+        /* the rollout decides */
+      } else if (svc.status === 'running') this.scale(now);
       else if (!this.autoscale()) this.draining.clear();
       if (this.serving() < this.wanted() && !this.placing && now >= this.notBefore) this.startPlacement(svc);
       const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
