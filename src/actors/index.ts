@@ -38,6 +38,8 @@ export interface ActorDeps {
   containerTickMs?: number;
   /** Container autoscaling: report/evaluation interval, cool-down, queue delay that adds a replica. */
   containerAutoscale?: { intervalMs: number; cooldownMs: number; queueDelayMs: number };
+  /** Container rolling updates: how long a new replica has to become healthy. */
+  containerRollout?: { healthTimeoutMs: number };
   /** Cold starts of container services, for /metrics. */
   containerMetrics?: ContainerMetricsPort;
   /** /metrics counters (absent: nothing counted). */
@@ -90,7 +92,7 @@ export function registerActors(sys: LocalActorSystem<Protocols>, d: ActorDeps): 
     parse: parseAgentMsg,
     idleMs: 24 * 3600_000,
   });
-  sys.register(CONTAINER_SERVICE, (id, ctx) => new ContainerServiceActor(id, ctx, { store: d.containers, changes: d.containerChanges, agentGraceMs: d.agentGraceMs, tickMs: d.containerTickMs ?? 5_000, ...(d.containerAutoscale ? { autoscale: d.containerAutoscale } : {}), ...(d.containerMetrics ? { metrics: d.containerMetrics } : {}) }), {
+  sys.register(CONTAINER_SERVICE, (id, ctx) => new ContainerServiceActor(id, ctx, { store: d.containers, changes: d.containerChanges, agentGraceMs: d.agentGraceMs, tickMs: d.containerTickMs ?? 5_000, ...(d.containerAutoscale ? { autoscale: d.containerAutoscale } : {}), ...(d.containerMetrics ? { metrics: d.containerMetrics } : {}), ...(d.containerRollout ? { rollout: d.containerRollout } : {}) }), {
     parse: parseContainerServiceMsg,
     idleMs: 10 * 60_000,
   });

@@ -13,7 +13,7 @@ import type { ContainerServiceMsg, ContainerServiceReplies } from './container/p
 import type { CloudDispatcherMsg, CloudDispatcherReplies } from './cloud/protocol.js';
 import type { LedgerSeedRow } from './scheduler/ledger.js';
 import type { SubmitterLimits } from './scheduler/fair.js';
-import type { InstanceState, ServiceInstance, ServiceRecord, ServiceStatus } from '../domain/containers/schema.js';
+import type { InstanceState, ServiceInstance, ServiceRecord, ServiceSpec, ServiceStatus } from '../domain/containers/schema.js';
 
 export { TASK_STATUSES, TERMINAL_STATUSES, isTerminal, ACTOR_KINDS } from '../domain/tasks/record.js';
 export type { TaskRecord, TaskStatus, TaskProgress, ActorKind } from '../domain/tasks/record.js';
@@ -218,8 +218,10 @@ export interface ContainerStorePort {
   /** Appends an operation's audit note on its own (an operation that changed no stored state). */
   audit(note: AuditNote): Promise<void>;
   instances(serviceId: string): Promise<ServiceInstance[]>;
-  putInstance(i: { id: string; serviceId: string; teamId: string; agentId: string; status: InstanceState; healthy: boolean; error: string }): Promise<void>;
+  putInstance(i: { id: string; serviceId: string; teamId: string; agentId: string; status: InstanceState; healthy: boolean; error: string; revision?: string }): Promise<void>;
   deleteInstance(id: string): Promise<void>;
+  /** A rolled-back update: the service's spec fields go back to the previous spec. */
+  restoreSpec(id: string, spec: ServiceSpec): Promise<void>;
   /** The team's online agents that offer a container runtime. */
   placementAgents(teamId: string): Promise<Array<{ id: string; labels: string[]; gpuCount: number; runtime: string; status: string }>>;
   /** GPUs held on each agent by live instances of the team's other services. */

@@ -126,6 +126,17 @@ export const ContainerService = z.looseObject({
       draining: z.int().optional().describe('autoscaling: replicas draining (no new requests; removed once their requests in flight ended)'),
       last_cold_start_ms: z.int().nullable().optional().describe('autoscaling: the last start from zero replicas, from the request that woke the service to its first healthy replica'),
       last_cold_start_at: ts.nullable().optional(),
+      rollout: z
+        .object({
+          state: z.enum(['rolling', 'completed', 'rolled_back']),
+          from_revision: z.string().describe('the spec revision the replicas ran before the update'),
+          to_revision: z.string().describe('the spec revision being rolled out'),
+          updated: z.int().describe('healthy replicas running to_revision'),
+          total: z.int().describe('replicas to roll'),
+          message: z.string().describe('progress, or why the update was rolled back'),
+        })
+        .optional()
+        .describe('the last rolling update (a change of image, env, port, health path or GPUs of a running service): replicas replaced one at a time; rolled_back when a new replica failed health (the spec went back to from_revision)'),
     })
     .optional(),
   created_at: ts,

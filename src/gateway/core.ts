@@ -248,6 +248,10 @@ export class GatewayCore {
         const release = pick.release;
         const svcId = route.svc.id;
         pick = { ...pick, release: (failed) => (release(failed), scaled.meter.signal(svcId)) };
+      } else if (pick.ok && this.d.autoscale) {
+        // every service's requests are metered: a rolling update drains an old replica only once
+        // nothing is in flight on it (the meter reports only services with requests under way)
+        this.d.autoscale.meter.started(route.svc.id, team.teamId, pick.instance.id);
       }
       if (!pick.ok) {
         if (tried.size > 0 && pick.reason === 'no_healthy_instance') throw badGateway('tunnel_failed', 'every instance failed to take the request');
@@ -299,7 +303,7 @@ export class GatewayCore {
         if (this.d.autoscale && autoscaleOf(route.svc)) void this.d.autoscale.wake(route.svc.id).catch(() => undefined);
         throw unavailable(pick.reason, `container service ${route.svc.slug} has no instance to take the connection (${pick.reason})`, 1);
       }
-      if (this.d.autoscale && autoscaleOf(route.svc)) this.d.autoscale.meter.started(route.svc.id, team.teamId, pick.instance.id);
+      if (this.d.autoscale) this.d.autoscale.meter.started(route.svc.id, team.teamId, pick.instance.id);
       agentId = pick.instance.agentId;
       instanceId = pick.instance.id;
       release = pick.release;

@@ -92,6 +92,7 @@ export function registerAll(
     containers: d.containers,
     containerChanges: d.containerChanges,
     containerAutoscale: { intervalMs: config.GANTRY_AUTOSCALE_INTERVAL_MS, cooldownMs: config.GANTRY_AUTOSCALE_COOLDOWN_MS, queueDelayMs: config.GANTRY_AUTOSCALE_QUEUE_DELAY_MS },
+    containerRollout: { healthTimeoutMs: config.GANTRY_ROLLOUT_HEALTH_TIMEOUT_MS },
     containerMetrics: d.metrics.containers,
   });
 }

@@ -84,7 +84,7 @@ export function createGateway(d: {
   const timeoutMs = config.GANTRY_PROXY_TIMEOUT_MS;
   const outboundCaList = d.settings.outboundCa;
   const balancer = new Balancer({ maxInflight: config.GANTRY_PROXY_MAX_INFLIGHT, ejectMs: 5_000, now: () => clock.now() });
-  // autoscaled services: this node's load goes to each service's actor (one per cluster, wherever it lives)
+  // every deployed service's load (requests in flight per replica) goes to its actor (one per cluster, wherever it lives): autoscaling decides on it, and drains (autoscaling's, a rolling update's) wait on it
   const meter = new LoadMeter({
     intervalMs: config.GANTRY_AUTOSCALE_INTERVAL_MS,
     now: () => clock.now(),

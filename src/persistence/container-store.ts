@@ -3,6 +3,7 @@
  * Routes create, update and delete definitions; the service's status, deploy detail and instances
  * are written only by its container-service actor.
  */
+import { z } from 'zod';
 import type { Database } from './db.js';
 import { q, json, ts } from './sql.js';
 import { isRecord, jsonArrayOf, jsonObject, jsonStrings, type PgTimestamp } from './rows.js';
@@ -11,7 +12,7 @@ import { appendAudit, audited } from './audit.js';
 import type { AuditNote } from '../shared/audit.js';
 import { conflict } from '../shared/errors.js';
 import type { ContainerStorePort } from '../actors/ports.js';
-import { SessionAffinitySchema, type CreateServiceBody, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus, type ServiceType, type UpdateServiceBody } from '../domain/containers/schema.js';
+import { SessionAffinitySchema, type CreateServiceBody, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceSpec, type ServiceStatus, type ServiceType, type UpdateServiceBody } from '../domain/containers/schema.js';
 
 /** An online agent as placement needs it. */
 export interface PlacementAgent {
@@ -63,9 +64,13 @@ interface InstanceRow {
   instance_status: InstanceState;
   healthy: boolean;
   instance_error: string;
+  spec_revision: string;
   created_at: PgTimestamp;
   updated_at: PgTimestamp;
 }
+
+const SpecSchema = z.object({ image: z.string(), exposedPort: z.number(), healthPath: z.string(), env: z.array(z.object({ env_name: z.string(), env_value: z.string() })), gpuCount: z.number() });
+const RolloutDetailSchema = z.object({ state: z.enum(['rolling', 'completed', 'rolled_back']), from: z.string(), to: z.string(), updated: z.number(), total: z.number(), message: z.string(), previous: SpecSchema.optional() });
 
 type EnvVar = ServiceRecord['env'][number];
 type Volume = ServiceRecord['volumes'][number];
@@ -83,6 +88,10 @@ function rowDetail(v: unknown): ServiceRecord['detail'] {
     else if ((k === 'desired' || k === 'placed' || k === 'running' || k === 'healthy' || k === 'lastColdStartMs' || k === 'coldStartAt') && typeof x === 'number') d[k] = x;
     else if (k === 'scaleError' && typeof x === 'string') d.scaleError = x;
     else if (k === 'draining' && Array.isArray(x)) d.draining = x.filter((v): v is string => typeof v === 'string');
+    else if (k === 'rollout') {
+      const r = RolloutDetailSchema.safeParse(x);
+      if (r.success) d.rollout = r.data;
+    }
   }
   return d;
 }
@@ -124,6 +133,7 @@ const rowToInstance = (r: InstanceRow): ServiceInstance => ({
   healthy: r.healthy,
   error: r.instance_error,
   updatedAt: ts(r.updated_at) ?? 0,
+  revision: r.spec_revision ?? '',
 });
 
 function isUniqueViolation(e: unknown): boolean {
@@ -271,12 +281,17 @@ export class PgContainerStore implements ContainerStorePort {
     return rows[0]?.service_id ?? null;
   }
 
-  async putInstance(i: { id: string; serviceId: string; teamId: string; agentId: string; status: InstanceState; healthy: boolean; error: string }): Promise<void> {
+  async putInstance(i: { id: string; serviceId: string; teamId: string; agentId: string; status: InstanceState; healthy: boolean; error: string; revision?: string }): Promise<void> {
     await this.q(
-      `insert into container_instances (id, service_id, team_id, agent_id, instance_status, healthy, instance_error) values (?, ?, ?, ?, ?, ?, ?)
-       on conflict (id) do update set instance_status = excluded.instance_status, healthy = excluded.healthy, instance_error = excluded.instance_error, updated_at = now()`,
-      [i.id, i.serviceId, i.teamId, i.agentId, i.status, i.healthy, i.error],
+      `insert into container_instances (id, service_id, team_id, agent_id, instance_status, healthy, instance_error, spec_revision) values (?, ?, ?, ?, ?, ?, ?, ?)
+       on conflict (id) do update set instance_status = excluded.instance_status, healthy = excluded.healthy, instance_error = excluded.instance_error, spec_revision = excluded.spec_revision, updated_at = now()`,
+      [i.id, i.serviceId, i.teamId, i.agentId, i.status, i.healthy, i.error, i.revision ?? ''],
     );
+  }
+
+  /** A rollback: the service's spec goes back to the one its old replicas run. */
+  async restoreSpec(id: string, spec: ServiceSpec): Promise<void> {
+    await this.q('update container_services set docker_image = ?, exposed_port = ?, health_path = ?, env_config = ?::jsonb, gpu_count = ?, updated_at = now() where id = ?', [spec.image, spec.exposedPort, spec.healthPath, json(spec.env), spec.gpuCount, id]);
   }
 
   async deleteInstance(id: string): Promise<void> {

@@ -63,6 +63,8 @@ export const configSchema = z.object({
   GANTRY_AUTOSCALE_QUEUE_DELAY_MS: int(500, 1, 600_000),
   /** Container autoscaling: how long the gateway holds a request while a replica starts (scale from zero, every replica busy); then 503. */
   GANTRY_AUTOSCALE_HOLD_TIMEOUT_MS: int(120_000, 100, 3_600_000),
+  /** Container rolling updates: a new replica not healthy this long after its placement rolls the update back. */
+  GANTRY_ROLLOUT_HEALTH_TIMEOUT_MS: int(300_000, 100, 86_400_000),
   /** Credential vault keys: "kid:base64-32-bytes,..." (first encrypts; all decrypt). Unset: derived from the deployment secret. */
   GANTRY_VAULT_KEYS: optStr,
   // hosted cloud providers (dispatch_target comfy_cloud): default concurrency per team key, job status poll interval, request timeout

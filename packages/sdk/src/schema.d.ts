@@ -1899,6 +1899,21 @@ export interface components {
                 /** @description autoscaling: the last start from zero replicas, from the request that woke the service to its first healthy replica */
                 last_cold_start_ms?: number | null;
                 last_cold_start_at?: string | null;
+                /** @description the last rolling update (a change of image, env, port, health path or GPUs of a running service): replicas replaced one at a time; rolled_back when a new replica failed health (the spec went back to from_revision) */
+                rollout?: {
+                    /** @enum {string} */
+                    state: "rolling" | "completed" | "rolled_back";
+                    /** @description the spec revision the replicas ran before the update */
+                    from_revision: string;
+                    /** @description the spec revision being rolled out */
+                    to_revision: string;
+                    /** @description healthy replicas running to_revision */
+                    updated: number;
+                    /** @description replicas to roll */
+                    total: number;
+                    /** @description progress, or why the update was rolled back */
+                    message: string;
+                };
             } & {
                 [key: string]: unknown;
             };

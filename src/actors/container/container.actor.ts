@@ -2,7 +2,7 @@ import type { Actor, ActorContext } from '../runtime/system.js';
 import { AGENT_KIND, CONTAINER_SERVICE_KIND } from '../../domain/tasks/record.js';
 import type { ContainerChangesPort, ContainerStorePort, Protocols } from '../ports.js';
 import { ContainerServiceMsg, type ContainerServiceMsg as Msg, type ContainerServiceReplies } from './protocol.js';
-import { OPERATION_FROM, autoscaleOf, type Autoscale, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
+import { OPERATION_FROM, autoscaleOf, type Autoscale, type RolloutDetail, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
 import { conflict, notFound } from '../../shared/errors.js';
 import { uuidv7 } from '../../shared/ids.js';
 import type { AuditNote } from '../../shared/audit.js';
@@ -10,6 +10,7 @@ import { containerStartOf } from '../../protocol/container-start.js';
 import { detailOf, isLive, place, runningStatus, settleRun } from './decide.js';
 import { clusterLoad, decideScale, type LoadSample, type NodeLoad, type ScaleReplica } from './autoscale.js';
 import type { ReplyHandle } from '../runtime/actor.js';
+import { decideRollout, specOf, specRevision, type RolloutReplica } from './rollout.js';
 
 export const CONTAINER_SERVICE = CONTAINER_SERVICE_KIND;
 
@@ -24,6 +25,8 @@ export interface ContainerActorDeps {
   autoscale?: { intervalMs: number; cooldownMs: number; queueDelayMs: number };
   /** Cold starts (a replica started for a request while the service had none), for /metrics. */
   metrics?: ContainerMetricsPort;
+  /** Rolling updates (src/actors/container/rollout.ts): how long a new replica has to become healthy. */
+  rollout?: { healthTimeoutMs: number };
 }
 
 export interface ContainerMetricsPort {
@@ -31,6 +34,7 @@ export interface ContainerMetricsPort {
 }
 
 const AUTOSCALE_DEFAULTS = { intervalMs: 1_000, cooldownMs: 60_000, queueDelayMs: 500 };
+const ROLLOUT_HEALTH_TIMEOUT_MS = 300_000;
 
 export const parseContainerServiceMsg = (m: Msg): Msg => ContainerServiceMsg.parse(m);
 
@@ -75,6 +79,10 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private lastColdStart: { ms: number; at: number } | null = null;
   private scaleError = '';
   private wakeWaiters: Array<ReplyHandle<Reply>> = [];
+  // rolling updates: the rollout under way or the last one's outcome (status_detail.rollout), when
+  // each replica was placed (a new one's health timeout counts from there)
+  private rollout: RolloutDetail | null = null;
+  private placedAt = new Map<string, number>();
 
   constructor(
     private readonly serviceId: string,
@@ -93,6 +101,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     for (const id of this.svc.detail.draining ?? []) if (this.instances.has(id)) this.draining.set(id, now);
     this.desired = this.svc.detail.desired ?? [...this.instances.values()].filter((i) => isLive(i) && !this.draining.has(i.id)).length;
     this.observedSince = now;
+    this.rollout = this.svc.detail.rollout ?? null;
     if (this.svc.detail.lastColdStartMs !== undefined) this.lastColdStart = { ms: this.svc.detail.lastColdStartMs, at: this.svc.detail.coldStartAt ?? 0 };
     if (this.target !== 'idle') this.ctx.setTimer('tick', this.tickEvery(), { type: 'tick' });
   }
@@ -118,7 +127,10 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       }
       case 'changed':
         this.ctx.reenterAfter(this.d.store.byId(this.serviceId), (r) => {
-          if ('value' in r && r.value) this.svc = { ...r.value, status: this.svc?.status ?? r.value.status };
+          if (!('value' in r) || !r.value) return;
+          const before = this.svc;
+          this.svc = { ...r.value, status: before?.status ?? r.value.status, detail: before?.detail ?? r.value.detail };
+          if (before) this.specChanged(before);
         });
         return { ok: true };
       case 'report':
@@ -194,6 +206,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         this.failuresInRow = 0;
         this.notBefore = 0;
         this.resetScaling();
+        // a fresh deploy places the spec as it is: an earlier rollout's outcome is history
+        if (op === 'deploy' || this.rollout?.state === 'rolling') this.rollout = null;
         this.message = external ? '' : 'placing replicas';
         if (external) this.setStatus('running');
         else {
@@ -278,6 +292,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
           this.message = `agent ${i.agentId.slice(0, 8)} went offline; re-placing its replica`;
         }
       }
+      // a rolling update steps first (a failed new replica rolls it back rather than being replaced)
+      if (this.rollout?.state === 'rolling') this.stepRollout(svc, now);
       // failed replicas are replaced (removed from their agent, a new one placed), unless every
       // placed replica of a deploying service failed: then it ends failed
       const settled = settleRun(svc.status, [...this.instances.values()], this.placementFailed);
@@ -287,7 +303,10 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         return;
       }
       for (const id of settled.replace) this.dropInstance(this.instances.get(id) as ServiceInstance);
-      if (svc.status === 'running') this.scale(now);
+      // autoscaling pauses while a rollout replaces replicas (its drains are the rollout's)
+      if (this.rollout?.state === 'rolling') {
+        /* the rollout decides */
+      } else if (svc.status === 'running') this.scale(now);
       else if (!this.autoscale()) this.draining.clear();
       if (this.serving() < this.wanted() && !this.placing && now >= this.notBefore) this.startPlacement(svc);
       const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
@@ -313,7 +332,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     }
   }
 
-  private startPlacement(svc: ServiceRecord): void {
+  private startPlacement(svc: ServiceRecord, surge = 0): void {
     this.placing = true;
     const read = Promise.all([this.d.store.placementAgents(svc.teamId), this.d.store.gpuUsage(svc.teamId, svc.id)]);
     this.ctx.reenterAfter(read, (r) => {
@@ -323,15 +342,23 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       const online = agents.filter((a) => !this.downSince.has(a.id));
       const mine = new Map<string, number>();
       for (const i of this.instances.values()) if (isLive(i)) mine.set(i.agentId, (mine.get(i.agentId) ?? 0) + 1);
-      const want = this.wanted() - this.serving();
+      const want = this.wanted() - this.serving() + (surge > 0 && this.rollout?.state === 'rolling' ? surge : 0);
       if (want <= 0) return this.answerWakes();
       const { chosen, reason } = place(this.svc, want, online, mine, used);
+      // a rollout's new replica that cannot be placed fails the rollout
+      if (surge > 0 && chosen.length === 0 && this.rollout?.state === 'rolling') {
+        this.rollBack(`no agent could take a replica of the new spec: ${reason}`);
+        this.reconcile();
+        return this.answerWakes();
+      }
+      const revision = specRevision(this.svc);
       this.scaleError = chosen.length === 0 ? reason : '';
       // autoscaled: a scale-up that found no agent is retried with the replica backoff, not every tick
       if (chosen.length === 0 && this.autoscale()) this.backOff();
       for (const agentId of chosen) {
-        const i: ServiceInstance = { id: uuidv7(), agentId, status: 'pending', healthy: false, error: '', updatedAt: this.ctx.clock.now() };
+        const i: ServiceInstance = { id: uuidv7(), agentId, status: 'pending', healthy: false, error: '', updatedAt: this.ctx.clock.now(), revision };
         this.instances.set(i.id, i);
+        this.placedAt.set(i.id, this.ctx.clock.now());
         this.putInstance(i);
         this.startInstance(i);
       }
@@ -340,6 +367,103 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       this.reconcile();
       this.answerWakes();
     });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // rolling updates
+
+  /**
+   * The definition changed (PUT): when the spec replicas run changed on a running service, its
+   * replicas are rolled to the new one (a change while rolling retargets the rollout, keeping the
+   * spec of the replicas it started from to roll back to).
+   */
+  private specChanged(before: ServiceRecord): void {
+    const svc = this.svc;
+    if (!svc || svc.type !== 'deployed') return;
+    const from = specRevision(before);
+    const to = specRevision(svc);
+    if (from === to) return;
+    if (svc.status !== 'running' || this.target !== 'run') {
+      // not running: the next deploy or start places the new spec (a deploying service's replicas are
+      // replaced as they come: the old-spec ones still starting are dropped and placed again)
+      if (svc.status === 'deploying' && this.target === 'run') for (const i of [...this.instances.values()]) if (isLive(i) && i.revision !== to) this.dropInstance(i);
+      this.reconcile();
+      return;
+    }
+    const rolling = this.rollout?.state === 'rolling' ? this.rollout : null;
+    this.rollout = {
+      state: 'rolling',
+      from: rolling ? rolling.from : from,
+      to,
+      updated: 0,
+      total: this.wanted(),
+      message: `rolling ${this.wanted()} replica(s) from revision ${rolling ? rolling.from : from} to ${to}`,
+      previous: rolling?.previous ?? specOf(before),
+    };
+    this.message = this.rollout.message;
+    this.reconcile();
+  }
+
+  /** One step of the rollout (decideRollout): remove drained old replicas, start or drain one, end. */
+  private stepRollout(svc: ServiceRecord, now: number): void {
+    const r = this.rollout as RolloutDetail;
+    const st = this.settings();
+    const load = clusterLoad(this.nodes, now, st.intervalMs * 5);
+    const replicas: RolloutReplica[] = [...this.instances.values()].map((i) => ({
+      id: i.id,
+      revision: i.revision ?? '',
+      status: i.status,
+      healthy: i.healthy,
+      error: i.error,
+      placedAt: this.placedAt.get(i.id) ?? now,
+      drainingSince: this.draining.get(i.id) ?? null,
+      inflight: load.perReplica.get(i.id) ?? 0,
+    }));
+    for (const x of replicas) if (!this.placedAt.has(x.id)) this.placedAt.set(x.id, now);
+    const wanted = this.wanted();
+    const dec = decideRollout(replicas, r.to, wanted, { healthTimeoutMs: this.d.rollout?.healthTimeoutMs ?? ROLLOUT_HEALTH_TIMEOUT_MS, drainSettleMs: st.intervalMs * 2 }, now);
+    if (dec.rollback) return this.rollBack(dec.rollback);
+    for (const id of dec.remove) {
+      const i = this.instances.get(id);
+      if (i) this.dropInstance(i);
+    }
+    for (const id of dec.drain) this.draining.set(id, now);
+    r.updated = dec.updated;
+    r.total = wanted;
+    if (dec.completed) {
+      this.rollout = { ...r, state: 'completed', message: `every replica runs revision ${r.to}` };
+      delete this.rollout.previous;
+      this.message = this.rollout.message;
+      return;
+    }
+    r.message = `${dec.updated} of ${wanted} replica(s) run revision ${r.to}`;
+    this.message = `rolling update: ${r.message}`;
+    if (dec.start && !this.placing) this.startPlacement(svc, 1);
+  }
+
+  /**
+   * The rollout failed: the new-spec replicas go, the old ones serve again (undrained), and the
+   * service's spec goes back to the previous one (stored, and told to every node's routing table).
+   */
+  private rollBack(reason: string): void {
+    const svc = this.svc;
+    const r = this.rollout;
+    if (!svc || !r || r.state !== 'rolling') return;
+    for (const i of [...this.instances.values()]) {
+      if (i.revision === r.to) this.dropInstance(i);
+      else this.draining.delete(i.id);
+    }
+    if (r.previous) {
+      const prev = r.previous;
+      Object.assign(svc, { image: prev.image, exposedPort: prev.exposedPort, healthPath: prev.healthPath, env: prev.env, gpuCount: prev.gpuCount });
+      this.write(() => this.d.store.restoreSpec(svc.id, prev));
+      this.notifyChanged(svc.teamId);
+    }
+    this.rollout = { state: 'rolled_back', from: r.from, to: r.to, updated: 0, total: r.total, message: `rolled back to revision ${r.from}: ${reason}` };
+    this.message = this.rollout.message;
+    // the failure that stopped it does not delay replacing a lost old replica
+    this.failuresInRow = 0;
+    this.notBefore = 0;
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -457,7 +581,13 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
 
   /** The autoscaling part of the written detail. */
   private scaleDetail(): Partial<ServiceRecord['detail']> {
-    if (!this.autoscale()) return {};
+    // the spec to roll back to is kept only while rolling
+    const rollout = this.rollout ? { rollout: this.rollout } : {};
+    if (!this.autoscale()) return { ...(this.draining.size ? { draining: [...this.draining.keys()].sort() } : {}), ...rollout };
+    return { ...this.autoscaleDetail(), ...rollout };
+  }
+
+  private autoscaleDetail(): Partial<ServiceRecord['detail']> {
     return {
       desired: this.desired,
       draining: [...this.draining.keys()].sort(),
@@ -474,6 +604,11 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
 
   private startInstance(i: ServiceInstance): void {
     const svc = this.svc as ServiceRecord;
+    if (i.revision !== specRevision(svc)) {
+      // a stopped replica started again (or a start re-sent) runs the spec as it is now
+      i.revision = specRevision(svc);
+      this.putInstance(i);
+    }
     this.ctx.system.tell({ kind: AGENT_KIND, id: i.agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op: 'start', ...containerStartOf(svc, i.id) } } });
   }
 
@@ -481,6 +616,8 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private dropInstance(i: ServiceInstance): void {
     this.command(i, 'remove');
     this.instances.delete(i.id);
+    this.placedAt.delete(i.id);
+    this.draining.delete(i.id);
     this.write(() => this.d.store.deleteInstance(i.id));
   }
 
@@ -508,7 +645,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
 
   private putInstance(i: ServiceInstance): void {
     const svc = this.svc as ServiceRecord;
-    const row = { id: i.id, serviceId: svc.id, teamId: svc.teamId, agentId: i.agentId, status: i.status, healthy: i.healthy, error: i.error };
+    const row = { id: i.id, serviceId: svc.id, teamId: svc.teamId, agentId: i.agentId, status: i.status, healthy: i.healthy, error: i.error, revision: i.revision ?? '' };
     this.write(() => this.d.store.putInstance(row));
     this.notifyChanged(svc.teamId);
   }

@@ -215,6 +215,28 @@ export interface ServiceInstance {
   healthy: boolean;
   error: string;
   updatedAt: number;
+  /** The spec revision it was started with (src/actors/container/rollout.ts specRevision; '' = unknown). */
+  revision?: string;
+}
+
+/** The spec fields a replica runs (a change of them on a running service is rolled out). */
+export interface ServiceSpec {
+  image: string;
+  exposedPort: number;
+  healthPath: string;
+  env: Array<{ env_name: string; env_value: string }>;
+  gpuCount: number;
+}
+
+/** A rolling update's state (status_detail.rollout): `previous` is the spec to roll back to while rolling. */
+export interface RolloutDetail {
+  state: 'rolling' | 'completed' | 'rolled_back';
+  from: string;
+  to: string;
+  updated: number;
+  total: number;
+  message: string;
+  previous?: ServiceSpec;
 }
 
 /** The row as the store returns it. */
@@ -249,7 +271,7 @@ export interface ServiceRecord {
    * autoscaling also the replicas being drained (ids: the gateway stops routing to them), the
    * last cold start's duration and why the last scale-up could not place a replica.
    */
-  detail: { message?: string; desired?: number; placed?: number; running?: number; healthy?: number; draining?: string[]; lastColdStartMs?: number; coldStartAt?: number; scaleError?: string };
+  detail: { message?: string; desired?: number; placed?: number; running?: number; healthy?: number; draining?: string[]; lastColdStartMs?: number; coldStartAt?: number; scaleError?: string; rollout?: RolloutDetail };
   createdAt: number;
   updatedAt: number;
 }
@@ -292,12 +314,13 @@ export function serviceJson(s: ServiceRecord, reduced: boolean, instances?: Serv
       running: s.detail.running ?? 0,
       healthy: s.detail.healthy ?? 0,
       message: s.detail.message ?? '',
+      ...(s.detail.rollout ? { rollout: { state: s.detail.rollout.state, from_revision: s.detail.rollout.from, to_revision: s.detail.rollout.to, updated: s.detail.rollout.updated, total: s.detail.rollout.total, message: s.detail.rollout.message } } : {}),
       ...(as ? { draining: s.detail.draining?.length ?? 0, last_cold_start_ms: s.detail.lastColdStartMs ?? null, last_cold_start_at: s.detail.coldStartAt ? new Date(s.detail.coldStartAt).toISOString() : null } : {}),
     },
     created_at: new Date(s.createdAt).toISOString(),
     updated_at: new Date(s.updatedAt).toISOString(),
   };
   if (instances)
-    out.instance_list = instances.map((i) => ({ instance_id: i.id, agent_id: i.agentId, instance_status: i.status, healthy: i.healthy, instance_error: i.error, updated_at: new Date(i.updatedAt).toISOString(), ...(as ? { draining: s.detail.draining?.includes(i.id) ?? false } : {}) }));
+    out.instance_list = instances.map((i) => ({ instance_id: i.id, agent_id: i.agentId, instance_status: i.status, healthy: i.healthy, instance_error: i.error, updated_at: new Date(i.updatedAt).toISOString(), spec_revision: i.revision ?? '', ...(as ? { draining: s.detail.draining?.includes(i.id) ?? false } : {}) }));
   return out;
 }

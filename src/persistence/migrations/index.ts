@@ -20,6 +20,7 @@ import { Migration20261126100100_usage } from './Migration20261126100100_usage.j
 import { Migration20261126100200_session_affinity } from './Migration20261126100200_session_affinity.js';
 import { Migration20261126100300_pairing_mint_agent } from './Migration20261126100300_pairing_mint_agent.js';
 import { Migration20261126100400_autoscaling } from './Migration20261126100400_autoscaling.js';
+import { Migration20261126100600_rollout_revision } from './Migration20261126100600_rollout_revision.js';
 import { Migration20261126100500_agent_node_classes } from './Migration20261126100500_agent_node_classes.js';
 
 /**
@@ -50,4 +51,5 @@ export const migrationsList = [
   { name: 'Migration20261126100300_pairing_mint_agent', class: Migration20261126100300_pairing_mint_agent },
   { name: 'Migration20261126100400_autoscaling', class: Migration20261126100400_autoscaling },
   { name: 'Migration20261126100500_agent_node_classes', class: Migration20261126100500_agent_node_classes },
+  { name: 'Migration20261126100600_rollout_revision', class: Migration20261126100600_rollout_revision },
 ];
