@@ -41,12 +41,14 @@ let c: TestCluster | null = null;
 let tmp: string | null = null;
 let prev: string | null = null;
 const procs: AgentProcess[] = [];
+const agentDirs: string[] = [];
 after(async () => {
   for (const p of procs) p.kill('SIGKILL');
   await Promise.all(procs.map((p) => p.exited));
   await c?.stop();
   if (prev) git('worktree', 'remove', '--force', prev);
   if (tmp) rmSync(tmp, { recursive: true, force: true });
+  for (const d of agentDirs) rmSync(d, { recursive: true, force: true });
   git('worktree', 'prune');
 });
 
@@ -95,7 +97,10 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
   const cl = c;
   const s = await setupTeam({ http: cl.nodes[0]?.http } as unknown as TestNode);
   const servers = cl.nodes.map((n) => `127.0.0.1:${n.grpcPort}`).join(',');
-  for (let i = 0; i < 2; i++) procs.push(spawnAgent(['--server', servers, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-rolling-agent-'), '--simulate-duration-ms', '300', '--simulate-steps', '2', '--concurrency', '3']));
+  for (let i = 0; i < 2; i++) {
+    agentDirs.push(tmpDir('gantry-rolling-agent-'));
+    procs.push(spawnAgent(['--server', servers, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', agentDirs[i] as string, '--simulate-duration-ms', '300', '--simulate-steps', '2', '--concurrency', '3']));
+  }
   await agentsOnline(cl.nodes[0] as ClusterNodeProc, s.user, 2);
   const wf = await createWorkflow({ http: cl.nodes[0]?.http } as unknown as TestNode, s, tinyGraph(), { max_retries: 2 });
 
