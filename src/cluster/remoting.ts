@@ -71,6 +71,10 @@ export class RemotingServer {
   ignoredNewer = 0;
   /** Peers already named in a refusal line: (member, protocol) once each. */
   private readonly refusedLogged = new Set<string>();
+  /** Envelopes delivered from peers of an older protocol (a rolling upgrade in progress). */
+  fromOlder = 0;
+  /** Older peers already named in an info line: (member, protocol) once each. */
+  private readonly olderLogged = new Set<string>();
   constructor(
     /**
      * tunnelOpener: opens other nodes' forwarded gateway tunnels on this node's agent streams (none: refused).
@@ -153,6 +157,15 @@ export class RemotingServer {
         if (replyId && open) call.write({ reply: { reply_id: replyId, error_json: this.o.errors.encode(err) } });
         return;
       }
+      if (peerVersion < PROTOCOL_VERSION) {
+        // a rolling upgrade in progress: one line per (peer, version) that this node serves it
+        this.fromOlder++;
+        const key = `${from}/${peerVersion}`;
+        if (!this.olderLogged.has(key)) {
+          this.olderLogged.add(key);
+          this.o.logger.info({ peer: from, peer_protocol: peerVersion, protocol: PROTOCOL_VERSION }, 'remoting: serving a node of an older cluster protocol');
+        }
+      }
       if (!out) return;
       const { replyId, result } = out;
       result.then(
@@ -212,6 +225,7 @@ export class RemotePeer {
   sent = 0;
   /** The protocol the peer answered with (1 until its Hello arrives; a first-release node sends none). */
   peerProtocol = 1;
+  private olderLogged = false;
 
   constructor(
     readonly memberId: string,
@@ -257,6 +271,11 @@ export class RemotePeer {
       if (!p) return;
       this.pending.delete(r.reply_id);
       clearTimeout(p.timer);
+      if (this.peerProtocol < PROTOCOL_VERSION && !this.olderLogged) {
+        // an older node answered (no Hello back): a rolling upgrade in progress, once per stream owner
+        this.olderLogged = true;
+        this.o.logger.info({ peer: this.memberId, peer_protocol: this.peerProtocol, protocol: PROTOCOL_VERSION }, 'remoting: a node of an older cluster protocol answered');
+      }
       if (r.result === 'error_json') p.reject(this.o.errors.decode(r.error_json ?? ''));
       else {
         let v: unknown;

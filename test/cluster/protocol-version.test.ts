@@ -98,7 +98,7 @@ async function until(cond: () => boolean, what: string, ms = 5000): Promise<void
 const ask = (type: string, reply: string): string => JSON.stringify({ target: { kind: 'echo', id: 'e1' }, msg: { type }, reply });
 
 test('Hello is answered with this node\'s protocol; a first-release peer (no version on the wire) is served', async () => {
-  const { address } = await serverNode();
+  const { address, server } = await serverNode();
   const old = rawStream(address);
   // protocol 1's frames: no protocol_version in the Hello nor in the envelope
   old.call.write({ hello: { member_id: 'old-node', view_version: 1 } });
@@ -108,6 +108,7 @@ test('Hello is answered with this node\'s protocol; a first-release peer (no ver
   assert.equal(hello?.protocol_version, PROTOCOL_VERSION);
   assert.equal(hello?.member_id, 'server-member');
   assert.equal(JSON.parse(old.frames.find((f) => f.reply)?.reply?.ok_json ?? 'null'), 'pong');
+  assert.equal(server.fromOlder, 1, 'counted as served for a node of an older protocol');
 
   // this release's client learns the server's protocol from the answering Hello
   const peer = new RemotePeer('server', address, { selfMember: () => 'me', viewVersion: () => 1, errors, logger });

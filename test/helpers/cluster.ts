@@ -35,7 +35,8 @@ export interface TestCluster {
   prefix: string;
   nodes: ClusterNodeProc[];
   leaseMs: number;
-  start(i: number): Promise<void>;
+  /** Starts node i (again); `root`: the checkout whose bin/gantry.mjs it runs (default: the previous one, else this one). */
+  start(i: number, o?: { root?: string }): Promise<void>;
   kill(i: number, sig?: NodeJS.Signals): Promise<void>;
   signal(i: number, sig: NodeJS.Signals): void;
   /** Live member ids per Redis (the membership hash). */
@@ -50,6 +51,8 @@ export interface ClusterOptions {
   env?: Record<string, string>;
   /** The DATABASE_URL the nodes use, from the fixture database's (e.g. through a TCP proxy the caller cuts). */
   databaseUrl?: (url: string) => string;
+  /** The checkout the nodes run bin/gantry.mjs from (e.g. a worktree of a previous release); default this one. */
+  root?: string;
 }
 
 const redisBin = (): string | null => ['/usr/bin/redis-server', '/usr/local/bin/redis-server'].find((p) => existsSync(p)) ?? null;
@@ -167,10 +170,12 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
     };
   };
 
-  const start = async (i: number): Promise<void> => {
+  const roots = nodes.map(() => o.root ?? root);
+  const start = async (i: number, so: { root?: string } = {}): Promise<void> => {
+    if (so.root) roots[i] = so.root;
     const nd = nodes[i] as ClusterNodeProc & { _waiters: Array<{ pred: (l: Record<string, any>) => boolean; resolve: (l: Record<string, any>) => void; from: number }>; _incarnationStart: number };
     nd._incarnationStart = nd.lines.length;
-    const child = spawn(process.execPath, ['bin/gantry.mjs', 'serve'], { cwd: root, env: env(i), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['bin/gantry.mjs', 'serve'], { cwd: roots[i], env: env(i), stdio: ['ignore', 'pipe', 'pipe'] });
     nd.child = child;
     let buf = '';
     let err = '';
