@@ -266,7 +266,16 @@ export class Database {
       // data into a fresh database) unless creation was asked for. The migrator would otherwise
       // create it on its first call.
       try {
-        await orm.em.getConnection().execute('select 1');
+        // with several hosts, the first ones may be down or standbys: each refusal moves the
+        // rotation on, so try once per host before giving up
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await orm.em.getConnection().execute('select 1');
+            break;
+          } catch (e) {
+            if (!rotation || attempt >= rotation.url.hosts.length || !isConnectionError(e)) throw e;
+          }
+        }
       } catch (e) {
         if ((e as { code?: string }).code !== '3D000') {
           await orm.close(true);

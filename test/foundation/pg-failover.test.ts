@@ -21,6 +21,7 @@ import { createLogger } from '../../src/shared/logger.js';
 import { startNode } from '../../src/main.js';
 import { HttpClient, type TestNode } from '../helpers/node.js';
 import { freePort } from '../helpers/child-node.js';
+import { HostRotation, needsRotation, parseMultiHostUrl } from '../../src/persistence/pg-hosts.js';
 import { agentServer, setupTeam, createWorkflow, spawnAgent, tinyGraph, tmpDir, waitFor, type AgentProcess } from '../agents/helpers.js';
 
 const BIN = '/usr/lib/postgresql/15/bin';
@@ -42,6 +43,37 @@ function pgOwner(): { uid: number; gid: number } | null {
 
 const TERMINAL = ['completed', 'failed', 'cancelled'];
 
+test('parseMultiHostUrl: libpq-style host lists, target_session_attrs, the single-host URL handed to the driver', () => {
+  const u = parseMultiHostUrl('postgres://u:p%40ss@a:5433,b,[::1]:6000/db?target_session_attrs=read-write&sslmode=disable');
+  assert.deepEqual(u?.hosts, [
+    { host: 'a', port: 5433 },
+    { host: 'b', port: 5432 },
+    { host: '::1', port: 6000 },
+  ]);
+  assert.equal(u?.targetSessionAttrs, 'read-write');
+  assert.equal(u?.singleHostUrl, 'postgres://u:p%40ss@a:5433/db?sslmode=disable');
+  assert.ok(u && needsRotation(u));
+  const one = parseMultiHostUrl('postgresql://u@h:5432/db');
+  assert.deepEqual(one?.hosts, [{ host: 'h', port: 5432 }]);
+  assert.equal(one?.targetSessionAttrs, 'any');
+  assert.ok(one && !needsRotation(one), 'a single host without session attributes keeps the plain driver path');
+  assert.throws(() => parseMultiHostUrl('postgres://u@a,b/db?target_session_attrs=standby'), /not supported/);
+  assert.equal(parseMultiHostUrl('postgres://u@a,,b/db'), null);
+});
+
+test('HostRotation: a failed host moves new connections to the next one, wrapping around', () => {
+  const u = parseMultiHostUrl('postgres://u@a:1,b:2/db')!;
+  const r = new HostRotation(u);
+  const a = r.host;
+  assert.equal(a.host, 'a');
+  r.failed(a);
+  assert.equal(r.host.host, 'b');
+  r.failed(a); // a late failure of the host already left does not skip b
+  assert.equal(r.host.host, 'b');
+  r.failed(r.host);
+  assert.equal(r.host.host, 'a');
+});
+
 test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged run lost, no double terminal event, only 202/503 during the switch, service back', { skip, timeout: 120_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gantry-pgfo-'));
   const owner = pgOwner();
@@ -51,6 +83,7 @@ test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged 
   const d2 = join(dir, 'standby');
   const opts = (port: number): string => `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${dir} -c fsync=off -c max_connections=60`;
   const started: string[] = [];
+  const t0 = Date.now();
   let node: Awaited<ReturnType<typeof startNode>> | null = null;
   let agent: AgentProcess | null = null;
   try {
@@ -61,23 +94,17 @@ test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged 
     await c.connect();
     await c.query('create database gantry');
     await c.end();
-    pgRun('pg_basebackup', ['-h', '127.0.0.1', '-p', String(p1), '-U', 'postgres', '-D', d2, '-R', '-X', 'stream', '--no-sync']);
+    pgRun('pg_basebackup', ['-h', '127.0.0.1', '-p', String(p1), '-U', 'postgres', '-D', d2, '-R', '-X', 'stream', '-c', 'fast', '--no-sync']);
     pgRun('pg_ctl', ['-D', d2, '-l', join(dir, 'standby.log'), '-w', '-o', opts(p2), 'start']);
     started.push(d2);
-    // the standby streams synchronously before the load starts (made synchronous once it exists:
-    // commits on the primary would wait for it before)
-    const check = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${p1}/postgres` });
-    await check.connect();
-    await check.query(`alter system set synchronous_standby_names = '*'`);
-    await check.query('select pg_reload_conf()');
-    await waitFor('the standby streams synchronously', async () => (await check.query(`select 1 from pg_stat_replication where sync_state = 'sync'`)).rowCount === 1, 30_000, 100);
-    await check.end();
+    const setupMs = Date.now() - t0;
 
     const dataDir = mkdtempSync(join(tmpdir(), 'gantry-pgfo-node-'));
     const config = loadConfig(
       {},
       {
-        DATABASE_URL: `postgres://postgres@127.0.0.1:${p1},127.0.0.1:${p2}/gantry?target_session_attrs=read-write`,
+        // the standby first: the node must skip it (in recovery) and write to the primary
+        DATABASE_URL: `postgres://postgres@127.0.0.1:${p2},127.0.0.1:${p1}/gantry?target_session_attrs=read-write`,
         GANTRY_DATA_DIR: dataDir,
         GANTRY_HTTP_HOST: '127.0.0.1',
         GANTRY_HTTP_PORT: 0,
@@ -90,6 +117,15 @@ test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged 
       },
     );
     node = await startNode(config, { logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent') });
+    const nodeMs = Date.now() - t0 - setupMs;
+    // the standby becomes synchronous once the schema is in (commits on the primary wait for it
+    // from now on): every run acknowledged below is on the standby before its 202
+    const check = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${p1}/postgres` });
+    await check.connect();
+    await check.query(`alter system set synchronous_standby_names = '*'`);
+    await check.query('select pg_reload_conf()');
+    await waitFor('the standby streams synchronously', async () => (await check.query(`select 1 from pg_stat_replication where sync_state = 'sync'`)).rowCount === 1, 30_000, 100);
+    await check.end();
     const http = new HttpClient(node.baseUrl);
     const t = { http } as unknown as TestNode;
     const s = await setupTeam(t);
@@ -142,7 +178,7 @@ test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged 
       const other = answers.filter((a) => a.status !== 202 && a.status !== 503);
       const no503RetryAfter = answers.filter((a) => a.status === 503 && !a.retryAfter);
       const n503 = answers.filter((a) => a.status === 503).length;
-      console.log(`pg failover: ${acked.length} runs acknowledged (${ackedBefore} before the switch), ${n503} answered 503 during it, first 202 ${recoveryMs} ms after the primary stopped; terminal: ${JSON.stringify(statuses)}`);
+      console.log(`pg failover: ${acked.length} runs acknowledged (${ackedBefore} before the switch), ${n503} answered 503 during it, first 202 ${recoveryMs} ms after the primary stopped; terminal: ${JSON.stringify(statuses)}; servers up in ${setupMs} ms, node started in ${nodeMs} ms, whole run ${Date.now() - t0} ms`);
       assert.equal(rows.length, acked.length, 'every acknowledged run is on the promoted server');
       assert.deepEqual(doubles.rows, [], 'no task has two terminal events');
       assert.deepEqual(other.map((a) => `${a.status} ${a.text}`), [], 'clients got only 202 or 503');
