@@ -225,7 +225,7 @@ export class Database {
       // a libpq-style multi-host URL (h1:p1,h2:p2, target_session_attrs=read-write): pg-hosts.ts
       const multi = parseMultiHostUrl(o.databaseUrl);
       const rotation = multi && needsRotation(multi) ? new HostRotation(multi) : null;
-      const clientUrl = multi?.singleHostUrl ?? o.databaseUrl;
+      const clientUrl = rotation && multi ? multi.singleHostUrl : o.databaseUrl;
       type Done = (err: Error | null, conn: PgClientLike) => void;
       const checkHost = (conn: PgClientLike, done: Done): void => {
         if (!rotation) return done(null, conn);

@@ -28,7 +28,8 @@ export interface MultiHostUrl {
   singleHostUrl: string;
 }
 
-const URL_RE = /^(postgres(?:ql)?:\/\/)([^@/?#]*@)?([^/?#]*)(.*)$/;
+/** scheme, userinfo up to the authority's last @ (a password may hold an unencoded @), host list, the rest. */
+const URL_RE = /^(postgres(?:ql)?:\/\/)([^/?#]*@)?([^@/?#]*)(.*)$/;
 
 /**
  * Parses a postgres:// URL that may name several hosts (comma-separated host[:port], [ipv6]:port;

@@ -59,6 +59,10 @@ test('parseMultiHostUrl: libpq-style host lists, target_session_attrs, the singl
   assert.ok(one && !needsRotation(one), 'a single host without session attributes keeps the plain driver path');
   assert.throws(() => parseMultiHostUrl('postgres://u@a,b/db?target_session_attrs=standby'), /not supported/);
   assert.equal(parseMultiHostUrl('postgres://u@a,,b/db'), null);
+  assert.deepEqual(parseMultiHostUrl('postgres://u:p@ss@a:1,b:2/db')?.hosts, [
+    { host: 'a', port: 1 },
+    { host: 'b', port: 2 },
+  ]);
 });
 
 test('HostRotation: a failed host moves new connections to the next one, wrapping around', () => {
