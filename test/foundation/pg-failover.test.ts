@@ -78,7 +78,18 @@ test('HostRotation: a failed host moves new connections to the next one, wrappin
   assert.equal(r.host.host, 'a');
 });
 
-test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged run lost, no double terminal event, only 202/503 during the switch, service back', { skip, timeout: 120_000 }, async () => {
+/**
+ * Two switches: a planned one (the standby promoted, then the primary stopped fast: commits waiting
+ * for the synchronous standby in between fail at the stop, unacknowledged) and a crash (the primary
+ * killed with -m immediate, then the standby promoted: in between, the node finds no read-write host).
+ */
+const SWITCHES = [
+  { name: 'promote, then stop the primary (fast)', crash: false },
+  { name: 'the primary crashes (immediate), then promote', crash: true },
+];
+
+for (const sw of SWITCHES)
+test(`PostgreSQL failover under load (multi-host DATABASE_URL; ${sw.name}): no acknowledged run lost, no double terminal event, only 202/503 during the switch, service back`, { skip, timeout: 120_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gantry-pgfo-'));
   const owner = pgOwner();
   if (owner) chownSync(dir, owner.uid, owner.gid);
@@ -139,12 +150,13 @@ test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged 
 
     // the load: submits one after another (two clients), recording every answer
     const acked: string[] = [];
-    const answers: Array<{ status: number; retryAfter: string | null; at: number; text: string }> = [];
+    const answers: Array<{ status: number; retryAfter: string | null; sent: number; at: number; text: string }> = [];
     let stopLoad = false;
     const client = async (): Promise<void> => {
       while (!stopLoad) {
+        const sent = Date.now();
         const r = await http.post(`/r/workflows/${wf}/run`, { parameters: { prompt: 'failover' } }, { token: s.sk.value });
-        answers.push({ status: r.status, retryAfter: r.headers.get('retry-after'), at: Date.now(), text: r.status === 202 ? '' : r.text });
+        answers.push({ status: r.status, retryAfter: r.headers.get('retry-after'), sent, at: Date.now(), text: r.status === 202 ? '' : r.text });
         if (r.status === 202) acked.push(r.body.task_id as string);
         else await new Promise((res) => setTimeout(res, 100));
       }
@@ -153,12 +165,19 @@ test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged 
     await waitFor('20 runs acknowledged before the switch', () => acked.length >= 20, 30_000);
 
     // the switch: promote the standby, stop the primary
-    pgRun('pg_ctl', ['-D', d2, '-w', 'promote']);
-    pgRun('pg_ctl', ['-D', d1, '-m', 'fast', '-w', 'stop']);
+    if (!sw.crash) pgRun('pg_ctl', ['-D', d2, '-w', 'promote']);
+    pgRun('pg_ctl', ['-D', d1, '-m', sw.crash ? 'immediate' : 'fast', '-w', 'stop']);
     started.splice(started.indexOf(d1), 1);
     const stoppedAt = Date.now();
+    if (sw.crash) {
+      // the node meets the missing primary before the standby is promoted
+      await waitFor('a 503 after the crash', () => answers.some((a) => a.at > stoppedAt && a.status === 503), 30_000);
+      pgRun('pg_ctl', ['-D', d2, '-w', 'promote']);
+    }
+    const promotedAt = Date.now();
     const ackedBefore = acked.length;
-    const back = await waitFor('a run accepted after the switch', () => answers.find((a) => a.at > stoppedAt && a.status === 202), 30_000);
+    // a run submitted after the switch is accepted (within 30 s)
+    const back = await waitFor('a run accepted after the switch', () => answers.find((a) => a.sent > promotedAt && a.status === 202), 30_000);
     const recoveryMs = back.at - stoppedAt;
     await waitFor('20 more runs acknowledged after the switch', () => acked.length >= ackedBefore + 20, 30_000);
     stopLoad = true;
@@ -182,7 +201,7 @@ test('PostgreSQL failover under load (multi-host DATABASE_URL): no acknowledged 
       const other = answers.filter((a) => a.status !== 202 && a.status !== 503);
       const no503RetryAfter = answers.filter((a) => a.status === 503 && !a.retryAfter);
       const n503 = answers.filter((a) => a.status === 503).length;
-      console.log(`pg failover: ${acked.length} runs acknowledged (${ackedBefore} before the switch), ${n503} answered 503 during it, first 202 ${recoveryMs} ms after the primary stopped; terminal: ${JSON.stringify(statuses)}; servers up in ${setupMs} ms, node started in ${nodeMs} ms, whole run ${Date.now() - t0} ms`);
+      console.log(`pg failover (${sw.name}): ${acked.length} runs acknowledged (${ackedBefore} before the switch), ${n503} answered 503 during it, first run submitted after the switch accepted ${recoveryMs} ms after the primary stopped (${back.at - promotedAt} ms after the promotion returned); terminal: ${JSON.stringify(statuses)}; servers up in ${setupMs} ms, node started in ${nodeMs} ms, whole run ${Date.now() - t0} ms`);
       assert.equal(rows.length, acked.length, 'every acknowledged run is on the promoted server');
       assert.deepEqual(doubles.rows, [], 'no task has two terminal events');
       assert.deepEqual(other.map((a) => `${a.status} ${a.text}`), [], 'clients got only 202 or 503');
