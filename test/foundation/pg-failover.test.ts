@@ -174,10 +174,10 @@ test(`PostgreSQL failover under load (multi-host DATABASE_URL; ${sw.name}): no a
       await waitFor('a 503 after the crash', () => answers.some((a) => a.at > stoppedAt && a.status === 503), 30_000);
       pgRun('pg_ctl', ['-D', d2, '-w', 'promote']);
     }
-    const promotedAt = Date.now();
+    const switchedAt = Date.now();
     const ackedBefore = acked.length;
     // a run submitted after the switch is accepted (within 30 s)
-    const back = await waitFor('a run accepted after the switch', () => answers.find((a) => a.sent > promotedAt && a.status === 202), 30_000);
+    const back = await waitFor('a run accepted after the switch', () => answers.find((a) => a.sent > switchedAt && a.status === 202), 30_000);
     const recoveryMs = back.at - stoppedAt;
     await waitFor('20 more runs acknowledged after the switch', () => acked.length >= ackedBefore + 20, 30_000);
     stopLoad = true;
@@ -201,7 +201,7 @@ test(`PostgreSQL failover under load (multi-host DATABASE_URL; ${sw.name}): no a
       const other = answers.filter((a) => a.status !== 202 && a.status !== 503);
       const no503RetryAfter = answers.filter((a) => a.status === 503 && !a.retryAfter);
       const n503 = answers.filter((a) => a.status === 503).length;
-      console.log(`pg failover (${sw.name}): ${acked.length} runs acknowledged (${ackedBefore} before the switch), ${n503} answered 503 during it, first run submitted after the switch accepted ${recoveryMs} ms after the primary stopped (${back.at - promotedAt} ms after the promotion returned); terminal: ${JSON.stringify(statuses)}; servers up in ${setupMs} ms, node started in ${nodeMs} ms, whole run ${Date.now() - t0} ms`);
+      console.log(`pg failover (${sw.name}): ${acked.length} runs acknowledged (${ackedBefore} before the switch), ${n503} answered 503 during it, first run submitted after the switch accepted ${recoveryMs} ms after the primary stopped (${back.at - switchedAt} ms after the switch ended: primary stopped and standby promoted); terminal: ${JSON.stringify(statuses)}; servers up in ${setupMs} ms, node started in ${nodeMs} ms, whole run ${Date.now() - t0} ms`);
       assert.equal(rows.length, acked.length, 'every acknowledged run is on the promoted server');
       assert.deepEqual(doubles.rows, [], 'no task has two terminal events');
       assert.deepEqual(other.map((a) => `${a.status} ${a.text}`), [], 'clients got only 202 or 503');
