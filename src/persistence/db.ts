@@ -12,6 +12,7 @@ import { ConfigError } from '../shared/config.js';
 import { uuidv7 } from '../shared/ids.js';
 import { hasActiveSpan, inSpan, SpanKind } from '../shared/tracing.js';
 import { migrationsList } from './migrations/index.js';
+import { HostRotation, needsRotation, parseMultiHostUrl } from './pg-hosts.js';
 
 /**
  * Tracing: every statement run through this layer (sql.ts, Database.execute) is a CLIENT span
@@ -221,26 +222,35 @@ export class Database {
       const acquireMs = o.acquireTimeoutMs ?? 0;
       const statementMs = o.statementTimeoutMs ?? 0;
       const guardMs = statementMs + STATEMENT_GUARD_MARGIN_MS;
+      // a libpq-style multi-host URL (h1:p1,h2:p2, target_session_attrs=read-write): pg-hosts.ts
+      const multi = parseMultiHostUrl(o.databaseUrl);
+      const rotation = multi && needsRotation(multi) ? new HostRotation(multi) : null;
+      const clientUrl = rotation && multi ? multi.singleHostUrl : o.databaseUrl;
+      type Done = (err: Error | null, conn: PgClientLike) => void;
+      const checkHost = (conn: PgClientLike, done: Done): void => {
+        if (!rotation) return done(null, conn);
+        rotation.check(conn as unknown as Parameters<HostRotation['check']>[0]).then(
+          () => done(null, conn),
+          (e: unknown) => done(e instanceof Error ? e : new Error(String(e)), conn),
+        );
+      };
+      const afterCreate =
+        statementMs > 0 || rotation
+          ? (conn: PgClientLike, done: Done): void => {
+              if (statementMs > 0) guardStatements(conn, guardMs);
+              checkHost(conn, done);
+            }
+          : undefined;
       orm = await MikroORM.init({
         ...common,
         driver: PostgreSqlDriver,
-        clientUrl: o.databaseUrl,
-        pool: {
-          min: 0,
-          max: o.poolMax,
-          ...(statementMs > 0
-            ? {
-                afterCreate: (conn: PgClientLike, done: (err: Error | null, conn: PgClientLike) => void) => {
-                  guardStatements(conn, guardMs);
-                  done(null, conn);
-                },
-              }
-            : {}),
-        },
+        clientUrl,
+        pool: { min: 0, max: o.poolMax, ...(afterCreate ? { afterCreate } : {}) },
         driverOptions: {
           ...(acquireMs > 0 ? { acquireConnectionTimeout: acquireMs } : {}),
           connection: {
             keepAlive: true,
+            ...(rotation ? { stream: rotation.stream } : {}),
             ...(acquireMs > 0 ? { connectionTimeoutMillis: acquireMs } : {}),
             ...(statementMs > 0 ? { statement_timeout: statementMs } : {}),
           },
@@ -250,19 +260,28 @@ export class Database {
       if (statementMs > 0 || acquireMs > 0) {
         // migrations (index builds, backfills) may take longer than a request's statement: they run on
         // a short-lived connection of their own without these bounds
-        migrationOrm = () => MikroORM.init({ ...common, driver: PostgreSqlDriver, clientUrl: o.databaseUrl, pool: { min: 0, max: 1 } } as Options);
+        migrationOrm = () => MikroORM.init({ ...common, driver: PostgreSqlDriver, clientUrl, pool: { min: 0, max: 1, ...(rotation ? { afterCreate: checkHost } : {}) }, ...(rotation ? { driverOptions: { connection: { stream: rotation.stream } } } : {}) } as Options);
       }
       // A DATABASE_URL naming a database that does not exist is refused (a typo must not split the
       // data into a fresh database) unless creation was asked for. The migrator would otherwise
       // create it on its first call.
       try {
-        await orm.em.getConnection().execute('select 1');
+        // with several hosts, the first ones may be down or standbys: each refusal moves the
+        // rotation on, so try once per host before giving up
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await orm.em.getConnection().execute('select 1');
+            break;
+          } catch (e) {
+            if (!rotation || attempt >= rotation.url.hosts.length || !isConnectionError(e)) throw e;
+          }
+        }
       } catch (e) {
         if ((e as { code?: string }).code !== '3D000') {
           await orm.close(true);
           throw e;
         }
-        const name = databaseName(o.databaseUrl);
+        const name = databaseName(clientUrl);
         if (!o.createDatabase) {
           await orm.close(true);
           throw new ConfigError(`DATABASE_URL names database ${JSON.stringify(name)}, which does not exist; create it, or set GANTRY_DB_CREATE=true (or pass --create-db) to let gantry create it`);

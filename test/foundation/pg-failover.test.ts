@@ -1,0 +1,226 @@
+/**
+ * PostgreSQL primary failover under load (issue 33, point 1). The test starts its own primary and
+ * a synchronous standby (Debian's PostgreSQL 15 binaries: initdb, pg_basebackup -R, pg_ctl; own
+ * data directories and ports in a temp dir, trust auth on 127.0.0.1). A node connects through a
+ * libpq-style multi-host DATABASE_URL (primary,standby; target_session_attrs=read-write: the host
+ * rotation of src/persistence/pg-hosts.ts). While runs are submitted continuously and a simulate
+ * agent moves the tasks through their transitions, the standby is promoted and the primary stopped
+ * (fast). Then: every run acknowledged with 202 exists on the promoted server and reaches a
+ * terminal state, no task has two terminal events, the clients got only 202 or 503 with
+ * Retry-After, and a run is accepted again within 30 s of the primary's stop.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { loadConfig } from '../../src/shared/config.js';
+import { createLogger } from '../../src/shared/logger.js';
+import { startNode } from '../../src/main.js';
+import { HttpClient, type TestNode } from '../helpers/node.js';
+import { freePort } from '../helpers/child-node.js';
+import { HostRotation, needsRotation, parseMultiHostUrl } from '../../src/persistence/pg-hosts.js';
+import { agentServer, setupTeam, createWorkflow, spawnAgent, tinyGraph, tmpDir, waitFor, type AgentProcess } from '../agents/helpers.js';
+
+const BIN = '/usr/lib/postgresql/15/bin';
+const missing = ['initdb', 'pg_ctl', 'pg_basebackup', 'postgres'].filter((b) => !existsSync(join(BIN, b)));
+const skip = missing.length ? `PostgreSQL 15 server binaries missing (${missing.join(', ')}): apt-get install postgresql-15` : false;
+
+/** initdb and postgres refuse to run as root: as root they run as the postgres user. */
+const asRoot = process.getuid?.() === 0;
+function pgRun(bin: string, args: string[]): string {
+  const cmd = join(BIN, bin);
+  return asRoot ? execFileSync('runuser', ['-u', 'postgres', '--', cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }) : execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+function pgOwner(): { uid: number; gid: number } | null {
+  if (!asRoot) return null;
+  const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim());
+  const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
+  return { uid, gid };
+}
+
+const TERMINAL = ['completed', 'failed', 'cancelled'];
+
+test('parseMultiHostUrl: libpq-style host lists, target_session_attrs, the single-host URL handed to the driver', () => {
+  const u = parseMultiHostUrl('postgres://u:p%40ss@a:5433,b,[::1]:6000/db?target_session_attrs=read-write&sslmode=disable');
+  assert.deepEqual(u?.hosts, [
+    { host: 'a', port: 5433 },
+    { host: 'b', port: 5432 },
+    { host: '::1', port: 6000 },
+  ]);
+  assert.equal(u?.targetSessionAttrs, 'read-write');
+  assert.equal(u?.singleHostUrl, 'postgres://u:p%40ss@a:5433/db?sslmode=disable');
+  assert.ok(u && needsRotation(u));
+  const one = parseMultiHostUrl('postgresql://u@h:5432/db');
+  assert.deepEqual(one?.hosts, [{ host: 'h', port: 5432 }]);
+  assert.equal(one?.targetSessionAttrs, 'any');
+  assert.ok(one && !needsRotation(one), 'a single host without session attributes keeps the plain driver path');
+  assert.throws(() => parseMultiHostUrl('postgres://u@a,b/db?target_session_attrs=standby'), /not supported/);
+  assert.equal(parseMultiHostUrl('postgres://u@a,,b/db'), null);
+  assert.deepEqual(parseMultiHostUrl('postgres://u:p@ss@a:1,b:2/db')?.hosts, [
+    { host: 'a', port: 1 },
+    { host: 'b', port: 2 },
+  ]);
+});
+
+test('HostRotation: a failed host moves new connections to the next one, wrapping around', () => {
+  const u = parseMultiHostUrl('postgres://u@a:1,b:2/db')!;
+  const r = new HostRotation(u);
+  const a = r.host;
+  assert.equal(a.host, 'a');
+  r.failed(a);
+  assert.equal(r.host.host, 'b');
+  r.failed(a); // a late failure of the host already left does not skip b
+  assert.equal(r.host.host, 'b');
+  r.failed(r.host);
+  assert.equal(r.host.host, 'a');
+});
+
+/**
+ * Two switches: a planned one (the standby promoted, then the primary stopped fast: commits waiting
+ * for the synchronous standby in between fail at the stop, unacknowledged) and a crash (the primary
+ * killed with -m immediate, then the standby promoted: in between, the node finds no read-write host).
+ */
+const SWITCHES = [
+  { name: 'promote, then stop the primary (fast)', crash: false },
+  { name: 'the primary crashes (immediate), then promote', crash: true },
+];
+
+for (const sw of SWITCHES)
+test(`PostgreSQL failover under load (multi-host DATABASE_URL; ${sw.name}): no acknowledged run lost, no double terminal event, only 202/503 during the switch, service back`, { skip, timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gantry-pgfo-'));
+  const owner = pgOwner();
+  if (owner) chownSync(dir, owner.uid, owner.gid);
+  const [p1, p2] = [await freePort(), await freePort()];
+  const d1 = join(dir, 'primary');
+  const d2 = join(dir, 'standby');
+  const opts = (port: number): string => `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${dir} -c fsync=off -c max_connections=60`;
+  const started: string[] = [];
+  const t0 = Date.now();
+  let node: Awaited<ReturnType<typeof startNode>> | null = null;
+  let agent: AgentProcess | null = null;
+  try {
+    pgRun('initdb', ['-D', d1, '-U', 'postgres', '--auth=trust', '--locale=C', '--encoding=UTF8', '--no-sync']);
+    pgRun('pg_ctl', ['-D', d1, '-l', join(dir, 'primary.log'), '-w', '-o', `${opts(p1)} -c wal_level=replica -c max_wal_senders=5`, 'start']);
+    started.push(d1);
+    const c = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${p1}/postgres` });
+    await c.connect();
+    await c.query('create database gantry');
+    await c.end();
+    pgRun('pg_basebackup', ['-h', '127.0.0.1', '-p', String(p1), '-U', 'postgres', '-D', d2, '-R', '-X', 'stream', '-c', 'fast', '--no-sync']);
+    pgRun('pg_ctl', ['-D', d2, '-l', join(dir, 'standby.log'), '-w', '-o', opts(p2), 'start']);
+    started.push(d2);
+    const setupMs = Date.now() - t0;
+
+    const dataDir = mkdtempSync(join(tmpdir(), 'gantry-pgfo-node-'));
+    const config = loadConfig(
+      {},
+      {
+        // the standby first: the node must skip it (in recovery) and write to the primary
+        DATABASE_URL: `postgres://postgres@127.0.0.1:${p2},127.0.0.1:${p1}/gantry?target_session_attrs=read-write`,
+        GANTRY_DATA_DIR: dataDir,
+        GANTRY_HTTP_HOST: '127.0.0.1',
+        GANTRY_HTTP_PORT: 0,
+        GANTRY_GRPC_HOST: '127.0.0.1',
+        GANTRY_GRPC_PORT: 0,
+        GANTRY_DB_POOL_MAX: 8,
+        GANTRY_DB_ACQUIRE_TIMEOUT_MS: 2000,
+        GANTRY_DB_STATEMENT_TIMEOUT_MS: 3000,
+        GANTRY_HEARTBEAT_INTERVAL_S: 1,
+      },
+    );
+    node = await startNode(config, { logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent') });
+    const nodeMs = Date.now() - t0 - setupMs;
+    // the standby becomes synchronous once the schema is in (commits on the primary wait for it
+    // from now on): every run acknowledged below is on the standby before its 202
+    const check = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${p1}/postgres` });
+    await check.connect();
+    await check.query(`alter system set synchronous_standby_names = '*'`);
+    await check.query('select pg_reload_conf()');
+    await waitFor('the standby streams synchronously', async () => (await check.query(`select 1 from pg_stat_replication where sync_state = 'sync'`)).rowCount === 1, 30_000, 100);
+    await check.end();
+    const http = new HttpClient(node.baseUrl);
+    const t = { http } as unknown as TestNode;
+    const s = await setupTeam(t);
+    agent = spawnAgent(['--server', agentServer(node, 'grpc'), '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', tmpDir('gantry-pgfo-agent-'), '--concurrency', '8', '--simulate-duration-ms', '300', '--simulate-steps', '3']);
+    await agent.waitLine((l) => l.msg === 'connected to the server', 'the agent connected', 30_000);
+    const wf = await createWorkflow(t, s, tinyGraph());
+
+    // the load: submits one after another (two clients), recording every answer
+    const acked: string[] = [];
+    const answers: Array<{ status: number; retryAfter: string | null; sent: number; at: number; text: string }> = [];
+    let stopLoad = false;
+    const client = async (): Promise<void> => {
+      while (!stopLoad) {
+        const sent = Date.now();
+        const r = await http.post(`/r/workflows/${wf}/run`, { parameters: { prompt: 'failover' } }, { token: s.sk.value });
+        answers.push({ status: r.status, retryAfter: r.headers.get('retry-after'), sent, at: Date.now(), text: r.status === 202 ? '' : r.text });
+        if (r.status === 202) acked.push(r.body.task_id as string);
+        else await new Promise((res) => setTimeout(res, 100));
+      }
+    };
+    const clients = [client(), client()];
+    await waitFor('20 runs acknowledged before the switch', () => acked.length >= 20, 30_000);
+
+    // the switch: promote the standby, stop the primary
+    if (!sw.crash) pgRun('pg_ctl', ['-D', d2, '-w', 'promote']);
+    pgRun('pg_ctl', ['-D', d1, '-m', sw.crash ? 'immediate' : 'fast', '-w', 'stop']);
+    started.splice(started.indexOf(d1), 1);
+    const stoppedAt = Date.now();
+    if (sw.crash) {
+      // the node meets the missing primary before the standby is promoted
+      await waitFor('a 503 after the crash', () => answers.some((a) => a.at > stoppedAt && a.status === 503), 30_000);
+      pgRun('pg_ctl', ['-D', d2, '-w', 'promote']);
+    }
+    const switchedAt = Date.now();
+    const ackedBefore = acked.length;
+    // a run submitted after the switch is accepted (within 30 s)
+    const back = await waitFor('a run accepted after the switch', () => answers.find((a) => a.sent > switchedAt && a.status === 202), 30_000);
+    const recoveryMs = back.at - stoppedAt;
+    await waitFor('20 more runs acknowledged after the switch', () => acked.length >= ackedBefore + 20, 30_000);
+    stopLoad = true;
+    await Promise.all(clients);
+
+    // the promoted server has every acknowledged run, each terminal, each with one terminal event
+    const promoted = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${p2}/gantry` });
+    await promoted.connect();
+    try {
+      const rows = await waitFor(
+        'every acknowledged run terminal on the promoted server',
+        async () => {
+          const r = await promoted.query<{ id: string; task_status: string }>('select id::text, task_status from tasks where id = any($1::uuid[])', [acked]);
+          return r.rows.length === acked.length && r.rows.every((x) => TERMINAL.includes(x.task_status)) ? r.rows : null;
+        },
+        60_000,
+        250,
+      );
+      const statuses = rows.reduce<Record<string, number>>((m, x) => ((m[x.task_status] = (m[x.task_status] ?? 0) + 1), m), {});
+      const doubles = await promoted.query<{ task_id: string; n: number }>(`select task_id::text, count(*)::int as n from task_events where event_type = any($1) group by task_id having count(*) > 1`, [TERMINAL]);
+      const other = answers.filter((a) => a.status !== 202 && a.status !== 503);
+      const no503RetryAfter = answers.filter((a) => a.status === 503 && !a.retryAfter);
+      const n503 = answers.filter((a) => a.status === 503).length;
+      console.log(`pg failover (${sw.name}): ${acked.length} runs acknowledged (${ackedBefore} before the switch), ${n503} answered 503 during it, first run submitted after the switch accepted ${recoveryMs} ms after the primary stopped (${back.at - switchedAt} ms after the switch ended: primary stopped and standby promoted); terminal: ${JSON.stringify(statuses)}; servers up in ${setupMs} ms, node started in ${nodeMs} ms, whole run ${Date.now() - t0} ms`);
+      assert.equal(rows.length, acked.length, 'every acknowledged run is on the promoted server');
+      assert.deepEqual(doubles.rows, [], 'no task has two terminal events');
+      assert.deepEqual(other.map((a) => `${a.status} ${a.text}`), [], 'clients got only 202 or 503');
+      assert.equal(no503RetryAfter.length, 0, 'every 503 carries Retry-After');
+    } finally {
+      await promoted.end();
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+  } finally {
+    agent?.kill('SIGKILL');
+    await agent?.exited;
+    await node?.close().catch(() => {});
+    for (const d of started) {
+      try {
+        pgRun('pg_ctl', ['-D', d, '-m', 'immediate', '-w', 'stop']);
+      } catch {
+        /* already stopped */
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
