@@ -120,6 +120,12 @@ test('bench/sse.ts runs and prints its figures', { timeout: TEST_TIMEOUT_MS }, a
   ]);
 });
 
+test('bench/soak.ts runs and prints its figure line', { timeout: TEST_TIMEOUT_MS }, async () => {
+  // 30 s of load sampled every 6 s (the real run is 30 minutes, not in CI): the machinery, not a verdict
+  const r = await runBench(['--import', 'tsx', 'bench/soak.ts'], { BENCH_SOAK_MIN: '0.5', BENCH_SOAK_EVERY_S: '6', BENCH_SOAK_RATE: '5', BENCH_SOAK_FOLLOWERS: '1', BENCH_AGENTS: '1', BENCH_SLOTS: '4' });
+  check('bench/soak.ts (30 s, 5 runs/s)', r, [/^SOAK minutes=[\d.]+ tasks=\d+ rss_mb_start=[\d.]+ rss_mb_end=[\d.]+ .*fds_start=\d+ fds_end=\d+ /m]);
+});
+
 const hasTool = (name: string): boolean => spawnSync('sh', ['-c', `command -v ${name}`]).status === 0;
 
 // The issue 11 figure benches, at the smallest settings. P1 and P2 need wrk (and P2 pgbench), which
