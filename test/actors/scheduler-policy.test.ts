@@ -142,6 +142,22 @@ test('warm wait: a new task waits (bounded) for a busy warm agent rather than st
   assert.deepEqual(p.assign.map((x) => x.taskId), ['o']);
 });
 
+test('warm wait: a backlog of the key deeper than the busy warm agents\' slots starts cold on the free agents instead of queueing behind them', () => {
+  // one warm agent (2 slots, both busy) and two cold free ones: two young tasks of its key wait for it,
+  // a third one would wait behind them with free agents idle, so the head starts cold now
+  const warm = agent({ agentId: 'warm', slots: 2, free: 0, loaded: ['m/x'], models: ['m/x'] });
+  const cold1 = agent({ agentId: 'cold1', models: ['m/x'] });
+  const cold2 = agent({ agentId: 'cold2', models: ['m/x'] });
+  const mk = (n: number) => task({ id: `t${n}`, requiredModels: ['m/x'], createdAt: 100_000 + n });
+  const two = schedule([mk(1), mk(2)], agents(cold1, cold2, warm), noUsage(), 101_000, FAIR);
+  assert.deepEqual([two.assign, two.wakeAt], [[], 115_001], 'a backlog the warm slots absorb waits (until 15 s after the head)');
+  const three = schedule([mk(1), mk(2), mk(3)], agents(cold1, cold2, warm), noUsage(), 101_000, FAIR);
+  assert.deepEqual(three.assign.map((x) => x.taskId), ['t1'], 'one more than the warm slots: the head starts cold, the rest now fits and waits');
+  const five = schedule([1, 2, 3, 4, 5].map(mk), agents(cold1, cold2, warm), noUsage(), 101_000, FAIR);
+  assert.deepEqual(five.assign.map((x) => x.taskId), ['t1', 't2'], 'a deeper one spreads over every free agent');
+  assert.deepEqual(five.assign.map((x) => x.agentId).sort(), ['cold1', 'cold2']);
+});
+
 test('ledger: held time x GPUs, released tasks count while their release is in the window, seeded rows count', () => {
   const l = new UsageLedger(60);
   l.start('t1', 'A', 2, 0);

@@ -346,17 +346,19 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       for (const m of t.requiredModels) n = Math.max(n, busyModel?.get(m)?.length ?? 0);
       return n;
     };
-    const busyWarmKnown = new Map<string, boolean>();
-    /** Whether an eligible busy agent is warm for the task. */
-    const busyWarm = (t: TaskRecord): boolean => {
+    const busyWarmKnown = new Map<string, number>();
+    /** Slots of the eligible busy agents warm for the task (the most over its keys; 0 = none is warm). */
+    const busyWarmSlots = (t: TaskRecord): number => {
       const key = `${sigOf(t)}|${t.teamId}|${t.workflowKey ?? ''}`;
       let r = busyWarmKnown.get(key);
       if (r === undefined) {
         if (!busyWf) busyIndex();
-        r = false;
-        for (let i = t.workflowKey ? -1 : 0; i < t.requiredModels.length && !r; i++) {
+        r = 0;
+        for (let i = t.workflowKey ? -1 : 0; i < t.requiredModels.length; i++) {
           const l = i < 0 ? busyWf?.get(t.workflowKey as string) : busyModel?.get(t.requiredModels[i] as string);
-          if (l) r = l.some((a) => eligibleBusy(t, a));
+          let n = 0;
+          for (const a of l ?? []) if (eligibleBusy(t, a)) n += a.slots;
+          r = Math.max(r, n);
         }
         busyWarmKnown.set(key, r);
       }
@@ -443,16 +445,8 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       const c = g.tasks[j] as TaskRecord;
       return c.createdAt - h.createdAt < bypassMs && !noFit.has(sigOf(c));
     };
-    /**
-     * Which task of the group starts cold: among the look-ahead window's warm keys, the one with the
-     * most tasks left per agent already warm for it (busy, or placed in this pass), its oldest task;
-     * the head's key wins ties with a later one. So the submitter's agents spread over its window's
-     * checkpoints instead of piling onto the head's (each load then serves more tasks). The window
-     * is the warm look-ahead's: only tasks submitted less than BYPASS_INTERVALS aging intervals after
-     * the head go before it, so the head cannot starve.
-     */
-    const coldTask = (g: Group, h: TaskRecord): { t: TaskRecord; ti: number } => {
-      if (s.warmLookahead <= 0) return { t: h, ti: g.next };
+    /** The group's look-ahead window (built once per head range): its tasks by warm key. */
+    const windowOf = (g: Group, h: TaskRecord): Map<string, WinEntry> => {
       if (!g.win || g.next >= g.winEnd) {
         g.win = new Map();
         g.winStart = g.next;
@@ -472,9 +466,22 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
           } else g.win.set(k, { idx: [j], p: 0, left: 1 });
         }
       }
+      return g.win;
+    };
+    /**
+     * Which task of the group starts cold: among the look-ahead window's warm keys, the one with the
+     * most tasks left per agent already warm for it (busy, or placed in this pass), its oldest task;
+     * the head's key wins ties with a later one. So the submitter's agents spread over its window's
+     * checkpoints instead of piling onto the head's (each load then serves more tasks). The window
+     * is the warm look-ahead's: only tasks submitted less than BYPASS_INTERVALS aging intervals after
+     * the head go before it, so the head cannot starve.
+     */
+    const coldTask = (g: Group, h: TaskRecord): { t: TaskRecord; ti: number } => {
+      if (s.warmLookahead <= 0) return { t: h, ti: g.next };
+      const win = windowOf(g, h);
       let best: { t: TaskRecord; ti: number } | null = null;
       let bestRatio = -1;
-      for (const [k, e] of g.win) {
+      for (const [k, e] of win) {
         if (e.left <= 0) continue;
         while (e.p < e.idx.length && !inWindow(g, h, e.idx[e.p] as number)) e.p++;
         if (e.p >= e.idx.length) {
@@ -492,11 +499,15 @@ export function planFair(queue: readonly TaskRecord[], agents: Iterable<AgentSlo
       }
       return best ?? { t: h, ti: g.next };
     };
+    /** The group's waiting tasks of the head's warm key, the head included (its look-ahead window's). */
+    const backlogOf = (g: Group, h: TaskRecord): number => (s.warmLookahead > 0 ? (windowOf(g, h).get(wkeyOf(h))?.left ?? 1) : 1);
     const findCold = (g: Group): Choice | null => {
       for (let h = headOf(g); h; h = headOf(g)) {
         // young, and an eligible agent warm for it is busy: it waits for that one (and so do the
         // submitter's later tasks: FIFO), at most warmWaitS after its submission
-        if (warmWaitMs > 0 && now - h.createdAt < warmWaitMs && busyWarm(h)) {
+        // Only while its backlog of that key fits the warm agents' slots: a deeper one would wait
+        // behind them for longer than a cold start, with free agents idle, so it spreads instead.
+        if (warmWaitMs > 0 && now - h.createdAt < warmWaitMs && backlogOf(g, h) <= busyWarmSlots(h)) {
           wakeAt = Math.min(wakeAt ?? Infinity, h.createdAt + warmWaitMs);
           return null;
         }
