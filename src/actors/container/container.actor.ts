@@ -2,15 +2,15 @@ import type { Actor, ActorContext } from '../runtime/system.js';
 import { AGENT_KIND, CONTAINER_SERVICE_KIND } from '../../domain/tasks/record.js';
 import type { ContainerChangesPort, ContainerStorePort, Protocols } from '../ports.js';
 import { ContainerServiceMsg, type ContainerServiceMsg as Msg, type ContainerServiceReplies } from './protocol.js';
-import { OPERATION_FROM, autoscaleOf, type Autoscale, type RolloutDetail, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
+import { OPERATION_FROM, autoscaleOf, type Autoscale, type InstanceState, type ServiceInstance, type ServiceRecord, type ServiceStatus } from '../../domain/containers/schema.js';
 import { conflict, notFound } from '../../shared/errors.js';
 import { uuidv7 } from '../../shared/ids.js';
-import type { AuditNote } from '../../shared/audit.js';
-import { containerStartOf } from '../../protocol/container-start.js';
 import { detailOf, isLive, place, runningStatus, settleRun } from './decide.js';
-import { clusterLoad, decideScale, type LoadSample, type NodeLoad, type ScaleReplica } from './autoscale.js';
+import { ServiceScaler } from './scaler.js';
+import { ServiceReplicas } from './replicas.js';
+import { ServiceRollout } from './rolling.js';
 import type { ReplyHandle } from '../runtime/actor.js';
-import { decideRollout, specOf, specRevision, type RolloutReplica } from './rollout.js';
+import { specRevision } from './rollout.js';
 
 export const CONTAINER_SERVICE = CONTAINER_SERVICE_KIND;
 
@@ -52,57 +52,44 @@ type Target = 'run' | 'stop' | 'remove' | 'delete' | 'idle';
  */
 export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_SERVICE> {
   private svc: ServiceRecord | null = null;
-  private instances = new Map<string, ServiceInstance>();
   private target: Target = 'idle';
   private message = '';
   private placing = false;
   private placementFailed = false;
   /** agent id -> when its stream was seen down (instances there are re-placed after the grace). */
   private downSince = new Map<string, number>();
-  private writes: Promise<void> = Promise.resolve();
   /** Replicas that failed in a row (reset when one becomes healthy): re-placement backs off. */
   private failuresInRow = 0;
-  private notifySeq = 0;
   private notBefore = 0;
-  /** The audit note of the operation being applied: the first state write it causes carries it. */
-  private pendingAudit: AuditNote | null = null;
-  // autoscaling: the gateways' reports, the samples over the cool-down / idle window, the replicas
-  // serving (desired) and draining, the cold start under way, held requests waiting for a placement
-  private nodes = new Map<string, NodeLoad>();
-  private samples: LoadSample[] = [];
-  private desired = 0;
-  private observedSince = 0;
-  private lastScaleUpAt = 0;
-  private lastActiveAt = 0;
-  private draining = new Map<string, number>();
-  private coldStartBegin: number | null = null;
-  private lastColdStart: { ms: number; at: number } | null = null;
-  private scaleError = '';
+  /** Autoscaling's state (src/actors/container/scaler.ts); held requests wait here for a placement. */
+  private readonly sc = new ServiceScaler();
+  private readonly r: ServiceReplicas;
   private wakeWaiters: Array<ReplyHandle<Reply>> = [];
-  // rolling updates: the rollout under way or the last one's outcome (status_detail.rollout), when
-  // each replica was placed (a new one's health timeout counts from there)
-  private rollout: RolloutDetail | null = null;
-  private placedAt = new Map<string, number>();
+  /** The rolling update under way or the last one's outcome (rolling.ts). */
+  private readonly ro: ServiceRollout;
 
   constructor(
     private readonly serviceId: string,
     private readonly ctx: Ctx,
     private readonly d: ContainerActorDeps,
-  ) {}
+  ) {
+    this.r = new ServiceReplicas(serviceId, ctx, d, () => this.svc);
+    this.ro = new ServiceRollout(this.r, this.sc, d.store, d.rollout?.healthTimeoutMs ?? ROLLOUT_HEALTH_TIMEOUT_MS);
+  }
 
   async onActivate(): Promise<void> {
     this.svc = await this.d.store.byId(this.serviceId);
     if (!this.svc) return;
-    for (const i of await this.d.store.instances(this.serviceId)) this.instances.set(i.id, i);
+    for (const i of await this.d.store.instances(this.serviceId)) this.r.byId.set(i.id, i);
     this.message = this.svc.detail.message ?? '';
     this.target = targetOf(this.svc.status);
     // autoscaling resumes from what was written: the replicas serving, those draining
     const now = this.ctx.clock.now();
-    for (const id of this.svc.detail.draining ?? []) if (this.instances.has(id)) this.draining.set(id, now);
-    this.desired = this.svc.detail.desired ?? [...this.instances.values()].filter((i) => isLive(i) && !this.draining.has(i.id)).length;
-    this.observedSince = now;
-    this.rollout = this.svc.detail.rollout ?? null;
-    if (this.svc.detail.lastColdStartMs !== undefined) this.lastColdStart = { ms: this.svc.detail.lastColdStartMs, at: this.svc.detail.coldStartAt ?? 0 };
+    for (const id of this.svc.detail.draining ?? []) if (this.r.byId.has(id)) this.sc.draining.set(id, now);
+    this.sc.desired = this.svc.detail.desired ?? [...this.r.byId.values()].filter((i) => isLive(i) && !this.sc.draining.has(i.id)).length;
+    this.sc.observedSince = now;
+    this.ro.current = this.svc.detail.rollout ?? null;
+    if (this.svc.detail.lastColdStartMs !== undefined) this.sc.lastColdStart = { ms: this.svc.detail.lastColdStartMs, at: this.svc.detail.coldStartAt ?? 0 };
     if (this.target !== 'idle') this.ctx.setTimer('tick', this.tickEvery(), { type: 'tick' });
   }
 
@@ -110,18 +97,18 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     switch (m.type) {
       case 'op': {
         // answered once the state write has landed: a caller that proxies right after sees it
-        this.pendingAudit = m.audit ?? null;
+        this.r.pendingAudit = m.audit ?? null;
         let status: { status: string };
         try {
           status = this.op(m.op);
           // an operation that wrote no state (nothing changed in the record) is still recorded
-          const left = this.takeAudit();
-          if (left) this.write(() => this.d.store.audit(left));
+          const left = this.r.takeAudit();
+          if (left) this.r.write(() => this.d.store.audit(left));
         } finally {
-          this.pendingAudit = null;
+          this.r.pendingAudit = null;
         }
         const handle = this.ctx.deferReply();
-        const done = this.writes;
+        const done = this.r.writes;
         this.ctx.reenterAfter(done, () => handle.resolve(status));
         return undefined;
       }
@@ -144,13 +131,13 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         this.downSince.delete(m.agentId);
         // an agent that restarted without one of our replicas (it died with the agent) lost it
         const held = new Set(m.held);
-        for (const i of this.instances.values()) {
+        for (const i of this.r.byId.values()) {
           if (i.agentId !== m.agentId || held.has(i.id) || !isLive(i)) continue;
           // a start that never reached it is sent again; a replica it had is lost
-          if (i.status === 'pending') this.startInstance(i);
+          if (i.status === 'pending') this.r.start(i);
           else {
             Object.assign(i, { status: 'failed', healthy: false, error: 'the agent restarted without this instance', updatedAt: this.ctx.clock.now() });
-            this.putInstance(i);
+            this.r.put(i);
           }
         }
         this.reconcile();
@@ -171,7 +158,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         return { ok: true };
       case 'load': {
         const now = this.ctx.clock.now();
-        this.nodes.set(m.node, { at: now, instances: new Map(m.instances.map((i) => [i.id, i.inflight])), queued: m.queued });
+        this.sc.nodes.set(m.node, { at: now, instances: new Map(m.instances.map((i) => [i.id, i.inflight])), queued: m.queued });
         this.sample(m.requests, m.queueDelayMs);
         this.reconcile();
         return { ok: true };
@@ -180,12 +167,12 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
         // a held request counts as one queued request now (its node's next report follows)
         this.sample(1, 0, 1);
         this.reconcile();
-        if (!this.placing || !this.autoscale()) return { scaleError: this.scaleError };
+        if (!this.placing || !this.autoscale()) return { scaleError: this.sc.scaleError };
         this.wakeWaiters.push(this.ctx.deferReply());
         return undefined;
       }
       case 'get':
-        return { serviceId: this.serviceId, status: this.svc?.status ?? null, instances: [...this.instances.values()].map((i) => ({ id: i.id, agentId: i.agentId, status: i.status, healthy: i.healthy })) };
+        return { serviceId: this.serviceId, status: this.svc?.status ?? null, instances: [...this.r.byId.values()].map((i) => ({ id: i.id, agentId: i.agentId, status: i.status, healthy: i.healthy })) };
     }
   }
 
@@ -200,43 +187,43 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       case 'deploy':
       case 'start':
         // a fresh deploy drops every earlier instance, a start the failed ones (they are replaced)
-        for (const i of [...this.instances.values()]) if (op === 'deploy' || i.status === 'failed') this.dropInstance(i);
+        for (const i of [...this.r.byId.values()]) if (op === 'deploy' || i.status === 'failed') this.dropInstance(i);
         this.target = 'run';
         this.placementFailed = false;
         this.failuresInRow = 0;
         this.notBefore = 0;
         this.resetScaling();
         // a fresh deploy places the spec as it is: an earlier rollout's outcome is history
-        if (op === 'deploy' || this.rollout?.state === 'rolling') this.rollout = null;
+        if (op === 'deploy' || this.ro.rolling) this.ro.current = null;
         this.message = external ? '' : 'placing replicas';
         if (external) this.setStatus('running');
         else {
-          if (op === 'start') for (const i of this.instances.values()) if (i.status === 'stopped') this.startInstance(i);
+          if (op === 'start') for (const i of this.r.byId.values()) if (i.status === 'stopped') this.r.start(i);
           this.setStatus('deploying');
         }
         break;
       case 'stop':
         this.target = 'stop';
         this.message = '';
-        this.draining.clear();
-        for (const i of this.instances.values()) if (isLive(i)) this.command(i, 'stop');
+        this.sc.draining.clear();
+        for (const i of this.r.byId.values()) if (isLive(i)) this.r.command(i, 'stop');
         this.setStatus(external ? 'stopped' : 'stopping');
         break;
       case 'undeploy':
         this.target = 'remove';
         this.message = '';
-        this.draining.clear();
-        for (const i of this.instances.values()) this.command(i, 'remove');
+        this.sc.draining.clear();
+        for (const i of this.r.byId.values()) this.r.command(i, 'remove');
         this.setStatus(external ? 'created' : 'stopping');
         break;
       case 'delete':
         this.target = 'delete';
-        for (const i of this.instances.values()) this.command(i, 'remove');
-        const audit = this.takeAudit();
-        this.write(() => this.d.store.delete(svc.id, audit));
+        for (const i of this.r.byId.values()) this.r.command(i, 'remove');
+        const audit = this.r.takeAudit();
+        this.r.write(() => this.d.store.delete(svc.id, audit));
         this.svc = null;
-        this.instances.clear();
-        this.notifyChanged(svc.teamId);
+        this.r.byId.clear();
+        this.r.notifyChanged(svc.teamId);
         this.ctx.stop();
         return { status: 'deleted' };
     }
@@ -248,7 +235,7 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
   private report(agentId: string, instanceId: string, state: InstanceState, healthy: boolean, error: string): void {
     this.downSince.delete(agentId);
     const svc = this.svc;
-    const i = this.instances.get(instanceId);
+    const i = this.r.byId.get(instanceId);
     if (!svc || !i) {
       // an instance this service does not know (deleted service, undeployed meanwhile): remove it
       if (state !== 'removed') this.ctx.system.tell({ kind: AGENT_KIND, id: agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op: 'remove', instanceId } } });
@@ -256,15 +243,15 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     }
     if (i.agentId !== agentId) return;
     if (state === 'removed') {
-      this.draining.delete(instanceId);
-      this.instances.delete(instanceId);
-      this.write(() => this.d.store.deleteInstance(instanceId));
+      this.sc.draining.delete(instanceId);
+      this.r.byId.delete(instanceId);
+      this.r.write(() => this.d.store.deleteInstance(instanceId));
     } else {
       // a replica that should not run (stop/undeploy raced with its start): tell the agent again
-      if ((this.target === 'stop' && (state === 'running' || state === 'starting')) || this.target === 'remove') this.command(i, this.target === 'stop' ? 'stop' : 'remove');
+      if ((this.target === 'stop' && (state === 'running' || state === 'starting')) || this.target === 'remove') this.r.command(i, this.target === 'stop' ? 'stop' : 'remove');
       if (i.status === state && i.healthy === healthy && i.error === error) return this.reconcile();
       Object.assign(i, { status: state, healthy, error, updatedAt: this.ctx.clock.now() });
-      this.putInstance(i);
+      this.r.put(i);
       if (state === 'failed') {
         this.message = `instance ${instanceId.slice(0, 8)} on agent ${agentId.slice(0, 8)} failed: ${firstLine(error)}`;
         this.backOff();
@@ -283,48 +270,48 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     const now = this.ctx.clock.now();
     if (this.target === 'run') {
       // replicas whose agent has been down past the grace are given up (and removed if it returns)
-      for (const i of [...this.instances.values()]) {
+      for (const i of [...this.r.byId.values()]) {
         const since = this.downSince.get(i.agentId);
         if (since !== undefined && now - since >= this.d.agentGraceMs && isLive(i)) {
           Object.assign(i, { status: 'failed', healthy: false, error: 'agent offline', updatedAt: now });
-          this.putInstance(i);
+          this.r.put(i);
           this.downSince.delete(i.agentId);
           this.message = `agent ${i.agentId.slice(0, 8)} went offline; re-placing its replica`;
         }
       }
       // a rolling update steps first (a failed new replica rolls it back rather than being replaced)
-      if (this.rollout?.state === 'rolling') this.stepRollout(svc, now);
+      if (this.ro.rolling) this.stepRollout(svc, now);
       // failed replicas are replaced (removed from their agent, a new one placed), unless every
       // placed replica of a deploying service failed: then it ends failed
-      const settled = settleRun(svc.status, [...this.instances.values()], this.placementFailed);
+      const settled = settleRun(svc.status, [...this.r.byId.values()], this.placementFailed);
       if (settled.status === 'failed') {
         this.setStatus('failed');
         this.target = 'idle';
         return;
       }
-      for (const id of settled.replace) this.dropInstance(this.instances.get(id) as ServiceInstance);
+      for (const id of settled.replace) this.dropInstance(this.r.byId.get(id) as ServiceInstance);
       // autoscaling pauses while a rollout replaces replicas (its drains are the rollout's)
-      if (this.rollout?.state === 'rolling') {
+      if (this.ro.rolling) {
         /* the rollout decides */
       } else if (svc.status === 'running') this.scale(now);
-      else if (!this.autoscale()) this.draining.clear();
+      else if (!this.autoscale()) this.sc.draining.clear();
       if (this.serving() < this.wanted() && !this.placing && now >= this.notBefore) this.startPlacement(svc);
-      const next = runningStatus(svc.status, [...this.instances.values()], this.placementFailed);
+      const next = runningStatus(svc.status, [...this.r.byId.values()], this.placementFailed);
       this.setStatus(next);
       if (next === 'failed') this.target = 'idle';
     } else if (this.target === 'stop' || this.target === 'remove') {
-      for (const i of [...this.instances.values()]) {
+      for (const i of [...this.r.byId.values()]) {
         const down = this.downSince.has(i.agentId);
         if (this.target === 'remove' && down) {
           // the agent removes it when it reconnects (its hello reports an instance we do not know)
-          this.instances.delete(i.id);
-          this.write(() => this.d.store.deleteInstance(i.id));
+          this.r.byId.delete(i.id);
+          this.r.write(() => this.d.store.deleteInstance(i.id));
         } else if (this.target === 'stop' && down && isLive(i)) {
           Object.assign(i, { status: 'stopped', healthy: false, updatedAt: now });
-          this.putInstance(i);
+          this.r.put(i);
         }
       }
-      const busy = [...this.instances.values()].some((i) => (this.target === 'remove' ? true : isLive(i)));
+      const busy = [...this.r.byId.values()].some((i) => (this.target === 'remove' ? true : isLive(i)));
       if (!busy) {
         this.setStatus(this.target === 'stop' ? 'stopped' : 'created');
         this.target = 'idle';
@@ -341,26 +328,26 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
       const [agents, used] = r.value;
       const online = agents.filter((a) => !this.downSince.has(a.id));
       const mine = new Map<string, number>();
-      for (const i of this.instances.values()) if (isLive(i)) mine.set(i.agentId, (mine.get(i.agentId) ?? 0) + 1);
-      const want = this.wanted() - this.serving() + (surge > 0 && this.rollout?.state === 'rolling' ? surge : 0);
+      for (const i of this.r.byId.values()) if (isLive(i)) mine.set(i.agentId, (mine.get(i.agentId) ?? 0) + 1);
+      const want = this.wanted() - this.serving() + (surge > 0 && this.ro.rolling ? surge : 0);
       if (want <= 0) return this.answerWakes();
       const { chosen, reason } = place(this.svc, want, online, mine, used);
       // a rollout's new replica that cannot be placed fails the rollout
-      if (surge > 0 && chosen.length === 0 && this.rollout?.state === 'rolling') {
+      if (surge > 0 && chosen.length === 0 && this.ro.rolling) {
         this.rollBack(`no agent could take a replica of the new spec: ${reason}`);
         this.reconcile();
         return this.answerWakes();
       }
       const revision = specRevision(this.svc);
-      this.scaleError = chosen.length === 0 ? reason : '';
+      this.sc.scaleError = chosen.length === 0 ? reason : '';
       // autoscaled: a scale-up that found no agent is retried with the replica backoff, not every tick
       if (chosen.length === 0 && this.autoscale()) this.backOff();
       for (const agentId of chosen) {
         const i: ServiceInstance = { id: uuidv7(), agentId, status: 'pending', healthy: false, error: '', updatedAt: this.ctx.clock.now(), revision };
-        this.instances.set(i.id, i);
-        this.placedAt.set(i.id, this.ctx.clock.now());
-        this.putInstance(i);
-        this.startInstance(i);
+        this.r.byId.set(i.id, i);
+        this.r.placedAt.set(i.id, this.ctx.clock.now());
+        this.r.put(i);
+        this.r.start(i);
       }
       this.placementFailed = chosen.length === 0 && reason !== '';
       this.message = reason || (chosen.length ? `placed ${chosen.length} replica(s)` : this.message);
@@ -374,93 +361,34 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
 
   /**
    * The definition changed (PUT): when the spec replicas run changed on a running service, its
-   * replicas are rolled to the new one (a change while rolling retargets the rollout, keeping the
-   * spec of the replicas it started from to roll back to).
+   * replicas are rolled to the new one (rolling.ts).
    */
   private specChanged(before: ServiceRecord): void {
     const svc = this.svc;
     if (!svc || svc.type !== 'deployed') return;
-    const from = specRevision(before);
     const to = specRevision(svc);
-    if (from === to) return;
+    if (specRevision(before) === to) return;
     if (svc.status !== 'running' || this.target !== 'run') {
       // not running: the next deploy or start places the new spec (a deploying service's replicas are
       // replaced as they come: the old-spec ones still starting are dropped and placed again)
-      if (svc.status === 'deploying' && this.target === 'run') for (const i of [...this.instances.values()]) if (isLive(i) && i.revision !== to) this.dropInstance(i);
-      this.reconcile();
-      return;
-    }
-    const rolling = this.rollout?.state === 'rolling' ? this.rollout : null;
-    this.rollout = {
-      state: 'rolling',
-      from: rolling ? rolling.from : from,
-      to,
-      updated: 0,
-      total: this.wanted(),
-      message: `rolling ${this.wanted()} replica(s) from revision ${rolling ? rolling.from : from} to ${to}`,
-      previous: rolling?.previous ?? specOf(before),
-    };
-    this.message = this.rollout.message;
+      if (svc.status === 'deploying' && this.target === 'run') for (const i of [...this.r.byId.values()]) if (isLive(i) && i.revision !== to) this.dropInstance(i);
+    } else this.message = this.ro.begin(before, svc, this.wanted());
     this.reconcile();
   }
 
-  /** One step of the rollout (decideRollout): remove drained old replicas, start or drain one, end. */
+  /** One step of the rollout: remove drained old replicas, start or drain one, end, or roll back. */
   private stepRollout(svc: ServiceRecord, now: number): void {
-    const r = this.rollout as RolloutDetail;
-    const st = this.settings();
-    const load = clusterLoad(this.nodes, now, st.intervalMs * 5);
-    const replicas: RolloutReplica[] = [...this.instances.values()].map((i) => ({
-      id: i.id,
-      revision: i.revision ?? '',
-      status: i.status,
-      healthy: i.healthy,
-      error: i.error,
-      placedAt: this.placedAt.get(i.id) ?? now,
-      drainingSince: this.draining.get(i.id) ?? null,
-      inflight: load.perReplica.get(i.id) ?? 0,
-    }));
-    for (const x of replicas) if (!this.placedAt.has(x.id)) this.placedAt.set(x.id, now);
-    const wanted = this.wanted();
-    const dec = decideRollout(replicas, r.to, wanted, { healthTimeoutMs: this.d.rollout?.healthTimeoutMs ?? ROLLOUT_HEALTH_TIMEOUT_MS, drainSettleMs: st.intervalMs * 2 }, now);
-    if (dec.rollback) return this.rollBack(dec.rollback);
-    for (const id of dec.remove) {
-      const i = this.instances.get(id);
-      if (i) this.dropInstance(i);
-    }
-    for (const id of dec.drain) this.draining.set(id, now);
-    r.updated = dec.updated;
-    r.total = wanted;
-    if (dec.completed) {
-      this.rollout = { ...r, state: 'completed', message: `every replica runs revision ${r.to}` };
-      delete this.rollout.previous;
-      this.message = this.rollout.message;
-      return;
-    }
-    r.message = `${dec.updated} of ${wanted} replica(s) run revision ${r.to}`;
-    this.message = `rolling update: ${r.message}`;
-    if (dec.start && !this.placing) this.startPlacement(svc, 1);
+    const step = this.ro.step(this.settings(), this.wanted(), now);
+    if ('rollback' in step) return this.rollBack(step.rollback);
+    this.message = step.message;
+    if (step.start && !this.placing) this.startPlacement(svc, 1);
   }
 
-  /**
-   * The rollout failed: the new-spec replicas go, the old ones serve again (undrained), and the
-   * service's spec goes back to the previous one (stored, and told to every node's routing table).
-   */
+  /** The rollout failed: back to the previous spec (rolling.ts). */
   private rollBack(reason: string): void {
-    const svc = this.svc;
-    const r = this.rollout;
-    if (!svc || !r || r.state !== 'rolling') return;
-    for (const i of [...this.instances.values()]) {
-      if (i.revision === r.to) this.dropInstance(i);
-      else this.draining.delete(i.id);
-    }
-    if (r.previous) {
-      const prev = r.previous;
-      Object.assign(svc, { image: prev.image, exposedPort: prev.exposedPort, healthPath: prev.healthPath, env: prev.env, gpuCount: prev.gpuCount });
-      this.write(() => this.d.store.restoreSpec(svc.id, prev));
-      this.notifyChanged(svc.teamId);
-    }
-    this.rollout = { state: 'rolled_back', from: r.from, to: r.to, updated: 0, total: r.total, message: `rolled back to revision ${r.from}: ${reason}` };
-    this.message = this.rollout.message;
+    const message = this.svc ? this.ro.rollBack(this.svc, reason) : null;
+    if (message === null) return;
+    this.message = message;
     // the failure that stopped it does not delay replacing a lost old replica
     this.failuresInRow = 0;
     this.notBefore = 0;
@@ -484,116 +412,60 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
 
   /** Replicas that should serve: the autoscaler's count, else replica_count. */
   private wanted(): number {
-    return this.autoscale() ? this.desired : (this.svc?.replicaCount ?? 0);
+    return this.autoscale() ? this.sc.desired : (this.svc?.replicaCount ?? 0);
   }
 
   /** Live replicas that are not draining. */
   private serving(): number {
     let n = 0;
-    for (const i of this.instances.values()) if (isLive(i) && !this.draining.has(i.id)) n++;
+    for (const i of this.r.byId.values()) if (isLive(i) && !this.sc.draining.has(i.id)) n++;
     return n;
   }
 
   private resetScaling(): void {
-    const as = this.autoscale();
-    const now = this.ctx.clock.now();
-    this.nodes.clear();
-    this.samples = [];
-    this.draining.clear();
-    this.desired = as ? Math.max(as.minReplicas, 1) : 0;
-    this.observedSince = now;
-    this.lastScaleUpAt = now;
-    this.lastActiveAt = 0;
-    this.coldStartBegin = null;
-    this.scaleError = '';
+    this.sc.reset(this.autoscale(), this.ctx.clock.now());
   }
 
   /** One load sample now: cluster-wide in flight and queued from the nodes' fresh reports. */
   private sample(requests: number, queueDelayMs: number, extraQueued = 0): void {
     const as = this.autoscale();
-    if (!as) return;
-    const now = this.ctx.clock.now();
-    const st = this.settings();
-    const load = clusterLoad(this.nodes, now, st.intervalMs * 5);
-    for (const [k, n] of this.nodes) if (now - n.at > st.intervalMs * 5) this.nodes.delete(k);
-    const s: LoadSample = { at: now, inflight: load.inflight, queued: load.queued + extraQueued, queueDelayMs, requests };
-    this.samples.push(s);
-    if (s.inflight > 0 || s.queued > 0 || s.requests > 0) this.lastActiveAt = now;
-    // the cool-down's window is kept; idleness is the last active instant
-    const keep = st.cooldownMs + st.intervalMs * 2;
-    let drop = 0;
-    while (drop < this.samples.length && (this.samples[drop] as LoadSample).at < now - keep) drop++;
-    if (drop) this.samples.splice(0, drop);
+    if (as) this.sc.sample(this.settings(), requests, queueDelayMs, extraQueued, this.ctx.clock.now());
   }
 
   /** Applies the autoscaler's decision: the count to serve, replicas to drain, bring back or remove. */
   private scale(now: number): void {
     const as = this.autoscale();
     if (!as) {
-      this.draining.clear();
+      this.sc.draining.clear();
       return;
     }
-    const st = this.settings();
-    const load = clusterLoad(this.nodes, now, st.intervalMs * 5);
-    const replicas: ScaleReplica[] = [...this.instances.values()]
-      .filter(isLive)
-      .map((i) => ({ id: i.id, ready: i.status === 'running' && i.healthy, drainingSince: this.draining.get(i.id) ?? null, inflight: load.perReplica.get(i.id) ?? 0 }));
-    const dec = decideScale(
-      this.samples,
-      replicas,
-      { minReplicas: as.minReplicas, maxReplicas: as.maxReplicas, targetInflight: as.targetInflight, idleTimeoutMs: as.idleTimeoutS * 1000, cooldownMs: st.cooldownMs, queueDelayMs: st.queueDelayMs, upWindowMs: st.intervalMs * 2, drainSettleMs: st.intervalMs * 2 },
-      { observedSince: this.observedSince, lastScaleUpAt: this.lastScaleUpAt, lastActiveAt: this.lastActiveAt },
-      now,
-    );
-    const before = replicas.filter((r) => r.drainingSince === null).length;
-    if (dec.desired > before) {
-      this.lastScaleUpAt = now;
-      if (!replicas.some((r) => r.ready && r.drainingSince === null) && this.coldStartBegin === null && before === 0) this.coldStartBegin = now;
-    }
-    if (dec.desired === 0) this.coldStartBegin = null;
-    this.desired = dec.desired;
-    for (const id of dec.undrain) this.draining.delete(id);
-    for (const id of dec.drain) this.draining.set(id, now);
+    const dec = this.sc.scale(as, this.settings(), this.r.byId.values(), now);
     for (const id of dec.remove) {
-      const i = this.instances.get(id);
-      this.draining.delete(id);
+      const i = this.r.byId.get(id);
       if (i) this.dropInstance(i);
     }
-    if (this.desired === 0) this.scaleError = '';
     if (dec.reason) this.message = dec.reason;
   }
 
   /** The first replica of a cold start became healthy: its duration goes to the status and /metrics. */
   private coldStartEnded(): void {
-    if (this.coldStartBegin === null) return;
-    const now = this.ctx.clock.now();
-    const ms = now - this.coldStartBegin;
-    this.coldStartBegin = null;
-    this.lastColdStart = { ms, at: now };
+    const ms = this.sc.coldStartEnded(this.ctx.clock.now());
+    if (ms === null) return;
     this.message = `cold start: a replica became healthy ${ms} ms after the request that woke the service`;
     this.d.metrics?.coldStart(ms);
   }
 
   private answerWakes(): void {
     if (this.placing) return;
-    for (const h of this.wakeWaiters.splice(0)) h.resolve({ scaleError: this.scaleError });
+    for (const h of this.wakeWaiters.splice(0)) h.resolve({ scaleError: this.sc.scaleError });
   }
 
   /** The autoscaling part of the written detail. */
   private scaleDetail(): Partial<ServiceRecord['detail']> {
     // the spec to roll back to is kept only while rolling
-    const rollout = this.rollout ? { rollout: this.rollout } : {};
-    if (!this.autoscale()) return { ...(this.draining.size ? { draining: [...this.draining.keys()].sort() } : {}), ...rollout };
-    return { ...this.autoscaleDetail(), ...rollout };
-  }
-
-  private autoscaleDetail(): Partial<ServiceRecord['detail']> {
-    return {
-      desired: this.desired,
-      draining: [...this.draining.keys()].sort(),
-      ...(this.lastColdStart ? { lastColdStartMs: this.lastColdStart.ms, coldStartAt: this.lastColdStart.at } : {}),
-      ...(this.scaleError ? { scaleError: this.scaleError } : {}),
-    };
+    const rollout = this.ro.current ? { rollout: this.ro.current } : {};
+    if (!this.autoscale()) return { ...(this.sc.draining.size ? { draining: [...this.sc.draining.keys()].sort() } : {}), ...rollout };
+    return { ...this.sc.detail(), ...rollout };
   }
 
   /** A replica failed: the next placement waits 1 s, doubling per failure in a row, up to 30 s (no hot crash loop). */
@@ -602,71 +474,24 @@ export class ContainerServiceActor implements Actor<Protocols, typeof CONTAINER_
     this.notBefore = this.ctx.clock.now() + Math.min(30_000, 1_000 * 2 ** Math.min(this.failuresInRow - 1, 5));
   }
 
-  private startInstance(i: ServiceInstance): void {
-    const svc = this.svc as ServiceRecord;
-    if (i.revision !== specRevision(svc)) {
-      // a stopped replica started again (or a start re-sent) runs the spec as it is now
-      i.revision = specRevision(svc);
-      this.putInstance(i);
-    }
-    this.ctx.system.tell({ kind: AGENT_KIND, id: i.agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op: 'start', ...containerStartOf(svc, i.id) } } });
-  }
-
   /** Forgets an instance: its agent removes it (a later report of it is ignored), its row goes. */
   private dropInstance(i: ServiceInstance): void {
-    this.command(i, 'remove');
-    this.instances.delete(i.id);
-    this.placedAt.delete(i.id);
-    this.draining.delete(i.id);
-    this.write(() => this.d.store.deleteInstance(i.id));
-  }
-
-  private command(i: ServiceInstance, op: 'stop' | 'remove'): void {
-    this.ctx.system.tell({ kind: AGENT_KIND, id: i.agentId }, { type: 'server_msg', msg: { type: 'container', cmd: { op, instanceId: i.id } } });
+    this.r.drop(i);
+    this.sc.draining.delete(i.id);
   }
 
   private setStatus(status: ServiceStatus): void {
     const svc = this.svc;
     if (!svc) return;
-    const detail = svc.type === 'external' ? { message: this.message } : { ...detailOf([...this.instances.values()], this.message), ...this.scaleDetail() };
+    const detail = svc.type === 'external' ? { message: this.message } : { ...detailOf([...this.r.byId.values()], this.message), ...this.scaleDetail() };
     if (svc.status === status && JSON.stringify(detail) === JSON.stringify(svc.detail)) return;
     svc.status = status;
     svc.detail = detail;
-    const audit = this.takeAudit();
-    this.write(() => this.d.store.setStatus(svc.id, status, detail, audit));
-    this.notifyChanged(svc.teamId);
+    const audit = this.r.takeAudit();
+    this.r.write(() => this.d.store.setStatus(svc.id, status, detail, audit));
+    this.r.notifyChanged(svc.teamId);
   }
 
-  private takeAudit(): AuditNote | undefined {
-    const a = this.pendingAudit ?? undefined;
-    this.pendingAudit = null;
-    return a;
-  }
-
-  private putInstance(i: ServiceInstance): void {
-    const svc = this.svc as ServiceRecord;
-    const row = { id: i.id, serviceId: svc.id, teamId: svc.teamId, agentId: i.agentId, status: i.status, healthy: i.healthy, error: i.error, revision: i.revision ?? '' };
-    this.write(() => this.d.store.putInstance(row));
-    this.notifyChanged(svc.teamId);
-  }
-
-  /**
-   * Every node's routing table is told once the writes queued so far have landed; a burst of writes
-   * in one turn (a reconcile touching several instances) is one broadcast, sent after the last.
-   */
-  private notifyChanged(teamId: string): void {
-    const mine = ++this.notifySeq;
-    this.write(async () => {
-      if (mine === this.notifySeq) this.d.changes.changed(teamId);
-    });
-  }
-
-  /** Writes run in order, one after the other; a failed write is logged (the next tick reconciles). */
-  private write(fn: () => Promise<void>): void {
-    const p = this.writes.then(fn).catch((e: unknown) => this.ctx.log.error({ err: e, service_id: this.serviceId }, 'container service write failed'));
-    this.writes = p;
-    this.ctx.reenterAfter(p, () => undefined);
-  }
 }
 
 const targetOf = (s: ServiceStatus): Target => (s === 'deploying' || s === 'running' ? 'run' : s === 'stopping' ? 'stop' : 'idle');
