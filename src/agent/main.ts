@@ -180,6 +180,14 @@ function runnerOf(c: AgentConfig, executor: Executor, machineId: string, log: Lo
   });
 }
 
+/** An unref'd interval (it does not keep the process alive), or null when ms <= 0. */
+function every(ms: number, fn: () => void): NodeJS.Timeout | null {
+  if (ms <= 0) return null;
+  const t = setInterval(fn, ms);
+  t.unref();
+  return t;
+}
+
 export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<RunningAgent> {
   const log = o.logger;
   const machineId = resolveMachineId(c.machineId, c.stateDir);
@@ -293,17 +301,10 @@ export async function startAgent(c: AgentConfig, o: StartAgentOptions): Promise<
   comfy?.start().catch((e: unknown) => log.error({ err: e }, 'comfyui: could not start'));
   client.start();
   if (syncIntervalS > 0) backgroundSync('start');
-  const syncTimer = syncIntervalS > 0 ? setInterval(() => backgroundSync('periodic'), syncIntervalS * 1000) : null;
-  syncTimer?.unref();
-
-  const rescanMs = o.rescanMs ?? 60_000;
-  const rescan =
-    rescanMs > 0 && (c.modelsDir || c.customNodesDir)
-      ? setInterval(() => {
-          refreshInventory().catch((e: unknown) => log.warn({ err: e }, 'inventory rescan failed'));
-        }, rescanMs)
-      : null;
-  rescan?.unref();
+  const syncTimer = every(syncIntervalS * 1000, () => backgroundSync('periodic'));
+  const rescan = every(c.modelsDir || c.customNodesDir ? (o.rescanMs ?? 60_000) : 0, () => {
+    refreshInventory().catch((e: unknown) => log.warn({ err: e }, 'inventory rescan failed'));
+  });
 
   let stopping: Promise<void> | null = null;
   const stop = (): Promise<void> => {

@@ -158,7 +158,12 @@ function build(): Command {
       return out(sub ? sub.helpInformation() : usage);
     });
 
-  // ---- client commands ----
+  clientCommands(program);
+  return program;
+}
+
+/** The client commands (they talk to a server over its API). */
+function clientCommands(program: Command): void {
   const g = (c: Command): Command => c.option('--server <url>', 'the Gantry server (default: the stored one, GANTRY_SERVER or http://127.0.0.1:8080)');
   const j = (c: Command): Command => g(c).option('--json', 'machine-readable JSON output');
   const opts = (c: Command): client.GlobalOpts & Record<string, unknown> => c.optsWithGlobals();
@@ -217,8 +222,6 @@ function build(): Command {
   j(ct.command('create').argument('<file>', 'a JSON file with the service definition').description('create a container service')).action(async (file: string, _o, c: Command) => client.containersCreate(file, opts(c)));
   for (const op of ['deploy', 'start', 'stop', 'undeploy', 'delete'] as const)
     j(ct.command(op).argument('<ref>', 'slug or id').description(`${op} a container service`)).action(async (ref: string, _o, c: Command) => client.containersOp(op, ref, opts(c)));
-
-  return program;
 }
 
 /** Commander's parse errors, in the CLI's own words (`gantry serve: unknown option "--bogus"`). */

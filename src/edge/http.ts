@@ -5,17 +5,18 @@ import { ConfigError } from '../shared/config.js';
 import { AppError, badRequest, notFound } from '../shared/errors.js';
 import { uuidv7 } from '../shared/ids.js';
 import { contextFrom, endSpan, SpanKind, spanLogFields, startSpan, tracingEnabled, withActive, type Span } from '../shared/tracing.js';
-import { Router, type Method } from './router.js';
+import { Router } from './router.js';
 import { toHttpError } from './error-map.js';
 import { checkPairs, parseJsonBody, parseQuery } from '../shared/input-hygiene.js';
-import type { Authenticator, Principal, RouteAuth, TeamPrincipal } from './principal.js';
+import type { Authenticator, Principal } from './principal.js';
 import { refusalResponse, type RequestRateLimits } from './rate-limits.js';
-import type { RouteDoc } from './openapi/types.js';
 import { StreamResponse } from './http-stream.js';
 import { registerWebSocket, type WebSocketHandler, type WebSocketRouteOptions } from './http-ws.js';
 import { readRequestHeaders } from './http-framing.js';
+import { Reply, TextReply, type Ctx, type RouteDef } from './http-types.js';
 
 export { StreamResponse } from './http-stream.js';
+export { Reply, TextReply, type Ctx, type JsonHandler, type RouteDef, type StreamHandler, type TeamCtx } from './http-types.js';
 export { upgradeAfterAwait, type UpgradeRequest, type WebSocketHandler, type WebSocketRouteOptions } from './http-ws.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -128,69 +129,6 @@ class Exchange {
 
 /** uWS listen option: fail instead of sharing a port another process listens on (no SO_REUSEPORT). */
 const LIBUS_LISTEN_EXCLUSIVE_PORT = 1;
-
-export interface Ctx {
-  method: string;
-  path: string;
-  /** The raw query string (without '?'), as the client sent it. */
-  rawQuery: string;
-  params: Record<string, string>;
-  query: URLSearchParams;
-  /** Lower-cased header names. */
-  headers: Record<string, string>;
-  ip: string;
-  requestId: string;
-  log: Logger;
-  principal: Principal | null;
-  /** Parsed JSON body (json routes); undefined when the request had none. */
-  body: unknown;
-  rawBody: Buffer;
-}
-
-export interface TeamCtx extends Ctx {
-  principal: TeamPrincipal;
-}
-
-export class Reply {
-  constructor(
-    readonly status: number,
-    readonly body: unknown,
-    readonly headers: Record<string, string> = {},
-  ) {}
-}
-
-/** A reply whose body is text of the given content type (e.g. GET /usage's CSV export), not JSON. */
-export class TextReply {
-  constructor(
-    readonly status: number,
-    readonly contentType: string,
-    readonly text: string,
-    readonly headers: Record<string, string> = {},
-  ) {}
-}
-
-export type JsonHandler = (ctx: Ctx) => Promise<unknown>;
-export type StreamHandler = (ctx: Ctx, res: StreamResponse) => Promise<void>;
-
-export interface RouteDef {
-  method: Method;
-  path: string;
-  auth: RouteAuth;
-  /** json (default): the body is read (with the cap) and parsed before the handler runs. */
-  handler?: JsonHandler;
-  /** stream: the handler owns the response and may read the body as a stream. */
-  stream?: StreamHandler;
-  /** Raw body routes: body kept as bytes, not parsed (e.g. MCP parses itself). */
-  rawBody?: boolean;
-  /** Override of the body cap for this route. */
-  maxBodyBytes?: number;
-  /** Routes outside /api/v1 (health, storage) set this. */
-  absolute?: boolean;
-  /** Extra tag for the route table test and docs. */
-  tag?: string;
-  /** OpenAPI documentation of the route (src/edge/openapi/types.ts; docs/api.md "OpenAPI document"). */
-  doc?: RouteDoc;
-}
 
 export interface EdgeOptions {
   host: string;

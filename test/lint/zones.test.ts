@@ -106,3 +106,18 @@ test('SQL only in store modules: a files module importing the SQL helpers is rep
   assert.deepEqual(await ruleErrors(rule, 'src/files/zone-probe.ts', `import type { Database } from '../persistence/db.js';\nexport type D = Database;\n`), []);
   assert.deepEqual(await ruleErrors(rule, 'src/files/store.ts', importing('../persistence/sql.js')), []);
 });
+
+test('size: a file in src/ over 500 lines, or a function over 150, fails lint (max-lines, max-lines-per-function)', async () => {
+  const lint = async (filePath: string, source: string): Promise<string[]> => {
+    const [r] = await eslint.lintText(source, { filePath: `${root}/${filePath}` });
+    assert.ok(r, 'eslint returned no result');
+    return r.messages.filter((m) => m.ruleId === 'max-lines' || m.ruleId === 'max-lines-per-function').map((m) => `${m.ruleId}: ${m.message}`);
+  };
+  const consts = (n: number): string => Array.from({ length: n }, (_, i) => `export const c${i} = ${i};`).join('\n') + '\n';
+  const fn = (n: number): string => `export function f(): number {\n  let x = 0;\n${'  x++;\n'.repeat(n - 4)}  return x;\n}\n`;
+  assert.deepEqual(await lint('src/shared/size-probe.ts', consts(500)), [], '500 lines pass');
+  assert.match((await lint('src/shared/size-probe.ts', consts(501))).join(), /max-lines: File has too many lines \(501\)/);
+  assert.deepEqual(await lint('src/shared/size-probe.ts', fn(150)), [], 'a 150-line function passes');
+  assert.match((await lint('src/shared/size-probe.ts', fn(151))).join(), /max-lines-per-function: Function 'f' has too many lines \(151\)/);
+  assert.deepEqual(await lint('test/size-probe.ts', consts(600)), [], 'tests are not bound by it');
+});
