@@ -64,7 +64,18 @@ export interface CloudCredentials {
   maxConcurrentJobs: number;
 }
 
+/**
+ * How long this node reuses a team's partner-node setting (partnerKeyForAgents) before reading it
+ * again: a dispatch of a ComfyUI task asks for it each time, and without this it was one query per
+ * task. A change made through this node is seen at once (put/delete forget the team); one made
+ * through another node of a cluster within this bound.
+ */
+export const PARTNER_KEY_TTL_MS = 2000;
+
 export class CloudProviderStore {
+  /** team -> its comfy_cloud key_enc when partner nodes run on its agents, else null (still encrypted). */
+  private readonly partnerCache = new Map<string, { until: number; keyEnc: Promise<string | null> }>();
+
   constructor(
     private readonly db: Database,
     readonly keyring: VaultKeyring,
@@ -83,7 +94,7 @@ export class CloudProviderStore {
   async put(p: { teamId: string; slug: string; apiKey: string; baseUrl: string; maxConcurrentJobs: number; partnerNodesOnAgents?: boolean | undefined; createdBy: string | null }, audit?: AuditNote): Promise<boolean> {
     const enc = this.keyring.encrypt(p.apiKey, cloudProviderAad(p.teamId, p.slug));
     const at = new Date(this.now());
-    return audited(this.db, audit, async (tq, record) => {
+    const created = await audited(this.db, audit, async (tq, record) => {
     const before = (await tq<{ partner_nodes_on_agents: boolean }>('select partner_nodes_on_agents from cloud_providers where team_id = ? and provider_slug = ? for update', [p.teamId, p.slug]))[0];
     const partner = p.partnerNodesOnAgents ?? before?.partner_nodes_on_agents ?? false;
     const r = await tq<{ created: boolean }>(
@@ -101,6 +112,9 @@ export class CloudProviderStore {
     await record({ details: { created, base_url: p.baseUrl, partner_nodes_on_agents: partner, partner_nodes_on_agents_changed: partner !== (before?.partner_nodes_on_agents ?? false) } });
     return created;
     });
+    // after the commit: the next dispatch reads the new setting
+    this.partnerCache.delete(p.teamId);
+    return created;
   }
 
   async list(teamId: string): Promise<CloudProviderRow[]> {
@@ -112,11 +126,13 @@ export class CloudProviderStore {
   }
 
   async delete(teamId: string, slug: string, audit?: AuditNote): Promise<boolean> {
-    return audited(this.db, audit, async (tq, record) => {
-      const gone = (await tq('delete from cloud_providers where team_id = ? and provider_slug = ? returning team_id', [teamId, slug])).length === 1;
-      if (gone) await record();
-      return gone;
+    const gone = await audited(this.db, audit, async (tq, record) => {
+      const g = (await tq('delete from cloud_providers where team_id = ? and provider_slug = ? returning team_id', [teamId, slug])).length === 1;
+      if (g) await record();
+      return g;
     });
+    this.partnerCache.delete(teamId);
+    return gone;
   }
 
   /** The decrypted key and settings (the dispatcher's only way to the key); null when the team has none. */
@@ -142,8 +158,23 @@ export class CloudProviderStore {
    */
   async partnerKeyForAgents(teamId: string): Promise<string | null> {
     const slug = 'comfy_cloud';
-    const r = (await this.q<{ key_enc: string }>('select key_enc from cloud_providers where team_id = ? and provider_slug = ? and partner_nodes_on_agents', [teamId, slug]))[0];
-    return r ? this.keyring.decrypt(r.key_enc, cloudProviderAad(teamId, slug)) : null;
+    // the row is read at most once per PARTNER_KEY_TTL_MS per team (concurrent dispatches share the
+    // read); the key stays encrypted in the cache and is decrypted for each message
+    const now = this.now();
+    let hit = this.partnerCache.get(teamId);
+    if (!hit || hit.until <= now) {
+      const keyEnc = this.q<{ key_enc: string }>('select key_enc from cloud_providers where team_id = ? and provider_slug = ? and partner_nodes_on_agents', [teamId, slug]).then((rows) => rows[0]?.key_enc ?? null);
+      hit = { until: now + PARTNER_KEY_TTL_MS, keyEnc };
+      const entry = hit;
+      // a failed read is not kept
+      keyEnc.catch(() => {
+        if (this.partnerCache.get(teamId) === entry) this.partnerCache.delete(teamId);
+      });
+      if (this.partnerCache.size >= 10_000) this.partnerCache.clear();
+      this.partnerCache.set(teamId, hit);
+    }
+    const enc = await hit.keyEnc;
+    return enc === null ? null : this.keyring.decrypt(enc, cloudProviderAad(teamId, slug));
   }
 
   /** Before a submission: the prompt_id we send (accepted = false until the provider answered it). */
@@ -168,6 +199,7 @@ export class CloudProviderStore {
 
   /** Re-encrypts keys not under the active vault key (after GANTRY_VAULT_KEYS got a new first key). */
   async rotate(): Promise<number> {
+    this.partnerCache.clear();
     const rows = await this.q<{ team_id: string; provider_slug: string; key_enc: string }>('select team_id, provider_slug, key_enc from cloud_providers where key_id <> ?', [this.keyring.activeKid]);
     let n = 0;
     for (const r of rows) {
