@@ -32,7 +32,6 @@ import {
 import type { ObjectInfo, ObjectStore, PresignedRequest } from './port.js';
 import { Q_DISPOSITION, Q_PART_NUMBER, Q_UPLOAD_ID, contentDisposition, presign, verifySignature } from './local-signing.js';
 import { RangeNotSatisfiable, exists, isErrno, noSuchKey, noSuchUpload, parseRange, s3err, writeExactly } from './local-io.js';
-import { KnownDirs, SMALL_OBJECT_BYTES, gatherSmall, writeSmallSync } from './local-small.js';
 import { UPLOAD_ID_RE, concatParts, multipartEtag, readParts, readUpload, type PartMeta } from './local-multipart.js';
 
 export {
@@ -124,13 +123,22 @@ export class LocalObjectStore implements ObjectStore {
     if (!UPLOAD_ID_RE.test(uploadId)) throw noSuchUpload();
     return join(this.uploadsDir, uploadId);
   }
-  /** Directories this store created or found (local-small.ts KnownDirs). */
-  private readonly dirs = new KnownDirs();
-  private ensureDir(dir: string): Promise<void> {
-    return this.dirs.ensure(dir);
+  /**
+   * Directories this store created or found, so a write does not pay a recursive mkdir per
+   * directory level each time. A directory pruned by a delete leaves the set; a write that still
+   * meets ENOENT forgets it and creates it again.
+   */
+  private knownDirs = new Set<string>();
+
+  private async ensureDir(dir: string): Promise<void> {
+    if (this.knownDirs.has(dir)) return;
+    await fsp.mkdir(dir, { recursive: true });
+    if (this.knownDirs.size >= 10_000) this.knownDirs.clear();
+    this.knownDirs.add(dir);
   }
+
   private forgetDirs(under: string): void {
-    this.dirs.forget(under);
+    for (const d of this.knownDirs) if (d === under || d.startsWith(under + sep)) this.knownDirs.delete(d);
   }
 
   private async tmpFile(): Promise<string> {
@@ -207,11 +215,6 @@ export class LocalObjectStore implements ObjectStore {
   ): Promise<ObjectInfo> {
     assertKey(key);
     assertLength(o.contentLength, MAX_SINGLE_PUT_BYTES, 'Content-Length');
-    if (o.contentLength <= SMALL_OBJECT_BYTES) {
-      const data = await gatherSmall(body, o.contentLength);
-      const etag = writeSmallSync({ tmpDir: this.tmpDir, dataPath: this.dataPath(key), metaPath: this.metaPath(key), dirs: this.dirs }, data, o, o.ifNoneMatch === true);
-      return { size: data.length, etag, ...(o.contentType ? { contentType: o.contentType } : {}), lastModified: this.clock.now() };
-    }
     if (o.ifNoneMatch && (await exists(this.dataPath(key)))) {
       throw s3err('precondition_failed', 'precondition_failed', 'At least one of the pre-conditions you specified did not hold (If-None-Match: * and the object exists).');
     }
