@@ -109,9 +109,9 @@ before(async () => {
     // publish the install (a rename: a concurrent run keeps its own if it lost the race)
     mkdirSync(shared, { recursive: true });
     try {
-      renameSync(join(dir, 'node_modules'), join(shared, 'node_modules'));
       // the workspace packages' links (node_modules/@gantry/sdk -> ../../packages/sdk) resolve there too
       cpSync(join(dir, 'packages'), join(shared, 'packages'), { recursive: true });
+      renameSync(join(dir, 'node_modules'), join(shared, 'node_modules'));
       writeFileSync(join(shared, 'ready'), new Date().toISOString());
     } catch {
       /* another run published it first, or another file system: keep the local install */
@@ -181,7 +181,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
 
   // three nodes of the previous release
   const t1 = Date.now();
-  c = await startCluster({ nodes: 3, leaseMs: 1500, root: dir });
+  c = await startCluster({ nodes: 3, leaseMs: 1500, root: dir, readyTimeoutMs: 150_000 });
   const cl = c;
   const s = await setupTeam({ http: cl.nodes[0]?.http } as unknown as TestNode);
   const servers = cl.nodes.map((n) => `127.0.0.1:${n.grpcPort}`).join(',');
@@ -265,7 +265,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
     await cl.kill(i, 'SIGTERM');
     await cl.start(i, { root });
     const nd = cl.nodes[i] as ClusterNodeProc;
-    await nd.waitLine((l) => (l.msg === 'cluster membership changed' || l.msg === 'joined the cluster') && (l.members === 3 || (Array.isArray(l.members) && l.members.length === 3)), `${nd.name} sees three members`, 60_000);
+    await nd.waitLine((l) => (l.msg === 'cluster membership changed' || l.msg === 'joined the cluster') && (l.members === 3 || (Array.isArray(l.members) && l.members.length === 3)), `${nd.name} sees three members`, 90_000);
     restarting.delete(i);
     stepS.push((Date.now() - ts) / 1000);
     await more(`runs accepted after replacing n${i}`, 10);
