@@ -189,7 +189,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
     agentDirs.push(tmpDir('gantry-rolling-agent-'));
     procs.push(spawnAgent(['--server', servers, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', agentDirs[i] as string, '--simulate-duration-ms', '300', '--simulate-steps', '2', '--concurrency', '3']));
   }
-  await agentsOnline(cl.nodes[0] as ClusterNodeProc, s.user, 2);
+  await agentsOnline(cl.nodes[0] as ClusterNodeProc, s.user, 2, 150_000);
   const wf = await createWorkflow({ http: cl.nodes[0]?.http } as unknown as TestNode, s, tinyGraph(), { max_retries: 2 });
 
   // load: one submitter per node (raw fetch: the nodes' OpenAPI documents differ across versions)
