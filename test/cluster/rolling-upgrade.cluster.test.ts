@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { spawnSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -173,6 +173,8 @@ const TEST_TIMEOUT_MS = 420_000;
 
 test('rolling upgrade from the previous release under load: 0 lost, only 503/refused on the restarting node, mixed-version remoting', { skip: skipReason() ?? false, timeout: TEST_TIMEOUT_MS }, async (t) => {
   const t0 = Date.now();
+  // each phase is printed as it is reached: a test that hits its timeout shows where it was
+  const phase = (what: string): void => console.log(`rolling upgrade: ${what} at ${((Date.now() - t0) / 1000).toFixed(1)} s (load ${loadavg()[0]?.toFixed(1)})`);
   if (prepSkip) {
     t.skip(prepSkip);
     return;
@@ -183,6 +185,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
   const t1 = Date.now();
   c = await startCluster({ nodes: 3, leaseMs: 1500, root: dir, readyTimeoutMs: 150_000 });
   const cl = c;
+  phase('three old nodes ready');
   const s = await setupTeam({ http: cl.nodes[0]?.http } as unknown as TestNode);
   const servers = cl.nodes.map((n) => `127.0.0.1:${n.grpcPort}`).join(',');
   for (let i = 0; i < 2; i++) {
@@ -190,6 +193,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
     procs.push(spawnAgent(['--server', servers, '--credential', s.ak.value, '--executor', 'simulate', '--state-dir', agentDirs[i] as string, '--simulate-duration-ms', '300', '--simulate-steps', '2', '--concurrency', '3']));
   }
   await agentsOnline(cl.nodes[0] as ClusterNodeProc, s.user, 2, 150_000);
+  phase('agents online');
   const wf = await createWorkflow({ http: cl.nodes[0]?.http } as unknown as TestNode, s, tinyGraph(), { max_retries: 2 });
 
   // load: one submitter per node (raw fetch: the nodes' OpenAPI documents differ across versions)
@@ -254,6 +258,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
     await waitFor(what, () => acceptedAt() >= from + n, 60_000, 50);
   };
   await more('load on the old cluster', 10);
+  phase('load running');
 
   // roll: old node i stops (SIGTERM, graceful), new node i starts on its ports; each step waits for
   // the new node to be in everyone's view and for runs to be accepted again
@@ -268,6 +273,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
     await nd.waitLine((l) => (l.msg === 'cluster membership changed' || l.msg === 'joined the cluster') && (l.members === 3 || (Array.isArray(l.members) && l.members.length === 3)), `${nd.name} sees three members`, 90_000);
     restarting.delete(i);
     stepS.push((Date.now() - ts) / 1000);
+    phase(`n${i} replaced`);
     await more(`runs accepted after replacing n${i}`, 10);
     if (i === 0) {
       // new -> old, deterministically: the new node n0 is asked to cancel a run that already
@@ -285,6 +291,7 @@ test('rolling upgrade from the previous release under load: 0 lost, only 503/ref
   submitting = false;
   await Promise.all([...load, monitor]);
   const rolledS = (Date.now() - t1) / 1000;
+  phase('roll done');
 
   // clients: only 202, or 503 + Retry-After / refused from the node being restarted
   const bad = outcomes.filter((o) => o.status !== 202 && !(o.restarting && (o.status === 'refused' || (o.status === 503 && o.retryAfter))));
