@@ -53,6 +53,8 @@ export interface ClusterOptions {
   databaseUrl?: (url: string) => string;
   /** The checkout the nodes run bin/gantry.mjs from (e.g. a worktree of a previous release); default this one. */
   root?: string;
+  /** How long a node may take to start (default 60 s; a loaded machine migrating a fresh database may need more). */
+  readyTimeoutMs?: number;
 }
 
 const redisBin = (): string | null => ['/usr/bin/redis-server', '/usr/local/bin/redis-server'].find((p) => existsSync(p)) ?? null;
@@ -171,6 +173,7 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
   };
 
   const roots = nodes.map(() => o.root ?? root);
+  const readyMs = o.readyTimeoutMs ?? 60_000;
   const start = async (i: number, so: { root?: string } = {}): Promise<void> => {
     if (so.root) roots[i] = so.root;
     const nd = nodes[i] as ClusterNodeProc & { _waiters: Array<{ pred: (l: Record<string, any>) => boolean; resolve: (l: Record<string, any>) => void; from: number }>; _incarnationStart: number };
@@ -204,16 +207,16 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
     // ready: its "listening" line, or (quieter log levels) its /readyz
     const ready = async (): Promise<void> => {
-      const deadline = Date.now() + 60_000;
+      const deadline = Date.now() + readyMs;
       while (Date.now() < deadline && child.exitCode === null) {
         const ok = await fetch(`http://127.0.0.1:${nd.httpPort}/readyz`).then((r) => r.ok, () => false);
         if (ok) return;
         await new Promise((r) => setTimeout(r, 100));
       }
-      throw new Error(`${nd.name} not ready in 60 s`);
+      throw new Error(`${nd.name} not ready in ${readyMs / 1000} s`);
     };
     await Promise.race([
-      Promise.any([nd.waitLine((l) => l.msg === 'listening', `${nd.name} listening`, 60_000), ready()]),
+      Promise.any([nd.waitLine((l) => l.msg === 'listening', `${nd.name} listening`, readyMs), ready()]),
       exited.then(() => {
         throw new Error(`${nd.name} exited at start: ${err.slice(-2000)}`);
       }),
