@@ -4,7 +4,7 @@
  * always cleaned up, tool checks that fail loudly, wrk output parsing and the machine line.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -272,13 +272,14 @@ export async function startGantry(label: string, env: Record<string, string> = {
       GANTRY_GRPC_PORT: String(grpcPort),
       GANTRY_DB_POOL_MAX: '20',
       GANTRY_AUTH_RATE_LIMIT_PER_MIN: '1000000',
-      LOG_LEVEL: 'warn',
+      LOG_LEVEL: process.env.BENCH_NODE_LOG ? 'info' : 'warn',
       ...env,
     },
     stdout: 'pipe',
     stderr: 'pipe',
   });
   keepTail(child, 'gantry serve');
+  if (process.env.BENCH_NODE_LOG) child.stdout?.pipe(createWriteStream(process.env.BENCH_NODE_LOG));
   let died = false;
   child.once('exit', () => (died = true));
   const origin = `http://127.0.0.1:${httpPort}`;
