@@ -4,7 +4,7 @@
  * always cleaned up, tool checks that fail loudly, wrk output parsing and the machine line.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -166,8 +166,13 @@ export function runCapture(cmd: string, args: string[], timeoutMs: number, env: 
 }
 
 /** Reads newline-delimited JSON from a child's stdout; resolves with the first object matching pred. */
-export function jsonLines(child: ChildProcess): { next(pred: (o: Record<string, any>) => boolean, what: string, timeoutMs: number): Promise<Record<string, any>> } {
+export function jsonLines(child: ChildProcess): {
+  next(pred: (o: Record<string, any>) => boolean, what: string, timeoutMs: number): Promise<Record<string, any>>;
+  /** Hands every object from now on to fn; an object fn returns true for is not kept for next(). */
+  each(fn: (o: Record<string, any>) => boolean): void;
+} {
   const seen: Array<Record<string, any>> = [];
+  const consumers: Array<(o: Record<string, any>) => boolean> = [];
   const waiters: Array<{ pred: (o: Record<string, any>) => boolean; resolve: (o: Record<string, any>) => void }> = [];
   let buf = '';
   let exited = false;
@@ -185,6 +190,7 @@ export function jsonLines(child: ChildProcess): { next(pred: (o: Record<string, 
         process.stdout.write(`${line}\n`);
         continue;
       }
+      if (consumers.some((fn) => fn(o))) continue;
       seen.push(o);
       for (const w of [...waiters])
         if (w.pred(o)) {
@@ -198,6 +204,9 @@ export function jsonLines(child: ChildProcess): { next(pred: (o: Record<string, 
     for (const f of failers) f();
   });
   return {
+    each(fn) {
+      consumers.push(fn);
+    },
     next(pred, what, timeoutMs) {
       const hit = seen.find(pred);
       if (hit) return Promise.resolve(hit);
@@ -263,13 +272,14 @@ export async function startGantry(label: string, env: Record<string, string> = {
       GANTRY_GRPC_PORT: String(grpcPort),
       GANTRY_DB_POOL_MAX: '20',
       GANTRY_AUTH_RATE_LIMIT_PER_MIN: '1000000',
-      LOG_LEVEL: 'warn',
+      LOG_LEVEL: process.env.BENCH_NODE_LOG ? 'info' : 'warn',
       ...env,
     },
     stdout: 'pipe',
     stderr: 'pipe',
   });
   keepTail(child, 'gantry serve');
+  if (process.env.BENCH_NODE_LOG) child.stdout?.pipe(createWriteStream(process.env.BENCH_NODE_LOG));
   let died = false;
   child.once('exit', () => (died = true));
   const origin = `http://127.0.0.1:${httpPort}`;

@@ -10,12 +10,18 @@
  *
  * Prints {"ready": A} once every stream is connected, and {"stopped": true, "completed": n} after
  * SIGTERM (graceful drain).
+ *
+ * BENCH_ACK_RECORD=1 (P3): every agent's assignment arrival (the runner's onMessage) and ACK (the
+ * `ack` transition handed to its stream client, which writes it at once while the window allows)
+ * are stamped with performance.timeOrigin + performance.now() (epoch ms, the submitter's clock)
+ * and printed every 100 ms as {"acks": [[task_id, assign_received, ack_sent], ...]}.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { createLogger } from '../../src/shared/logger.js';
 import { parseAgentArgs, startAgent, type RunningAgent } from '../../src/agent/main.js';
+import { performance } from 'node:perf_hooks';
 
 const [server, credential, nAgents = '16', nSlots = '8'] = process.argv.slice(2);
 if (!server || !credential) {
@@ -25,6 +31,34 @@ if (!server || !credential) {
 const dir = mkdtempSync(join(os.tmpdir(), 'gantry-p4-agents-'));
 const logger = createLogger('silent');
 const agents: RunningAgent[] = [];
+const RECORD = process.env.BENCH_ACK_RECORD === '1';
+const epochNow = (): number => performance.timeOrigin + performance.now();
+const received = new Map<string, number>();
+let acks: Array<[string, number, number]> = [];
+
+/** Stamps assignment arrival and ACK of one agent (P3); the agent's own code runs unchanged. */
+function record(a: RunningAgent): void {
+  const onMessage = a.runner.onMessage.bind(a.runner);
+  a.runner.onMessage = (m) => {
+    if (m.msg === 'assign' && m.assign && !received.has(m.assign.task_id)) received.set(m.assign.task_id, epochNow());
+    onMessage(m);
+  };
+  const send = a.client.send.bind(a.client);
+  a.client.send = (msg, kind, ref) => {
+    if (msg.ack) {
+      const id = msg.ack.task_id ?? '';
+      acks.push([id, received.get(id) ?? NaN, epochNow()]);
+      received.delete(id);
+    }
+    send(msg, kind, ref);
+  };
+}
+if (RECORD)
+  setInterval(() => {
+    if (acks.length === 0) return;
+    process.stdout.write(`${JSON.stringify({ acks })}\n`);
+    acks = [];
+  }, 100).unref();
 
 let stopping = false;
 const stop = async (): Promise<void> => {
@@ -59,7 +93,9 @@ for (let i = 0; i < Number(nAgents); i++) {
     {},
   );
   if (!cfg) throw new Error('parseAgentArgs returned no config');
-  agents.push(await startAgent(cfg, { logger, noGpuProbe: true, rescanMs: 0 }));
+  const a = await startAgent(cfg, { logger, noGpuProbe: true, rescanMs: 0 });
+  if (RECORD) record(a);
+  agents.push(a);
 }
 const deadline = Date.now() + 60_000;
 while (!agents.every((a) => a.client.connected)) {

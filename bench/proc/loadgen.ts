@@ -14,6 +14,8 @@
  * Every request is POST <url> with {"parameters":{}} and Authorization: Bearer <token>;
  * 202 counts as accepted. Result: {mode, sent, accepted, refused, errors, firstSendAt, lastAcceptAt,
  * seconds, acceptedPerS, p50Ms, p90Ms, p99Ms, maxMs, statuses, lateSends, unanswered, cpuPercent}; times are epoch ms.
+ * With LOADGEN_IDS=1 (P3) the result also carries `ids`: [task_id, scheduled send, 202 received] of
+ * every accepted request, both as epoch ms (performance.timeOrigin + now: the clock the agents use).
  */
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
@@ -38,6 +40,8 @@ let finished = false;
 const DRAIN_S = 30;
 let firstSendAt = NaN;
 let lastAcceptAt = NaN;
+const WANT_IDS = process.env.LOADGEN_IDS === '1';
+const ids: Array<[string, number, number]> = [];
 
 function send(scheduledAt: number): Promise<void> {
   sent++;
@@ -46,7 +50,9 @@ function send(scheduledAt: number): Promise<void> {
     const req = http.request(
       { agent, host: target.hostname, port: target.port, path: target.pathname + target.search, method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': body.length } },
       (res) => {
-        res.resume();
+        let text = '';
+        if (WANT_IDS) res.setEncoding('utf8').on('data', (c: string) => (text += c));
+        else res.resume();
         res.once('end', () => {
           if (finished) return resolve();
           const now = performance.now();
@@ -56,6 +62,7 @@ function send(scheduledAt: number): Promise<void> {
             accepted++;
             lastAcceptAt = now;
             latencies.push(now - scheduledAt);
+            if (WANT_IDS) ids.push([String((JSON.parse(text) as { task_id?: unknown }).task_id), epoch(scheduledAt), epoch(now)]);
           }
           resolve();
         });
@@ -145,5 +152,6 @@ process.stdout.write(
     statuses,
     lateSends,
     cpuPercent,
+    ...(WANT_IDS ? { ids } : {}),
   })}\n`,
 );

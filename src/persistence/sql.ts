@@ -43,6 +43,27 @@ async function runTx<T>(db: Database, fn: (q: Q) => Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * Like q, but the values travel as bound parameters ($1..$n, the extended protocol) instead of being
+ * escaped into the statement's text: for hot statements whose one parameter is a large JSON document
+ * (the submit batch), where quoting it costs more than the statement. Parameters must be strings,
+ * numbers, booleans or null (no driver-side conversion of dates, arrays or objects is wanted).
+ */
+export const qBound = (db: Database): Q => {
+  // the embedded database (PGlite) keeps the formatted path: its knex dialect's raw result differs
+  if (db.embedded) return q(db);
+  const knex = (connectionOf(db) as unknown as { getKnex(): Knex }).getKnex();
+  return async <T>(sql: string, params: unknown[] = []) => {
+    try {
+      const res = (await traced(sql, () => knex.raw(sql, params as Knex.RawBinding[]))) as unknown as { rows: T[] };
+      db.succeeded();
+      return res.rows;
+    } catch (e) {
+      throw db.failed(e, sql);
+    }
+  };
+};
+
 /** Autocommit queries on the pool (one statement = one atomic transaction). */
 export const q = (db: Database): Q => {
   const conn = connectionOf(db);

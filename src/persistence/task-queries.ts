@@ -1,5 +1,5 @@
 import type { Database } from './db.js';
-import { q, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
+import { q, qBound, ts, TickBatcher, type BatcherStats, type Settled } from './sql.js';
 import { rowToEvent, type TaskEventRow } from './task-rows.js';
 import type { PgBigint, PgTimestamp } from './rows.js';
 import type { TaskRow } from '../domain/tasks/view.js';
@@ -94,7 +94,8 @@ export class TaskQueries {
     }));
     let rows: SubmittedEventRow[];
     try {
-      rows = await q(this.db)<SubmittedEventRow>(
+      // the batch's JSON as a bound parameter: not escaped into the statement's text
+      rows = await qBound(this.db)<SubmittedEventRow>(
         `with v as (
            select * from jsonb_to_recordset(?::jsonb) as x(ord int, id uuid, team_id uuid, workflow_id uuid, workflow_slug text, workflow_version int,
              snapshot_id uuid, dispatch_target text, tool_type text, parameters jsonb, resolved_workflow jsonb, input_files jsonb, max_retries int,

@@ -39,6 +39,14 @@ export interface SchedulerState {
   limits: Map<string, SubmitterLimits>;
   /** agent -> the workflow version it last ran (warm placement; kept while the agent is known). */
   lastWorkflow: Map<string, string>;
+  /**
+   * Hints, so a pass costs what changed, not the queue's length (a backlog of thousands with every
+   * slot busy is re-passed on every submit): ids put in the queue as `pending` (not yet marked
+   * waiting), and ids of tasks for a hosted provider. Supersets: an entry is checked against the
+   * queue when used and dropped when it no longer holds.
+   */
+  unmarked: Set<string>;
+  cloudIds: Set<string>;
 }
 
 /** Results of the I/O the shell ran for an earlier decision, fed back as messages (never on the wire). */
@@ -101,8 +109,10 @@ export function initialState(teamId: string, schedulable: readonly TaskRecord[],
     ledger: mem.ledger ?? new UsageLedger(3600),
     limits: mem.limits ?? new Map(),
     lastWorkflow: mem.lastWorkflow ?? new Map(),
+    unmarked: new Set(),
+    cloudIds: new Set(),
   };
-  for (const t of schedulable) s.queue.set(t.id, t);
+  for (const t of schedulable) enqueue(s, t);
   for (const t of active) s.active.set(t.id, t.agentId);
   for (const a of agents) upsertAgent(s, a);
   return s;
@@ -118,6 +128,20 @@ function upsertAgent(s: SchedulerState, a: AgentInfo): void {
 const schedulable = (s: SchedulerState, t: TaskRecord): boolean => t.teamId === s.teamId && (t.status === 'pending' || t.status === 'waiting');
 
 /** A message about a task is newer than any load in flight for it: that load's answer is ignored. */
+/** Puts a task in the queue (and in the pass's hints). */
+function enqueue(s: SchedulerState, t: TaskRecord): void {
+  s.queue.set(t.id, t);
+  if (t.status === 'pending') s.unmarked.add(t.id);
+  if (t.dispatchTarget !== 'agent') s.cloudIds.add(t.id);
+}
+
+/** Takes a task out of the queue (and out of the hints). */
+function dequeue(s: SchedulerState, taskId: string): void {
+  s.queue.delete(taskId);
+  s.unmarked.delete(taskId);
+  s.cloudIds.delete(taskId);
+}
+
 const touch = (s: SchedulerState, taskId: string): void => {
   s.loading.delete(taskId);
 };
@@ -156,13 +180,28 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
   }
   // tasks for a hosted cloud provider are not placed on agents: their dispatcher takes them (it keeps
   // its own queue against the provider's concurrency limit and rebuilds it from PostgreSQL)
-  for (const t of [...s.queue.values()]) {
-    if (t.dispatchTarget === 'agent') continue;
-    s.queue.delete(t.id);
+  for (const id of [...s.cloudIds]) {
+    s.cloudIds.delete(id);
+    const t = s.queue.get(id);
+    if (!t || t.dispatchTarget === 'agent') continue;
+    dequeue(s, t.id);
     touch(s, t.id);
     effects.push({ type: 'cloud', task: t });
   }
   if (s.queue.size === 0) return effects;
+  // nothing can be placed (no free slot, or the quota is used up): FIFO order does not matter, only
+  // which tasks are still `pending` (they move to `waiting`): the hint set names them, so neither the
+  // queue is walked nor sorted (a pass that frees or adds capacity walks it, below)
+  const full = (env.maxConcurrent > 0 && s.active.size >= env.maxConcurrent) || ![...s.agents.values()].some((a) => !a.draining && a.free > 0);
+  if (full) {
+    const wait: string[] = [];
+    for (const id of s.unmarked) {
+      if (s.queue.get(id)?.status === 'pending') wait.push(id);
+      else s.unmarked.delete(id);
+    }
+    markWaiting(s, wait, effects);
+    return effects;
+  }
   // retries still in their backoff are not placed; a timer kicks a pass when the earliest is due
   const due: TaskRecord[] = [];
   const notDue: TaskRecord[] = [];
@@ -173,11 +212,8 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
       earliest = Math.min(earliest, t.notBefore);
     } else due.push(t);
   }
-  // nothing can be placed (no free slot, or the quota is used up): FIFO order does not matter, only
-  // which tasks are still `pending` (they move to `waiting`), so skip the sort and the search
-  const full = (env.maxConcurrent > 0 && s.active.size >= env.maxConcurrent) || ![...s.agents.values()].some((a) => !a.draining && a.free > 0);
-  const p = full ? { assign: [], wait: [...s.queue.values()].filter((t) => t.status === 'pending').map((t) => t.id) } : schedule(due.sort(bySeq), s.agents, usageOf(s, env), env.now, env.policy ?? FIFO_LRU);
-  if (!full) for (const t of notDue) if (t.status === 'pending') p.wait.push(t.id);
+  const p = schedule(due.sort(bySeq), s.agents, usageOf(s, env), env.now, env.policy ?? FIFO_LRU);
+  for (const t of notDue) if (t.status === 'pending') p.wait.push(t.id);
   // ... and when a task the policy held back for a busy warm agent stops waiting for it
   const wake = Math.min(earliest, ('wakeAt' in p ? p.wakeAt : null) ?? Infinity);
   if (wake !== Infinity) effects.push({ type: 'set_timer', ms: Math.max(0, wake - env.now) });
@@ -187,7 +223,7 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
     // the task actor applies the fenced transition concurrently and answers assign_rejected if it
     // cannot (so one slow transaction never stalls the team)
     const task = s.queue.get(step.taskId);
-    s.queue.delete(step.taskId);
+    dequeue(s, step.taskId);
     touch(s, step.taskId);
     s.active.set(step.taskId, agent.agentId);
     agent.free -= 1;
@@ -200,12 +236,17 @@ function pass(s: SchedulerState, env: SchedulerEnv): SchedulerEffect[] {
     // the record rides along so an idle task actor does not read it again (its write is fenced anyway)
     effects.push({ type: 'assign', taskId: step.taskId, agentId: agent.agentId, provision: agent.needsSync, task });
   }
-  const toWait = p.wait.filter((id) => s.queue.get(id)?.status === 'pending' && !s.marking.has(id));
-  if (toWait.length > 0 && s.marking.size === 0) {
-    for (const id of toWait) s.marking.add(id);
-    effects.push({ type: 'mark_waiting', ids: toWait });
-  }
+  markWaiting(s, p.wait, effects);
   return effects;
+}
+
+/** One pending -> waiting batch at a time for the pending ones of `ids` (the next pass takes the rest). */
+function markWaiting(s: SchedulerState, ids: string[], effects: SchedulerEffect[]): void {
+  if (s.marking.size > 0) return;
+  const toWait = ids.filter((id) => s.queue.get(id)?.status === 'pending' && !s.marking.has(id));
+  if (toWait.length === 0) return;
+  for (const id of toWait) s.marking.add(id);
+  effects.push({ type: 'mark_waiting', ids: toWait });
 }
 
 type Handler = Handlers<SchedulerInput, [s: SchedulerState, env: SchedulerEnv], SchedulerEffect[]>;
@@ -223,7 +264,7 @@ const handlers: Handler = {
       return [];
     }
     touch(s, m.taskId);
-    if (schedulable(s, m.task)) s.queue.set(m.task.id, m.task);
+    if (schedulable(s, m.task)) enqueue(s, m.task);
     return [];
   },
   task_requeued: (m, s, env) => {
@@ -234,7 +275,7 @@ const handlers: Handler = {
   },
   task_removed: (m, s, env) => {
     s.ledger.end(m.taskId, env.now);
-    s.queue.delete(m.taskId);
+    dequeue(s, m.taskId);
     s.active.delete(m.taskId);
     s.toLoad.delete(m.taskId);
     touch(s, m.taskId);
@@ -244,7 +285,7 @@ const handlers: Handler = {
     s.ledger.end(m.taskId, env.now);
     const agentId = s.active.get(m.taskId) ?? m.agentId;
     if (s.active.delete(m.taskId) && agentId) freeSlot(s, agentId);
-    s.queue.delete(m.taskId);
+    dequeue(s, m.taskId);
     s.toLoad.delete(m.taskId);
     touch(s, m.taskId);
     return [];
@@ -285,8 +326,8 @@ const handlers: Handler = {
       if (s.loading.get(id) !== m.token) continue; // a later message about it won
       s.loading.delete(id);
       const t = found.get(id);
-      if (t && schedulable(s, t) && !s.active.has(id)) s.queue.set(id, t);
-      else s.queue.delete(id);
+      if (t && schedulable(s, t) && !s.active.has(id)) enqueue(s, t);
+      else dequeue(s, id);
     }
     return [];
   },
@@ -297,6 +338,7 @@ const handlers: Handler = {
       const t = s.queue.get(id);
       if (moved.has(id)) {
         if (t) s.queue.set(id, { ...t, status: 'waiting' });
+        s.unmarked.delete(id);
       } else if (t) refresh(s, id); // no longer pending (cancelled or assigned meanwhile): re-read it
     }
     return m.events.length > 0 ? [{ type: 'publish', events: m.events }] : [];
