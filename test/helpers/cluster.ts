@@ -231,9 +231,26 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
     await exited;
   };
 
-  // the first node migrates the database; the others start together after it
-  await start(0);
-  await Promise.all(nodes.slice(1).map((_, k) => start(k + 1)));
+  // the first node migrates the database; the others start together after it. A node that cannot
+  // start (e.g. a port another test took meanwhile) fails the fixture without leaving the nodes that
+  // did start running: a child with piped output keeps the test process alive, so its file never ends
+  try {
+    await start(0);
+    await Promise.all(nodes.slice(1).map((_, k) => start(k + 1)));
+  } catch (e) {
+    await Promise.all(
+      nodes.map((nd) => {
+        const c = nd.child;
+        if (!c || c.exitCode !== null || c.signalCode !== null) return null;
+        const gone = new Promise((r) => c.once('exit', r));
+        c.kill('SIGKILL');
+        return gone;
+      }),
+    );
+    await db.drop().catch(() => undefined);
+    for (const d of dataDirs) rmSync(d, { recursive: true, force: true });
+    throw e;
+  }
 
   return {
     db,
