@@ -127,7 +127,6 @@ function upsertAgent(s: SchedulerState, a: AgentInfo): void {
 
 const schedulable = (s: SchedulerState, t: TaskRecord): boolean => t.teamId === s.teamId && (t.status === 'pending' || t.status === 'waiting');
 
-/** A message about a task is newer than any load in flight for it: that load's answer is ignored. */
 /** Puts a task in the queue (and in the pass's hints). */
 function enqueue(s: SchedulerState, t: TaskRecord): void {
   s.queue.set(t.id, t);
@@ -142,6 +141,7 @@ function dequeue(s: SchedulerState, taskId: string): void {
   s.cloudIds.delete(taskId);
 }
 
+/** A message about a task is newer than any load in flight for it: that load's answer is ignored. */
 const touch = (s: SchedulerState, taskId: string): void => {
   s.loading.delete(taskId);
 };
