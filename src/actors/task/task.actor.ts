@@ -3,7 +3,7 @@ import { conflict, notFound } from '../../shared/errors.js';
 import { AGENT_KIND, CLOUD_DISPATCHER_KIND, cloudDispatcherId, SCHEDULER_KIND, TASK_KIND, type TaskRecord } from '../../domain/tasks/record.js';
 import type { EventBusPort, Protocols, TaskAssignment, TaskMetricsPort, TaskStorePort, TransitionRequest, TransitionResult } from '../ports.js';
 import { endSpan, spanLogFields, startSpan, traceparentOfSpan, tracingEnabled, withActive, type Span } from '../../shared/tracing.js';
-import { decide, retryDelayMs, type DecideConfig, type Decision, type TaskEffect } from './decide.js';
+import { decide, retryDelayMs, timeoutMs, type DecideConfig, type Decision, type TaskEffect } from './decide.js';
 import { TaskMsg, type TaskProgressMsg, type TaskReply } from './protocol.js';
 
 export const TASK = TASK_KIND;
@@ -31,6 +31,12 @@ export const PROGRESS_MIN_INTERVAL_MS = 50;
 type Ctx = ActorContext<Protocols, typeof TASK>;
 
 /**
+ * The reports whose rejection by a stale copy would lose something (an agent's ACK, result or
+ * failure; a loss or timeout that must fail the attempt): these are decided again against a fresh read.
+ */
+const RECHECKED: ReadonlySet<TaskMsg['type']> = new Set(['ack', 'provisioned', 'progress', 'finish', 'fail', 'agent_lost', 'grace_expired', 'timeout', 'reattach']);
+
+/**
  * The shell around decide(): applies fenced transitions, then runs the effects (dispatch to the
  * agent actor, scheduler notifications, timers).
  *
@@ -48,6 +54,8 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
   private missing = false;
   /** A write or load is in flight: other messages are stashed until its continuation ran. */
   private busy = false;
+  /** The busy I/O is a read of the row (not a write). */
+  private loading = false;
   private pendingProgress: TaskProgressMsg | null = null;
   /** The lease epoch the pending tick was sent for. */
   private pendingEpoch = -1;
@@ -56,6 +64,8 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
   private lastProgressAt = 0;
   /** Tracing on: the traceparent of the assigning transition's span, handed to the agent with the assignment. */
   private dispatchTrace: string | null = null;
+  /** Messages already decided once against a record re-read for them (see recheck): never re-read twice. */
+  private readonly rechecked = new WeakSet<TaskMsg>();
 
   constructor(
     private readonly id: string,
@@ -70,6 +80,8 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
    */
   receive(m: TaskMsg): TaskReply | undefined {
     if (this.busy) {
+      // decided against the row being read now, which is newer than the message: no re-read for it
+      if (this.loading) this.rechecked.add(m);
       this.ctx.stash();
       return undefined;
     }
@@ -81,11 +93,9 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
     if (!this.t && m.type === 'assign' && m.task && m.task.id === this.id) this.t = m.task;
     if (!this.t) {
       // replayed once the record is here
+      this.rechecked.add(m);
       this.ctx.stash();
-      this.start(this.d.store.load(this.id), (t) => {
-        this.t = t;
-        this.missing = t === null;
-      });
+      this.load();
       return undefined;
     }
     if (m.type === 'progress') {
@@ -94,6 +104,15 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
     }
     const now = this.ctx.clock.now();
     const dec = decide(this.t, m, now, this.d.config);
+    if (dec.stale && RECHECKED.has(m.type) && !this.rechecked.has(m)) {
+      // stale by this actor's copy, which may be behind PostgreSQL: another activation of this task
+      // (a cluster node with an older view, during a membership change) may have moved it on. The
+      // copy is re-read and the message decided again against it, once; only then is it rejected.
+      this.rechecked.add(m);
+      this.ctx.stash();
+      this.load();
+      return undefined;
+    }
     if (dec.transition && m.type !== 'progress' && this.pendingProgress && this.t.status === 'running' && this.pendingEpoch === this.t.leaseEpoch) {
       // never drop the last tick before a status change: write the tick held back by the rate
       // bound first, then replay this message (decide is pure; it decides again on replay)
@@ -154,6 +173,30 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
     });
   }
 
+  /** Reads the row (the messages stashed meanwhile are decided against it, see receive). */
+  private load(): void {
+    this.loading = true;
+    this.start(this.d.store.load(this.id), (t) => {
+      this.loading = false;
+      this.reread(t);
+    });
+  }
+
+  /**
+   * Takes the row read from PostgreSQL as this actor's copy. A task found running that this
+   * activation did not start gets its timeout armed here (an activation that saw it queued armed none).
+   */
+  private reread(t: TaskRecord | null): void {
+    const was = this.t;
+    this.t = t;
+    if (!t) {
+      this.missing = true;
+      return;
+    }
+    if (t.status === 'running' && t.startedAt !== null && (was?.status !== 'running' || was.leaseEpoch !== t.leaseEpoch))
+      this.ctx.setTimer('timeout', Math.max(0, t.startedAt + timeoutMs(t, this.d.config) - this.ctx.clock.now()), { type: 'timeout', epoch: t.leaseEpoch });
+  }
+
   /** Starts I/O; its continuation runs as a later turn, after which stashed messages are replayed. */
   private start<T>(work: Promise<T>, then: (v: T) => void, failed?: (e: unknown) => void): void {
     this.busy = true;
@@ -174,7 +217,18 @@ export class TaskActor implements Actor<Protocols, typeof TASK> {
       // a stale writer (another epoch/owner got there first): never applied; re-read the truth
       const req = dec.transition;
       this.ctx.log.warn({ task_id: this.id, msg: m.type, from: req?.from, to: req?.to, current: res.current?.status }, 'fenced transition rejected');
-      this.t = res.current;
+      this.reread(res.current);
+      if (RECHECKED.has(m.type) && !this.rechecked.has(m) && this.t) {
+        // this actor's copy was behind (another activation moved the task on): the agent's report
+        // is decided again against the row just read, as a new message, and answered from there.
+        // Answering { ok: false } here lost a result: the agent had handed it over for good.
+        this.rechecked.add(m);
+        this.ctx.system.ask({ kind: TASK, id: this.id }, m).then(
+          (r) => reply.resolve(r),
+          (e: unknown) => reply.reject(e),
+        );
+        return;
+      }
       if (m.type === 'cancel' && this.t) return reply.reject(conflict('task_terminal', `task is already ${this.t.status}`));
       if (m.type === 'cloud_accept') return reply.resolve({ ok: false, status: this.t?.status ?? 'missing' });
       if (m.type === 'assign') {
