@@ -129,10 +129,11 @@ export async function recoverTasks(sys: LocalActorSystem<Protocols>, tasks: Task
 }
 
 /**
- * Cluster: after a membership change, this node takes over the open tasks it owns now and does not
- * run yet (their owner died or left, or placement moved them here): each is recovered from
- * PostgreSQL, asking its agent's actor (wherever it lives) whether the agent still holds it; and the
- * schedulers of the teams it owns now are kicked. Returns how many task actors were recovered.
+ * Cluster: after a membership change, this node takes over the open tasks it owns now (their owner
+ * died or left, or placement moved them here): each is recovered from PostgreSQL, asking its agent's
+ * actor (wherever it lives) whether the agent still holds it (the ones it already runs are asked
+ * too); and the schedulers of the teams it owns now are kicked. Returns how many task actors were
+ * newly recovered.
  */
 export async function recoverOwned(
   sys: LocalActorSystem<Protocols>,
@@ -146,10 +147,16 @@ export async function recoverOwned(
   for (const t of open) {
     if (owns({ kind: SCHEDULER, id: t.teamId })) teams.add(t.teamId);
     const ref = { kind: TASK, id: t.id } as const;
-    if (sys.isActive(ref) || !owns(ref)) continue;
+    if (!owns(ref)) continue;
     if (t.status === 'provisioning' || t.status === 'queued' || t.status === 'running') {
+      // an activation this node already runs is asked to confirm too: its agent may have handed
+      // the result to another activation during the change (one whose copy rejected it), and then
+      // only this question (unanswered: the grace period ends, the attempt fails over) finds that out
+      // (agent runs only: a hosted provider's job is followed by its dispatcher, not re-attached twice)
+      const active = sys.isActive(ref);
+      if (active && t.dispatchTarget !== 'agent') continue;
       sys.tell(ref, { type: 'recover', graceMs, confirm: true });
-      n++;
+      if (!active) n++;
     }
   }
   for (const team of teams) sys.tell({ kind: SCHEDULER, id: team }, { type: 'kick' });

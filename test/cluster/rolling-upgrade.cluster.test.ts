@@ -32,11 +32,6 @@ const git = (...args: string[]): ReturnType<typeof spawnSync> => spawnSync('git'
 
 /** Why this test cannot run here, or null. */
 function skipReason(): string | null {
-  // Opt-in until its known failure is fixed (issue 33): at 21:50Z on 2026-11-26 one of 341 accepted
-  // runs stayed `running` (attempt 1, epoch 1, progress 1.0, no result) after the node that held its
-  // task actor (an old-release node) was replaced; nothing failed or retried it. The suite runs it
-  // only with GANTRY_TEST_ROLLING_UPGRADE=1 (`GANTRY_TEST_ROLLING_UPGRADE=1 node scripts/run-tests.mjs test/cluster/rolling-upgrade`).
-  if (process.env.GANTRY_TEST_ROLLING_UPGRADE !== '1') return 'opt-in (GANTRY_TEST_ROLLING_UPGRADE=1): a run can stay running after its node is replaced (issue 33, docs/architecture.md "Rolling upgrades")';
   const r = clusterSkipReason();
   if (r) return r;
   if (!process.env.DATABASE_URL) return 'DATABASE_URL unset';

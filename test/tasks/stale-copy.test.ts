@@ -13,6 +13,7 @@ import { startTestNode, type TestNode } from '../helpers/node.js';
 import { FakeAgent } from '../helpers/fake-agent.js';
 import { submitTask, waitForStatus, newTeam } from '../helpers/tasks.js';
 import { FakeClock } from '../../src/shared/clock.js';
+import { recoverOwned } from '../../src/actors/index.js';
 
 let t: TestNode;
 let clock: FakeClock;
@@ -94,4 +95,29 @@ test('an activation that learns from the row that its task is running arms the t
   clock.advance(10_500);
   await waitForStatus(t.node, id, 'failed');
   assert.match((await row(id)).task_error, /timed out after 10 s/);
+});
+
+test('after a membership change, an open task whose actor this node already runs is confirmed with its agent too: not held, it fails over after the grace period', async () => {
+  const team = newTeam();
+  const agent = await new FakeAgent(t.node, { teamId: team }).connect();
+  const id = await submitTask(t.node, team, { maxRetries: 1 });
+  const a = await agent.assignment(id);
+  agent.ack(a);
+  await waitForStatus(t.node, id, 'running');
+  // the agent's actor stops holding the run without the task actor hearing of it: what happens when
+  // the agent's result went to another activation of the task, whose stale copy rejected it
+  t.node.actors.tell({ kind: 'agent', id: agent.agentId }, { type: 'server_msg', msg: { type: 'cancel', taskId: id, attempt: a.attempt, epoch: a.epoch } });
+  await t.node.actors.ask({ kind: 'agent', id: agent.agentId }, { type: 'get' });
+  assert.equal(t.node.actors.isActive({ kind: 'task', id }), true);
+  const newlyRecovered = await recoverOwned(t.node.actors, t.node.taskStore, 5_000, () => true);
+  assert.equal(newlyRecovered, 0);
+  await settle(id);
+  await t.node.actors.ask({ kind: 'agent', id: agent.agentId }, { type: 'get' });
+  await settle(id);
+  assert.equal((await row(id)).task_status, 'running');
+  clock.advance(5_500);
+  await waitForStatus(t.node, id, 'failed');
+  const r = await row(id);
+  assert.equal(r.task_error, 'agent disconnected');
+  assert.ok(r.retry_task_id, 'the attempt is retried');
 });
