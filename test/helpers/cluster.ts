@@ -234,9 +234,25 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
   // the first node migrates the database; the others start together after it. A node that cannot
   // start (e.g. a port another test took meanwhile) fails the fixture without leaving the nodes that
   // did start running: a child with piped output keeps the test process alive, so its file never ends
+  // The ports were free when picked, but another test file running in parallel can bind one before
+  // the node does: a first start that fails on that alone is retried on fresh ports (twice at most).
+  const firstStart = async (i: number): Promise<void> => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await start(i);
+      } catch (e) {
+        if (attempt >= 2 || !/already in use|EADDRINUSE/.test((e as Error).message)) throw e;
+        await kill(i);
+        const nd = nodes[i] as ClusterNodeProc;
+        [nd.httpPort, nd.grpcPort, nd.clusterPort] = [await freePort(), await freePort(), await freePort()];
+        nd.baseUrl = `http://127.0.0.1:${nd.httpPort}/api/v1`;
+        nd.http = new HttpClient(nd.baseUrl);
+      }
+    }
+  };
   try {
-    await start(0);
-    await Promise.all(nodes.slice(1).map((_, k) => start(k + 1)));
+    await firstStart(0);
+    await Promise.all(nodes.slice(1).map((_, k) => firstStart(k + 1)));
   } catch (e) {
     await Promise.all(
       nodes.map((nd) => {
