@@ -164,7 +164,7 @@ export class LocalObjectStore implements ObjectStore {
           if (ifNoneMatch) {
             try {
               await fsp.link(tmp, dest);
-              await fsp.rm(tmp, { force: true });
+              await fsp.unlink(tmp); // (rm would lstat it first)
             } catch (e) {
               if (!isErrno(e, 'EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'EXDEV')) throw e;
               // filesystems without hard links: check-then-rename (not atomic, best effort)
@@ -215,9 +215,8 @@ export class LocalObjectStore implements ObjectStore {
   ): Promise<ObjectInfo> {
     assertKey(key);
     assertLength(o.contentLength, MAX_SINGLE_PUT_BYTES, 'Content-Length');
-    if (o.ifNoneMatch && (await exists(this.dataPath(key)))) {
-      throw s3err('precondition_failed', 'precondition_failed', 'At least one of the pre-conditions you specified did not hold (If-None-Match: * and the object exists).');
-    }
+    // If-None-Match is decided by commit's link(), atomically: no existence check first (it cost a
+    // file-system call on every output PUT, to save a body's write only when the key already exists)
     const { tmp, md5 } = await this.writeTemp(body, o.contentLength);
     const meta: MetaFile = { size: o.contentLength, etag: md5, ...(o.contentType ? { contentType: o.contentType } : {}) };
     await this.commit(tmp, key, meta, o.ifNoneMatch === true);
