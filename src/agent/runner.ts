@@ -11,6 +11,7 @@ import { endSpan, inSpan, markSpanError, SpanKind, startSpan, traceparentOfSpan,
 import type { AgentClient, TaskRef } from './client.js';
 import { ExecutorError, isExecutorError, type CheckpointStore, type ExecOutput, type Executor, type InputFile, type ProgressTick } from './executors/index.js';
 import { downloadTo, uploadFile } from './transfer.js';
+import { putWithRetry, type PutTarget } from './upload-retry.js';
 import type { AssignMessage, ServerCommandMsg } from '../protocol/agent-wire.js';
 import type { OutputFile } from '../gen/gantry/agent/v1/OutputFile.js';
 
@@ -295,7 +296,7 @@ export class AgentRunner {
         ...(isNerf ? { checkpoints: this.checkpointStore(a, ref) } : {}),
       }));
       if (isNerf) this.progress(ref, { progress: 0.99, step_current: 0, step_total: 0, current_node: 'upload', stage: 'upload', message: `uploading ${res.outputs.length} file(s)` });
-      const outputs = await inSpan('agent upload outputs', { attributes: { 'gantry.outputs': res.outputs.length } }, () => this.upload(ref, res.outputs, t.abort.signal, until));
+      const outputs = await inSpan('agent upload outputs', { attributes: { 'gantry.outputs': res.outputs.length } }, () => this.upload(ref, res.outputs, t.abort.signal, until, log));
       c.dropProgress(ref.task_id);
       c.send(
         {
@@ -402,7 +403,8 @@ export class AgentRunner {
     return out;
   }
 
-  private async upload(ref: TaskRef, files: ExecOutput[], signal: AbortSignal, until: number): Promise<OutputFile[]> {
+  /** Presigns every output, then PUTs each, riding out a restart of the node behind its URL (putWithRetry). */
+  private async upload(ref: TaskRef, files: ExecOutput[], signal: AbortSignal, until: number, log: Logger): Promise<OutputFile[]> {
     if (files.length === 0) return [];
     const c = this.client as AgentClient;
     const used = new Set<string>();
@@ -412,19 +414,34 @@ export class AgentRunner {
       used.add(name);
       return { ...f, name };
     });
-    const res = await c.presignOutputs({ ...ref, files: named.map((f) => ({ name: f.name, size: f.size, content_type: f.contentType })) }, { until, signal });
-    const byName = new Map(res.uploads.map((u) => [u.name, u]));
+    const req = { ...ref, files: named.map((f) => ({ name: f.name, size: f.size, content_type: f.contentType })) };
+    const presign = async (): Promise<Map<string, PutTarget>> =>
+      new Map((await c.presignOutputs(req, { until, signal })).uploads.map((u) => [u.name, { url: u.upload_url, headers: u.upload_headers, storageKey: u.storage_key }]));
+    let byName = await presign();
+    const targetOf = (name: string): PutTarget => {
+      const u = byName.get(name);
+      if (!u) throw new ExecutorError('tool_error', `the server returned no upload URL for ${name}`);
+      return u;
+    };
     const out: OutputFile[] = [];
     for (const f of named) {
-      const u = byName.get(f.name);
-      if (!u) throw new ExecutorError('tool_error', `the server returned no upload URL for ${f.name}`);
+      let done: PutTarget;
       try {
-        await uploadFile(u.upload_url, u.upload_headers, f.localPath, f.contentType, signal);
+        const put = (u: PutTarget): Promise<void> => uploadFile(u.url, u.headers, f.localPath, f.contentType, signal);
+        const represign = async (): Promise<PutTarget> => {
+          byName = await presign(); // fresh URLs for the files still to go too
+          return targetOf(f.name);
+        };
+        done = await putWithRetry(targetOf(f.name), put, represign, {
+          until,
+          signal,
+          onRetry: (r) => log.warn({ file: f.name, tries: r.tries, error: (r.error as Error).message, represign: r.verdict !== 'retry', retry_in_ms: r.retryInMs }, 'output upload failed; retrying'),
+        });
       } catch (e) {
-        if (signal.aborted) throw e;
+        if (signal.aborted || isExecutorError(e)) throw e;
         throw new ExecutorError('tool_error', `uploading ${f.name}: ${(e as Error).message}`);
       }
-      out.push({ name: f.name, storage_key: u.storage_key, content_type: f.contentType, size: f.size });
+      out.push({ name: f.name, storage_key: done.storageKey, content_type: f.contentType, size: f.size });
     }
     return out;
   }

@@ -7,12 +7,20 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as NodeReadableStream } from 'node:stream/web';
 
-export class TransferError extends Error {}
+/** A transfer the other end answered with an HTTP error status (status; null: no status to go by). */
+export class TransferError extends Error {
+  constructor(
+    message: string,
+    readonly status: number | null = null,
+  ) {
+    super(message);
+  }
+}
 
 /** GET url -> dest file. */
 export async function downloadTo(url: string, dest: string, signal: AbortSignal, timeoutMs = 30 * 60_000): Promise<number> {
   const res = await fetch(url, { signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) });
-  if (!res.ok || !res.body) throw new TransferError(`download failed: HTTP ${res.status}`);
+  if (!res.ok || !res.body) throw new TransferError(`download failed: HTTP ${res.status}`, res.status);
   let n = 0;
   const body = Readable.fromWeb(res.body as unknown as NodeReadableStream<Uint8Array>);
   body.on('data', (c: Buffer) => (n += c.length));
@@ -33,7 +41,7 @@ export async function uploadFile(url: string, headers: Record<string, string>, f
   if (res.status === 412) return;
   if (!res.ok) {
     const text = (await res.text().catch(() => '')).slice(0, 300);
-    throw new TransferError(`upload failed: HTTP ${res.status}${text ? `: ${text}` : ''}`);
+    throw new TransferError(`upload failed: HTTP ${res.status}${text ? `: ${text}` : ''}`, res.status);
   }
   await res.arrayBuffer().catch(() => undefined);
 }
