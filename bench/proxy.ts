@@ -7,15 +7,19 @@
  *   npm run bench:proxy         (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/postgres)
  *   env: BENCH_CONNS (32), BENCH_DURATION_S (10), BENCH_WARMUP_S (2), BENCH_LAT_CONNS (1),
  *        BENCH_RATE (1000 requests/s), BENCH_RATE_S (10), BENCH_RATE_CONNS (16);
- *        BENCH_NODE_ARGS / BENCH_AGENT_NODE_ARGS: extra node flags for the node / the agent (profiling)
+ *        BENCH_NODE_ARGS / BENCH_AGENT_NODE_ARGS: extra node flags for the node / the agent (profiling);
+ *        BENCH_AGENT_TRANSPORT (`grpc,ws`): the agent transports measured, each as its own gantry
+ *        target (`gantry(grpc)`: `--server HOST:GRPC_PORT`; `gantry(ws)`: `--server ws://HOST:HTTP_PORT`)
  *
- * Processes: the Gantry node (`node bin/gantry.mjs serve`, fresh database), one agent program
- * (`node bin/gantry.mjs agent --executor simulate --container-runtime exec`), the container (its
- * exec runtime runs bench/proc/echo-server.mjs: plain node:http, a fixed 1 KB body), nginx
- * (`worker_processes 1`, upstream keepalive 64, config generated in a temp dir) and wrk. The
- * service is created and deployed through the API with 1 replica; the echo server writes its port
- * to PORT_FILE (passed through env_config), which gives the direct URL of the very process the
- * gateway reaches.
+ * Processes: the Gantry node (`node bin/gantry.mjs serve`, fresh database), one agent program per
+ * transport (`node bin/gantry.mjs agent --executor simulate --container-runtime exec --labels
+ * bench-<transport>`), one container per transport (its exec runtime runs bench/proc/echo-server.mjs:
+ * plain node:http, a fixed 1 KB body), nginx (`worker_processes 1`, upstream keepalive 64, config
+ * generated in a temp dir) and wrk. Each service (`bench-echo-<transport>`, required_labels
+ * bench-<transport>, so it lands on that transport's agent) is created and deployed through the API
+ * with 1 replica; the echo server writes its port to PORT_FILE (passed through env_config), which
+ * gives the direct URL of the very process the gateway reaches (direct and nginx use the first
+ * transport's container; the containers are the same program).
  *
  * Three passes, each target with a warm-up then one measured run, same settings for all three:
  *   - throughput: wrk BENCH_CONNS connections (rps, p50, p99): ratio = gantry / direct rps; the
@@ -63,7 +67,10 @@ const WARMUP_S = envNum('BENCH_WARMUP_S', 2);
 const RATE = envNum('BENCH_RATE', 1000);
 const RATE_S = envNum('BENCH_RATE_S', 10);
 const RATE_CONNS = envNum('BENCH_RATE_CONNS', 16);
-const SLUG = 'bench-echo';
+const TRANSPORTS = (process.env.BENCH_AGENT_TRANSPORT ?? 'grpc,ws').split(',').map((t) => t.trim()).filter(Boolean);
+for (const t of TRANSPORTS) if (t !== 'grpc' && t !== 'ws') throw new Error(`BENCH_AGENT_TRANSPORT: ${t} is neither grpc nor ws`);
+if (TRANSPORTS.length === 0) throw new Error('BENCH_AGENT_TRANSPORT names no transport');
+const slugOf = (transport: string): string => `bench-echo-${transport}`;
 
 interface Target {
   name: string;
@@ -113,8 +120,8 @@ function isProcess(pid: number, needle: string): boolean {
   }
 }
 
-/** Starts the agent program with the exec container runtime and waits until the node lists it online. */
-async function startAgent(g: GantryProcess): Promise<number> {
+/** Starts an agent program over `transport` with the exec container runtime and waits until the node lists it online. */
+async function startAgent(g: GantryProcess, transport: string): Promise<number> {
   const ak = await g.agentCredential();
   const dir = tempDir('gantry-proxy-agent-');
   const agent = spawnChild(
@@ -124,13 +131,14 @@ async function startAgent(g: GantryProcess): Promise<number> {
       ...(process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter(Boolean),
       join(root, 'bin/gantry.mjs'),
       'agent',
-      '--server', `127.0.0.1:${g.grpcPort}`,
+      '--server', transport === 'ws' ? g.origin.replace(/^http/, 'ws') : `127.0.0.1:${g.grpcPort}`,
       '--credential', ak,
       '--executor', 'simulate',
       '--container-runtime', 'exec',
       '--container-health-interval-ms', '500',
-      '--machine-id', 'bench-proxy-agent',
-      '--name', 'bench-proxy-agent',
+      '--machine-id', `bench-proxy-agent-${transport}`,
+      '--name', `bench-proxy-agent-${transport}`,
+      '--labels', `bench-${transport}`,
       '--state-dir', dir,
       '--work-dir', join(dir, 'work'),
       '--gpu', 'NVIDIA RTX 4090:24',
@@ -147,7 +155,7 @@ async function startAgent(g: GantryProcess): Promise<number> {
     if (exited) throw new BenchError(`the agent program exited (code ${agent.exitCode ?? agent.signalCode}) before it was online`);
     const r = await g.http.get('/agents?per_page=10', { token: g.user.accessToken, team: g.user.teamId });
     const list = (r.body?.agent_list ?? []) as Array<Record<string, unknown>>;
-    return r.status === 200 && list.some((a) => a.agent_status === 'online' || a.agent_status === 'busy');
+    return r.status === 200 && list.some((a) => Array.isArray(a.labels) && a.labels.includes(`bench-${transport}`) && (a.agent_status === 'online' || a.agent_status === 'busy'));
   }, 60_000, 100).catch((e: unknown) => {
     if (exited) throw new BenchError(`the agent program exited (code ${agent.exitCode ?? agent.signalCode}) before it was online`);
     throw e;
@@ -159,13 +167,14 @@ async function startAgent(g: GantryProcess): Promise<number> {
  * Creates and deploys the echo service (1 replica, exec command = the echo server with PORT_FILE)
  * and waits until it is running and the port file is written. Returns the container's port and pid.
  */
-async function deployEcho(g: GantryProcess, portFile: string): Promise<{ port: number; pid: number }> {
+async function deployEcho(g: GantryProcess, transport: string, portFile: string): Promise<{ port: number; pid: number }> {
   const auth = { token: g.user.accessToken, team: g.user.teamId };
   const create = await g.http.post(
     '/containers',
     {
-      service_slug: SLUG,
-      display_name: 'proxy bench echo',
+      service_slug: slugOf(transport),
+      display_name: `proxy bench echo (${transport})`,
+      required_labels: [`bench-${transport}`],
       service_type: 'deployed',
       docker_image: JSON.stringify([process.execPath, join(root, 'bench/proc/echo-server.mjs')]),
       exposed_port: 8080,
@@ -299,7 +308,7 @@ async function fixedRate(t: Target, rate: number, seconds: number): Promise<{ r:
 
 function line(name: string, m: Measured): string {
   const r = m.r;
-  return `${name.padEnd(8)} ${fmt(r.okRps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  (${r.requests} requests in ${fmt(r.seconds, 1)} s, non-2xx ${r.non2xx}, socket errors ${r.socketErrors}; CPU, % of one core: ${m.cpu})`;
+  return `${name.padEnd(12)} ${fmt(r.okRps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  (${r.requests} requests in ${fmt(r.seconds, 1)} s, non-2xx ${r.non2xx}, socket errors ${r.socketErrors}; CPU, % of one core: ${m.cpu})`;
 }
 
 /** Warm-up then one measured run per target, in order. */
@@ -321,42 +330,45 @@ const signed = (n: number, digits = 3): string => `${n >= 0 ? '+' : ''}${fmt(n, 
 runBench('PROXY', async () => {
   requireTool('wrk', 'apt-get install -y wrk');
   requireTool('nginx', 'apt-get install -y nginx-light');
-  console.log(`PROXY: GET /r/containers/{slug}/hello (sk-, via the agent's stream) vs the same container direct and through nginx; wrk ${CONNS} conns (throughput) and ${LAT_CONNS} (latency), ${SECONDS} s each after ${WARMUP_S} s warm-ups`);
+  console.log(`PROXY: GET /r/containers/{slug}/hello (sk-, via the agent's stream: ${TRANSPORTS.join(' and ')}) vs the same container direct and through nginx; wrk ${CONNS} conns (throughput) and ${LAT_CONNS} (latency), ${SECONDS} s each after ${WARMUP_S} s warm-ups`);
   console.log(await machineLine());
   console.log(`load average before the run: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (other work on the machine shares the cores: compare the ratios)`);
 
   const g = await startGantry('proxy');
-  // the container is the agent's child; if the agent does not stop it, this does (registered first, so it runs after the agent stopped)
-  let echoPid = 0;
+  // the containers are the agents' children; if an agent does not stop its own, this does (registered first, so it runs after the agents stopped)
+  const echoPids: number[] = [];
   onCleanup(async () => {
-    if (echoPid && isProcess(echoPid, 'echo-server.mjs')) {
-      process.kill(echoPid, 'SIGTERM');
-      await waitUntil('the echo server to exit', () => !isProcess(echoPid, 'echo-server.mjs'), 5_000, 50).catch(() => process.kill(echoPid, 'SIGKILL'));
+    for (const pid of echoPids) {
+      if (!isProcess(pid, 'echo-server.mjs')) continue;
+      process.kill(pid, 'SIGTERM');
+      await waitUntil('the echo server to exit', () => !isProcess(pid, 'echo-server.mjs'), 5_000, 50).catch(() => process.kill(pid, 'SIGKILL'));
     }
   });
-  const agentPid = await startAgent(g);
-  const portFile = join(tempDir('gantry-proxy-echo-'), 'port.json');
-  const echo = await deployEcho(g, portFile);
-  echoPid = echo.pid;
+  const auth = { authorization: `Bearer ${g.sk}` };
+  const gantries: Array<{ transport: string; target: Target; echo: { port: number; pid: number } }> = [];
+  for (const transport of TRANSPORTS) {
+    const agentPid = await startAgent(g, transport);
+    const echo = await deployEcho(g, transport, join(tempDir('gantry-proxy-echo-'), 'port.json'));
+    echoPids.push(echo.pid);
+    const url = `${g.apiBase}/r/containers/${slugOf(transport)}/hello`;
+    gantries.push({ transport, echo, target: { name: `gantry(${transport})`, url, headers: auth, pids: [['node', g.pid], ['agent', agentPid], ['echo', echo.pid]] } });
+  }
+  const echo = (gantries[0] as (typeof gantries)[number]).echo;
   const directUrl = `http://127.0.0.1:${echo.port}/hello`;
   const expected = await (await fetch(directUrl)).text();
   if (expected.length < 1000) throw new BenchError(`direct: GET ${directUrl}: unexpected body (${expected.length} bytes)`);
 
   const ng = await startNginx(echo.port);
-  const gantryUrl = `${g.apiBase}/r/containers/${SLUG}/hello`;
-  const auth = { authorization: `Bearer ${g.sk}` };
   await probe('direct', directUrl, expected);
   await probe('nginx', ng.url, expected);
-  // the service may be "running" a moment before the node routes to the instance: retry 503s briefly
-  await waitUntil('the gateway to route to the instance', async () => (await fetch(gantryUrl, { headers: auth }).then((r) => r.text().then(() => r.status))) !== 503, 10_000, 100);
-  await probe('gantry', gantryUrl, expected, auth);
+  for (const { target: t } of gantries) {
+    // the service may be "running" a moment before the node routes to the instance: retry 503s briefly
+    await waitUntil('the gateway to route to the instance', async () => (await fetch(t.url, { headers: auth }).then((r) => r.text().then(() => r.status))) !== 503, 10_000, 100);
+    await probe(t.name, t.url, expected, auth);
+  }
 
-  const echoPids: Array<[string, number]> = [['echo', echo.pid]];
-  const targets: Target[] = [
-    { name: 'direct', url: directUrl, pids: echoPids },
-    { name: 'nginx', url: ng.url, pids: [...ng.pids, ...echoPids] },
-    { name: 'gantry', url: gantryUrl, headers: auth, pids: [['node', g.pid], ['agent', agentPid], ...echoPids] },
-  ];
+  const echoPid: Array<[string, number]> = [['echo', echo.pid]];
+  const targets: Target[] = [{ name: 'direct', url: directUrl, pids: echoPid }, { name: 'nginx', url: ng.url, pids: [...ng.pids, ...echoPid] }, ...gantries.map((x) => x.target)];
 
   console.log(`-- throughput: wrk -c${CONNS}`);
   const tp = await pass(targets, CONNS);
@@ -371,48 +383,47 @@ runBench('PROXY', async () => {
     const { r, cpuS } = await fixedRate(t, RATE, RATE_S);
     fr.set(t.name, r);
     const perReq = [...cpuS].map(([label, s]) => `${label} ${fmt((s * 1e6) / Math.max(1, r.ok))} us`).join(', ');
-    console.log(`${t.name.padEnd(8)} ${fmt(r.rps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p90 ${fmt(r.p90Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  max ${fmt(r.maxMs, 1)} ms  (${r.ok} requests in ${fmt(r.seconds, 1)} s, late sends ${r.lateSends}, generator CPU ${fmt(r.cpuPercent)}%; CPU per request: ${perReq})`);
+    console.log(`${t.name.padEnd(12)} ${fmt(r.rps).padStart(7)} rps  p50 ${fmt(r.p50Ms, 3)} ms  p90 ${fmt(r.p90Ms, 3)} ms  p99 ${fmt(r.p99Ms, 3)} ms  max ${fmt(r.maxMs, 1)} ms  (${r.ok} requests in ${fmt(r.seconds, 1)} s, late sends ${r.lateSends}, generator CPU ${fmt(r.cpuPercent)}%; CPU per request: ${perReq})`);
   }
 
-  const [d, n, gw] = [get(tp, 'direct'), get(tp, 'nginx'), get(tp, 'gantry')];
-  const [ld, ln, lg] = [get(lat, 'direct'), get(lat, 'nginx'), get(lat, 'gantry')];
-  const ratio = gw.okRps / d.okRps;
+  const [d, n] = [get(tp, 'direct'), get(tp, 'nginx')];
+  const [ld, ln] = [get(lat, 'direct'), get(lat, 'nginx')];
+  const [rd, rn] = [fr.get('direct') as RateResult, fr.get('nginx') as RateResult];
   const nginxRatio = n.okRps / d.okRps;
-  const gantryNginx = gw.okRps / n.okRps;
-  const added = { p50: gw.p50Ms - d.p50Ms, p99: gw.p99Ms - d.p99Ms };
   const nginxAdded = { p50: n.p50Ms - d.p50Ms, p99: n.p99Ms - d.p99Ms };
-  const latAdded = { p50: lg.p50Ms - ld.p50Ms, p99: lg.p99Ms - ld.p99Ms };
   const latNginxAdded = { p50: ln.p50Ms - ld.p50Ms, p99: ln.p99Ms - ld.p99Ms };
-  const [rd, rn, rg] = [fr.get('direct') as RateResult, fr.get('nginx') as RateResult, fr.get('gantry') as RateResult];
-  const rateAdded = { p50: rg.p50Ms - rd.p50Ms, p99: rg.p99Ms - rd.p99Ms };
   const rateNginxAdded = { p50: rn.p50Ms - rd.p50Ms, p99: rn.p99Ms - rd.p99Ms };
-  const gm = tp.get('gantry') as Measured;
-  const nodeUs = ((gm.cpuS.get('node') as number) * 1e6) / gw.requests;
-  const agentUs = ((gm.cpuS.get('agent') as number) * 1e6) / gw.requests;
   const nm = tp.get('nginx') as Measured;
   const nginxUs = ((nm.cpuS.get('nginx worker') ?? nm.cpuS.get('nginx master') ?? NaN) * 1e6) / n.requests;
+  const met = (ok: boolean): string => (ok ? 'met' : 'NOT met');
 
   console.log('-- figures');
-  console.log(`proxied/direct rps   ${fmt(ratio, 3)}   (gantry ${fmt(gw.okRps)} / direct ${fmt(d.okRps)})`);
-  console.log(`nginx/direct rps     ${fmt(nginxRatio, 3)}   (nginx ${fmt(n.okRps)} / direct ${fmt(d.okRps)})`);
-  console.log(`gantry/nginx rps     ${fmt(gantryNginx, 3)}`);
-  console.log(`added latency at -c${String(CONNS).padEnd(3)} gantry p50 ${signed(added.p50)} ms, p99 ${signed(added.p99)} ms;  nginx p50 ${signed(nginxAdded.p50)} ms, p99 ${signed(nginxAdded.p99)} ms  (mostly queueing at saturation)`);
-  console.log(`added latency at -c${String(LAT_CONNS).padEnd(3)} gantry p50 ${signed(latAdded.p50)} ms, p99 ${signed(latAdded.p99)} ms;  nginx p50 ${signed(latNginxAdded.p50)} ms, p99 ${signed(latNginxAdded.p99)} ms`);
-  console.log(`added latency at ${RATE}/s gantry p50 ${signed(rateAdded.p50)} ms, p99 ${signed(rateAdded.p99)} ms;  nginx p50 ${signed(rateNginxAdded.p50)} ms, p99 ${signed(rateNginxAdded.p99)} ms  (fixed rate, open loop)`);
-  console.log(`CPU per proxied request at -c${CONNS}: node ${fmt(nodeUs)} us, agent ${fmt(agentUs)} us  (nginx worker ${fmt(nginxUs)} us per request)`);
-  const met = (ok: boolean): string => (ok ? 'met' : 'NOT met');
-  console.log(`target: gantry/nginx rps >= 0.5: ${met(gantryNginx >= 0.5)} (${fmt(gantryNginx, 3)})`);
-  console.log(`target: gantry added p50 <= 1 ms at ${RATE} requests/s: ${met(rateAdded.p50 <= 1)} (${fmt(rateAdded.p50, 3)} ms)`);
-  console.log(`target: node CPU per proxied request <= 60 us: ${met(nodeUs <= 60)} (${fmt(nodeUs)} us)`);
-  console.log(`target: agent CPU per proxied request <= 50 us: ${met(agentUs <= 50)} (${fmt(agentUs)} us)`);
-  console.log(`target: proxied/direct >= 0.4: ${met(ratio >= 0.4)} (${fmt(ratio, 3)})`);
-  console.log(`gantry added p50 at -c${LAT_CONNS}: ${fmt(latAdded.p50, 3)} ms; at -c${CONNS}: ${fmt(added.p50, 3)} ms (closed loop, for reference)`);
+  console.log(`nginx/direct rps     ${fmt(nginxRatio, 3)}   (nginx ${fmt(n.okRps)} / direct ${fmt(d.okRps)}); nginx added p50 ${signed(nginxAdded.p50)} ms at -c${CONNS}, ${signed(latNginxAdded.p50)} ms at -c${LAT_CONNS}, ${signed(rateNginxAdded.p50)} ms at ${RATE}/s; nginx worker ${fmt(nginxUs)} us per request`);
+  const keys: string[] = [];
+  for (const { transport, target } of gantries) {
+    const name = target.name;
+    const [gw, lg, rg] = [get(tp, name), get(lat, name), fr.get(name) as RateResult];
+    const ratio = gw.okRps / d.okRps;
+    const gantryNginx = gw.okRps / n.okRps;
+    const added = { p50: gw.p50Ms - d.p50Ms, p99: gw.p99Ms - d.p99Ms };
+    const latAdded = { p50: lg.p50Ms - ld.p50Ms, p99: lg.p99Ms - ld.p99Ms };
+    const rateAdded = { p50: rg.p50Ms - rd.p50Ms, p99: rg.p99Ms - rd.p99Ms };
+    const gm = tp.get(name) as Measured;
+    const nodeUs = ((gm.cpuS.get('node') as number) * 1e6) / gw.requests;
+    const agentUs = ((gm.cpuS.get('agent') as number) * 1e6) / gw.requests;
+    console.log(`${name}: gantry/nginx ${fmt(gantryNginx, 3)} (${fmt(gw.okRps)} rps; proxied/direct ${fmt(ratio, 3)}); CPU per proxied request at -c${CONNS}: node ${fmt(nodeUs)} us, agent ${fmt(agentUs)} us; added p50/p99 at -c${CONNS} ${signed(added.p50)}/${signed(added.p99)} ms, at -c${LAT_CONNS} ${signed(latAdded.p50)}/${signed(latAdded.p99)} ms, at ${RATE}/s ${signed(rateAdded.p50)}/${signed(rateAdded.p99)} ms`);
+    console.log(`target ${name}: gantry/nginx rps >= 0.5: ${met(gantryNginx >= 0.5)} (${fmt(gantryNginx, 3)}); added p50 <= 1 ms at ${RATE}/s: ${met(rateAdded.p50 <= 1)} (${fmt(rateAdded.p50, 3)} ms); node <= 60 us: ${met(nodeUs <= 60)} (${fmt(nodeUs)}); agent <= 50 us: ${met(agentUs <= 50)} (${fmt(agentUs)}); proxied/direct >= 0.4: ${met(ratio >= 0.4)} (${fmt(ratio, 3)})`);
+    // the first transport's keys are unprefixed (the line's earlier form), the others carry `<transport>_`
+    const p = transport === gantries[0]?.transport ? '' : `${transport}_`;
+    keys.push(
+      `${p}transport=${transport} ${p}gantry_rps=${fmt(gw.okRps)} ${p}ratio=${fmt(ratio, 3)} ${p}gantry_nginx_ratio=${fmt(gantryNginx, 3)} ${p}added_p50_ms=${fmt(added.p50, 3)} ${p}added_p99_ms=${fmt(added.p99, 3)} ` +
+        `${p}lat_added_p50_ms=${fmt(latAdded.p50, 3)} ${p}lat_added_p99_ms=${fmt(latAdded.p99, 3)} ${p}rate_added_p50_ms=${fmt(rateAdded.p50, 3)} ${p}rate_added_p99_ms=${fmt(rateAdded.p99, 3)} ${p}rate_gantry_p50_ms=${fmt(rg.p50Ms, 3)} ` +
+        `${p}node_us_per_req=${fmt(nodeUs)} ${p}agent_us_per_req=${fmt(agentUs)}`,
+    );
+  }
   console.log(
-    `PROXY gantry_rps=${fmt(gw.okRps)} direct_rps=${fmt(d.okRps)} nginx_rps=${fmt(n.okRps)} ratio=${fmt(ratio, 3)} nginx_ratio=${fmt(nginxRatio, 3)} gantry_nginx_ratio=${fmt(gantryNginx, 3)} ` +
-      `added_p50_ms=${fmt(added.p50, 3)} added_p99_ms=${fmt(added.p99, 3)} nginx_added_p50_ms=${fmt(nginxAdded.p50, 3)} nginx_added_p99_ms=${fmt(nginxAdded.p99, 3)} ` +
-      `lat_added_p50_ms=${fmt(latAdded.p50, 3)} lat_added_p99_ms=${fmt(latAdded.p99, 3)} lat_nginx_added_p50_ms=${fmt(latNginxAdded.p50, 3)} lat_nginx_added_p99_ms=${fmt(latNginxAdded.p99, 3)} ` +
-      `rate=${RATE} rate_added_p50_ms=${fmt(rateAdded.p50, 3)} rate_added_p99_ms=${fmt(rateAdded.p99, 3)} rate_nginx_added_p50_ms=${fmt(rateNginxAdded.p50, 3)} rate_gantry_p50_ms=${fmt(rg.p50Ms, 3)} rate_direct_p50_ms=${fmt(rd.p50Ms, 3)} ` +
-      `node_us_per_req=${fmt(nodeUs)} agent_us_per_req=${fmt(agentUs)} nginx_us_per_req=${fmt(nginxUs)} ` +
-      `conns=${CONNS} lat_conns=${LAT_CONNS} duration_s=${SECONDS} rate_s=${RATE_S}`,
+    `PROXY ${keys.join(' ')} direct_rps=${fmt(d.okRps)} nginx_rps=${fmt(n.okRps)} nginx_ratio=${fmt(nginxRatio, 3)} nginx_added_p50_ms=${fmt(nginxAdded.p50, 3)} nginx_added_p99_ms=${fmt(nginxAdded.p99, 3)} ` +
+      `lat_nginx_added_p50_ms=${fmt(latNginxAdded.p50, 3)} lat_nginx_added_p99_ms=${fmt(latNginxAdded.p99, 3)} rate=${RATE} rate_nginx_added_p50_ms=${fmt(rateNginxAdded.p50, 3)} rate_direct_p50_ms=${fmt(rd.p50Ms, 3)} ` +
+      `nginx_us_per_req=${fmt(nginxUs)} conns=${CONNS} lat_conns=${LAT_CONNS} duration_s=${SECONDS} rate_s=${RATE_S}`,
   );
-}, 420);
+}, 540);

@@ -12,6 +12,13 @@
  * that do not decode end the stream with 4003 (INVALID_ARGUMENT). The end of the stream is the
  * close: 1000 clean, else 4000 + the gRPC status code, after the ServerError that says why.
  *
+ * Frames are handed to the session after uWS's message callback has returned (all frames of one
+ * event-loop turn, in order, in a setImmediate): uWS corks the agent's socket while that callback
+ * runs and corks one socket at a time, so a proxied response written to its client from inside the
+ * callback could not be corked and went out as one send() per status line, header and body (the
+ * largest cost of the node's ws path in the proxy bench's profile); the same frames handled a moment
+ * later write each response in one corked send, as on the gRPC transport.
+ *
  * Backpressure: what the server writes is bounded by the protocol (the agent's window for task
  * messages, each tunnel stream's byte window, WS_MAX_PENDING_CALLS answers), so uWS's send buffer
  * stays small; should a send still exceed maxBackpressure (uWS drops it), the stream ends
@@ -54,9 +61,15 @@ export interface AgentWsUser {
 
 const BEARER_RE = /^Bearer\s+(\S+)\s*$/i;
 
+/** What the socket said, waiting for the session: a decoded frame, a frame that is not one (why), or the close. */
+type Inbound = { s: AgentSocket; f: AgentFrame__Output; bad: null } | { s: AgentSocket; f: null; bad: string } | { s: AgentSocket; f: null; bad: null };
+
 export class AgentWebSocketTransport {
   private readonly codec = agentFrameCodec();
   private readonly log: Logger;
+  /** Inbound of the current turn, in arrival order over every socket; drained by one setImmediate. */
+  private inbound: Inbound[] = [];
+  private drainScheduled = false;
 
   constructor(
     private readonly server: AgentGrpcServer,
@@ -73,9 +86,9 @@ export class AgentWebSocketTransport {
       drain: () => undefined,
       close: (ws) => {
         const s = ws.getUserData().s;
-        s.closed = true;
+        // the socket is gone now (nothing may be sent on it); the session hears it after the frames before it
         s.ws = null;
-        s.input?.gone();
+        this.enqueue({ s, f: null, bad: null });
       },
     };
   }
@@ -120,18 +133,38 @@ export class AgentWebSocketTransport {
 
   private message(s: AgentSocket, data: ArrayBuffer, isBinary: boolean): void {
     if (s.closed || !s.input) return;
-    if (!isBinary) return this.protocolError(s, 'text frames are not part of the agent protocol: every frame is a binary AgentFrame');
-    let f: AgentFrame__Output;
+    if (!isBinary) return this.enqueue({ s, f: null, bad: 'text frames are not part of the agent protocol: every frame is a binary AgentFrame' });
     try {
       // a copy: uWS reuses the ArrayBuffer after this callback, and decoded bytes fields are views
-      f = this.codec.decodeAgentFrame(Buffer.from(new Uint8Array(data)));
+      this.enqueue({ s, f: this.codec.decodeAgentFrame(Buffer.from(data.slice(0))), bad: null });
     } catch {
-      return this.protocolError(s, 'a frame that is not an AgentFrame (agent.proto)');
+      this.enqueue({ s, f: null, bad: 'a frame that is not an AgentFrame (agent.proto)' });
     }
-    if (f.frame === 'message') {
-      if (f.message) s.input.data(f.message);
-    } else if (f.frame === 'request' && f.request) this.request(s, f.request);
-    // no frame member we know (a newer agent): ignored
+  }
+
+  private enqueue(x: Inbound): void {
+    this.inbound.push(x);
+    if (this.drainScheduled) return;
+    this.drainScheduled = true;
+    setImmediate(() => this.drain());
+  }
+
+  /** Hands the turn's inbound to the sessions, outside any uWS callback (see the module comment). */
+  private drain(): void {
+    this.drainScheduled = false;
+    const batch = this.inbound;
+    this.inbound = [];
+    for (const { s, f, bad } of batch) {
+      if (f === null && bad === null) {
+        s.closed = true;
+        s.input?.gone();
+      } else if (s.closed || !s.input) continue;
+      else if (bad !== null) this.protocolError(s, bad);
+      else if (f.frame === 'message') {
+        if (f.message) s.input.data(f.message);
+      } else if (f.frame === 'request' && f.request) this.request(s, f.request);
+      // no frame member we know (a newer agent): ignored
+    }
   }
 
   /** A unary call on the socket: answered in a response frame with its request_id. */
