@@ -1,13 +1,15 @@
 /**
  * PostgreSQL primary failover under load (issue 33, point 1). The test starts its own primary and
  * a synchronous standby (Debian's PostgreSQL 15 binaries: initdb, pg_basebackup -R, pg_ctl; own
- * data directories and ports in a temp dir, trust auth on 127.0.0.1). A node connects through a
- * libpq-style multi-host DATABASE_URL (primary,standby; target_session_attrs=read-write: the host
- * rotation of src/persistence/pg-hosts.ts). While runs are submitted continuously and a simulate
- * agent moves the tasks through their transitions, the standby is promoted and the primary stopped
- * (fast). Then: every run acknowledged with 202 exists on the promoted server and reaches a
- * terminal state, no task has two terminal events, the clients got only 202 or 503 with
- * Retry-After, and a run is accepted again within 30 s of the primary's stop.
+ * data directories and ports in a temp dir, trust auth on 127.0.0.1). Two cluster nodes (child
+ * processes, Redis at REDIS_URL) connect through one libpq-style multi-host DATABASE_URL
+ * (standby,primary; target_session_attrs=read-write: the host rotation of
+ * src/persistence/pg-hosts.ts). While runs are submitted continuously on both nodes and a simulate
+ * agent moves the tasks through their transitions, the primary is switched over (see SWITCHES).
+ * Then: every run acknowledged with 202 on either node exists on the promoted server and reaches a
+ * terminal state, no task has two terminal events, each node's clients got only 202 or 503 with
+ * Retry-After, and each node accepts a run again within 30 s of the switch. `gantry backup` and
+ * `gantry restore` are run with multi-host URLs around the planned switch.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -130,6 +132,9 @@ test(`PostgreSQL failover under load (${NODES} nodes on one multi-host DATABASE_
   let cluster: TestCluster | null = null;
   let agent: AgentProcess | null = null;
   const scratch: string[] = [];
+  // the load's clients: stopped (and awaited) before the nodes are, also when an assertion failed
+  let stopLoad = false;
+  let clients: Array<Promise<void>> = [];
   try {
     pgRun('initdb', ['-D', d1, '-U', 'postgres', '--auth=trust', '--locale=C', '--encoding=UTF8', '--no-sync']);
     pgRun('pg_ctl', ['-D', d1, '-l', join(dir, 'primary.log'), '-w', '-o', `${opts(p1)} -c wal_level=replica -c max_wal_senders=5`, 'start']);
@@ -171,7 +176,6 @@ test(`PostgreSQL failover under load (${NODES} nodes on one multi-host DATABASE_
     const acked: string[][] = nodes.map(() => []);
     const answers: Answer[][] = nodes.map(() => []);
     const allAcked = (): number => acked.reduce((n, a) => n + a.length, 0);
-    let stopLoad = false;
     const client = async (i: number): Promise<void> => {
       while (!stopLoad) {
         const sent = Date.now();
@@ -181,7 +185,7 @@ test(`PostgreSQL failover under load (${NODES} nodes on one multi-host DATABASE_
         else await new Promise((res) => setTimeout(res, 100));
       }
     };
-    const clients = nodes.map((_, i) => client(i));
+    clients = nodes.map((_, i) => client(i));
     await waitFor('10 runs acknowledged on each node before the switch', () => acked.every((a) => a.length >= 10), 30_000);
 
     // a backup with the nodes' multi-host URL, under load: it must dump the primary (p1), not the standby listed first
@@ -272,6 +276,8 @@ test(`PostgreSQL failover under load (${NODES} nodes on one multi-host DATABASE_
       await promoted.end();
     }
   } finally {
+    stopLoad = true;
+    await Promise.allSettled(clients);
     agent?.kill('SIGKILL');
     await agent?.exited;
     await cluster?.stop().catch(() => {});
