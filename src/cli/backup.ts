@@ -9,6 +9,7 @@ import { AppError } from '../shared/errors.js';
 import { createLogger } from '../shared/logger.js';
 import type { ObjectStore } from '../storage/port.js';
 import type { Database } from '../persistence/db.js';
+import { resolveHostUrl } from '../persistence/pg-hosts.js';
 
 /**
  * `gantry backup --out DIR` and `gantry restore --from DIR` (README Operations "Backups").
@@ -27,6 +28,11 @@ import type { Database } from '../persistence/db.js';
  * copied objects whose key is missing from the configured store (checked against their SHA-256),
  * and reports manifest keys the store lacks. The embedded PGlite database is refused by both:
  * a stopped node's data directory copy is its backup.
+ * A libpq-style multi-host DATABASE_URL (h1:p1,h2:p2, target_session_attrs=read-write: the nodes'
+ * own, docs/deploy.md "PostgreSQL high availability") is resolved once, at the start, to the host
+ * that is the primary now (pg-hosts.ts resolveHostUrl): pg_dump/pg_restore and every query of the
+ * command then use that one server, so a failover mid-command fails it rather than splitting it
+ * across two servers.
  */
 
 export const BACKUP_FORMAT = 'gantry-backup';
@@ -104,12 +110,12 @@ async function eachLimit<T>(items: T[], limit: number, fn: (x: T) => Promise<voi
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
 
-async function openParts(config: Config, createDb: boolean): Promise<{ db: Database; store: ObjectStore }> {
+async function openParts(config: Config, databaseUrl: string, createDb: boolean): Promise<{ db: Database; store: ObjectStore }> {
   const { Database } = await import('../persistence/db.js');
   const { createObjectStore } = await import('../storage/index.js');
   const logger = createLogger(config.LOG_LEVEL === 'info' ? 'warn' : config.LOG_LEVEL);
   const dataDir = resolve(config.GANTRY_DATA_DIR);
-  const db = await Database.open({ databaseUrl: config.DATABASE_URL, dataDir, poolMax: 2, logger, createDatabase: createDb });
+  const db = await Database.open({ databaseUrl, dataDir, poolMax: 2, logger, createDatabase: createDb });
   const store = createObjectStore({
     storage: config.GANTRY_STORAGE,
     dataDir,
@@ -121,6 +127,20 @@ async function openParts(config: Config, createDb: boolean): Promise<{ db: Datab
   return { db, store };
 }
 
+/**
+ * The single-host URL of the server to work on (the primary, for a multi-host URL) and how to name
+ * it in the output; null (after saying why on stderr) when no host fits.
+ */
+async function serverUrl(cmd: 'backup' | 'restore', databaseUrl: string): Promise<{ url: string; on: string } | null> {
+  try {
+    const r = await resolveHostUrl(databaseUrl);
+    return { url: r.url, on: r.host ? ` on ${r.host.host}:${r.host.port}` : '' };
+  } catch (e) {
+    process.stderr.write(`gantry ${cmd}: DATABASE_URL: ${(e as Error).message}\n`);
+    return null;
+  }
+}
+
 /** The path of an object's copy under DIR/objects (keys are `/`-separated safe segments, see keyProblem). */
 const objectPath = (dir: string, key: string): string => join(dir, 'objects', ...key.split('/'));
 
@@ -128,9 +148,11 @@ export async function backup(config: Config, o: { out: string; objects?: boolean
   if (!config.DATABASE_URL) throw embeddedRefused('backup');
   const dir = resolve(o.out);
   if (existsSync(dir) && (!statSync(dir).isDirectory() || readdirSync(dir).length > 0)) throw new ConfigError(`backup: ${dir} exists and is not an empty directory: pick a new one (a backup never overwrites another)`);
+  const server = await serverUrl('backup', config.DATABASE_URL);
+  if (!server) return 1;
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const pg = libpq(config.DATABASE_URL);
-  const { db, store } = await openParts(config, false);
+  const pg = libpq(server.url);
+  const { db, store } = await openParts(config, server.url, false);
   try {
     const serverVersion = (await db.execute<{ v: string }>(`select current_setting('server_version') as v`))[0]?.v ?? '';
     const migrations = (await db.execute<{ name: string }>('select name from mikro_orm_migrations order by id').catch(() => [] as Array<{ name: string }>)).map((r) => r.name);
@@ -141,7 +163,7 @@ export async function backup(config: Config, o: { out: string; objects?: boolean
     await run('pg_dump', ['--format=custom', '--no-owner', '--no-privileges', `--file=${dump}`, `--dbname=${pg.url}`], pg.env);
     chmodSync(dump, 0o600);
     const dumpBytes = statSync(dump).size;
-    say(`database ${pg.database}: ${dumpBytes} bytes dumped in ${Date.now() - t0} ms (PostgreSQL ${serverVersion}, ${migrations.length} migrations)\n`);
+    say(`database ${pg.database}${server.on}: ${dumpBytes} bytes dumped in ${Date.now() - t0} ms (PostgreSQL ${serverVersion}, ${migrations.length} migrations)\n`);
 
     // 2. the object store, listed after the dump: every object the dump refers to is listed
     const copy = o.objects ?? store.driver === 'local';
@@ -218,8 +240,10 @@ export async function restore(config: Config, o: { from: string; createDb: boole
   const dump = join(dir, manifest.database.file);
   if (!existsSync(dump) || (await sha256File(dump)) !== manifest.database.sha256) throw new ConfigError(`restore: ${dump} is missing or does not match the manifest's SHA-256: the backup is damaged`);
   const entries = JSON.parse(readFileSync(join(dir, 'objects.json'), 'utf8')) as ObjectEntry[];
-  const pg = libpq(config.DATABASE_URL);
-  const { db, store } = await openParts(config, o.createDb);
+  const server = await serverUrl('restore', config.DATABASE_URL);
+  if (!server) return 1;
+  const pg = libpq(server.url);
+  const { db, store } = await openParts(config, server.url, o.createDb);
   try {
     // only into an empty database: a restore never merges into (or overwrites) live data
     const [row] = await db.execute<{ n: number }>(
@@ -230,7 +254,7 @@ export async function restore(config: Config, o: { from: string; createDb: boole
     const t0 = Date.now();
     await run('pg_restore', ['--no-owner', '--no-privileges', '--exit-on-error', '--single-transaction', `--dbname=${pg.url}`, dump], pg.env);
     const tasks = (await db.execute<{ n: number }>('select count(*)::int as n from tasks'))[0]?.n ?? 0;
-    say(`database ${pg.database}: restored in ${Date.now() - t0} ms (backup of ${manifest.created_at}, ${manifest.database.migrations.length} migrations, ${tasks} tasks)\n`);
+    say(`database ${pg.database}${server.on}: restored in ${Date.now() - t0} ms (backup of ${manifest.created_at}, ${manifest.database.migrations.length} migrations, ${tasks} tasks)\n`);
 
     // objects: the copied ones whose key the store lacks; the rest are only checked
     let put = 0;

@@ -1,4 +1,5 @@
 import { Socket } from 'node:net';
+import pg from 'pg';
 
 /**
  * libpq-style multi-host DATABASE_URL for node-postgres, which connects to one host only:
@@ -26,6 +27,8 @@ export interface MultiHostUrl {
   targetSessionAttrs: 'read-write' | 'any';
   /** The same URL naming only the first host, target_session_attrs removed: what MikroORM/pg parse. */
   singleHostUrl: string;
+  /** The same URL naming only host `h` (one of `hosts`), target_session_attrs removed. */
+  urlFor(h: PgHost): string;
 }
 
 /** scheme, userinfo up to the authority's last @ (a password may hold an unencoded @), host list, the rest. */
@@ -63,9 +66,40 @@ export function parseMultiHostUrl(url: string): MultiHostUrl | null {
     const qs = params.toString();
     tail = rest.slice(0, q) + (qs ? `?${qs}` : '');
   }
-  const first = hosts[0]!;
-  const firstHost = first.host.includes(':') ? `[${first.host}]` : first.host;
-  return { hosts, targetSessionAttrs: tsa, singleHostUrl: `${scheme}${auth}${firstHost}:${first.port}${tail}` };
+  const urlFor = (h: PgHost): string => `${scheme}${auth}${h.host.includes(':') ? `[${h.host}]` : h.host}:${h.port}${tail}`;
+  return { hosts, targetSessionAttrs: tsa, singleHostUrl: urlFor(hosts[0]!), urlFor };
+}
+
+/**
+ * The single-host URL of the server libpq would settle on now: the first host, in the URL's order,
+ * that accepts a connection and (with target_session_attrs=read-write) is not in recovery. For
+ * tools that take one server (pg_dump, pg_restore: `gantry backup`/`restore`), so that every step of
+ * the command talks to the same primary. A URL naming one host without session attributes is
+ * returned unchanged (nothing is checked). Throws, naming each host's answer, when none fits.
+ */
+export async function resolveHostUrl(url: string, o: { connectTimeoutMs?: number } = {}): Promise<{ url: string; host: PgHost | null }> {
+  const u = parseMultiHostUrl(url);
+  if (!u || !needsRotation(u)) return { url, host: null };
+  const why: string[] = [];
+  for (const h of u.hosts) {
+    const c = new pg.Client({ connectionString: u.urlFor(h), connectionTimeoutMillis: o.connectTimeoutMs ?? 5000 });
+    // a refused connection also emits 'error' on the client: connect()'s rejection reports it
+    c.on('error', () => {});
+    try {
+      await c.connect();
+      const r = await c.query<{ r: boolean }>('select pg_is_in_recovery() as r');
+      if (u.targetSessionAttrs === 'read-write' && r.rows[0]?.r === true) {
+        why.push(`${h.host}:${h.port} in recovery (read-only)`);
+        continue;
+      }
+      return { url: u.urlFor(h), host: h };
+    } catch (e) {
+      why.push(`${h.host}:${h.port} ${(e as Error).message}`);
+    } finally {
+      await c.end().catch(() => {});
+    }
+  }
+  throw new Error(`no ${u.targetSessionAttrs === 'read-write' ? 'read-write ' : ''}server among the URL's hosts: ${why.join('; ')}`);
 }
 
 /** Whether the URL needs the rotation (several hosts, or a session attribute to check). */

@@ -13,13 +13,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import pg from 'pg';
 import { adminUrl, createTestDatabase } from '../helpers/pg.js';
+import { freePort } from '../helpers/child-node.js';
 import { agentServer, createWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitFor, type AgentProcess } from '../agents/helpers.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -208,7 +209,7 @@ test('backup under load, restore into an empty database: every task acknowledged
   }
 });
 
-test('gantry backup and restore refuse the embedded database, a non-empty backup directory and a directory that is not a backup', async () => {
+test('gantry backup and restore refuse the embedded database, a non-empty backup directory, a directory that is not a backup and a multi-host URL with no usable host', async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'gantry-embedded-'));
   try {
     const b = await gantry(['backup', '--out', join(dataDir, 'b')], { GANTRY_DATA_DIR: dataDir });
@@ -224,6 +225,13 @@ test('gantry backup and restore refuse the embedded database, a non-empty backup
     const notBackup = await gantry(['restore', '--from', dataDir], { DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/postgres', GANTRY_DATA_DIR: dataDir });
     assert.equal(notBackup.code, 78, notBackup.stderr);
     assert.match(notBackup.stderr, /is not a gantry backup/);
+    // a multi-host URL none of whose hosts answers: refused, naming each host, before --out is created
+    // (the URL with live hosts, a standby among them: test/foundation/pg-failover.test.ts)
+    const [q1, q2] = [await freePort(), await freePort()];
+    const none = await gantry(['backup', '--out', join(dataDir, 'none')], { DATABASE_URL: `postgres://postgres@127.0.0.1:${q1},127.0.0.1:${q2}/postgres?target_session_attrs=read-write`, GANTRY_DATA_DIR: dataDir });
+    assert.equal(none.code, 1, none.stderr);
+    assert.match(none.stderr, new RegExp(`no read-write server among the URL's hosts: 127\\.0\\.0\\.1:${q1} .*; 127\\.0\\.0\\.1:${q2} `));
+    assert.equal(existsSync(join(dataDir, 'none')), false, 'no backup directory left behind');
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
