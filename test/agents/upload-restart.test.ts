@@ -10,66 +10,44 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
-import { createServer, connect, type Server, type Socket } from 'node:net';
 import pg from 'pg';
 import { childNodeSetup, serveChild, type ChildNodeSetup } from '../helpers/child-node.js';
 import { HttpClient, type TestNode } from '../helpers/node.js';
+import { PgProxy } from '../helpers/pg-proxy.js';
 import { AGENT_TRANSPORTS, agentServer, createWorkflow, runWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitTask, type AgentProcess } from './helpers.js';
 
 const PNG_SIG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
 /**
- * A TCP proxy in front of the node's HTTP port. Bytes pass both ways; a connection closed on one
- * side closes the other. With holdUpload() armed, the next connection whose request starts with
- * `PUT /storage/` gets nothing passed upstream: it stays pending until its upstream goes away.
+ * A TCP proxy in front of the node's HTTP port (PgProxy with a hold rule). With holdUpload() armed,
+ * the next connection whose request starts with `PUT /storage/` gets nothing passed upstream: it
+ * stays pending until its upstream goes away.
  */
 class FrontProxy {
-  private server: Server | null = null;
-  private readonly sockets = new Set<Socket>();
   private arm: (() => void) | null = null;
-  port = 0;
-  targetPort = 0;
   /** Request lines of the PUTs to /storage/ that reached the proxy. */
   storagePuts: string[] = [];
+  private readonly tcp = new PgProxy('127.0.0.1', 0, (d, first) => {
+    if (!first) return false;
+    const line = d.subarray(0, Math.max(0, d.indexOf('\r\n'))).toString('latin1');
+    if (!line.startsWith('PUT /storage/')) return false;
+    this.storagePuts.push(line);
+    const a = this.arm;
+    if (!a) return false;
+    this.arm = null;
+    a();
+    return true;
+  });
 
-  async start(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(this.targetPort, '127.0.0.1');
-      this.sockets.add(client).add(upstream);
-      const drop = (): void => {
-        client.destroy();
-        upstream.destroy();
-        this.sockets.delete(client);
-        this.sockets.delete(upstream);
-      };
-      client.on('error', drop).on('close', drop);
-      upstream.on('error', drop).on('close', drop);
-      let first = true;
-      let held = false;
-      client.on('data', (d: Buffer) => {
-        if (first) {
-          first = false;
-          const line = d.subarray(0, Math.max(0, d.indexOf('\r\n'))).toString('latin1');
-          if (line.startsWith('PUT /storage/')) {
-            this.storagePuts.push(line);
-            if (this.arm) {
-              held = true;
-              const a = this.arm;
-              this.arm = null;
-              a();
-            }
-          }
-        }
-        if (!held) upstream.write(d);
-      });
-      upstream.on('data', (d: Buffer) => client.write(d));
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => resolve());
-    });
-    this.port = (server.address() as { port: number }).port;
-    this.server = server;
+  get port(): number {
+    return this.tcp.port;
+  }
+  set targetPort(p: number) {
+    this.tcp.targetPort = p;
+  }
+
+  start(): Promise<void> {
+    return this.tcp.start();
   }
 
   /** Resolves when the next output PUT arrives (and is being held). */
@@ -77,11 +55,8 @@ class FrontProxy {
     return new Promise((resolve) => (this.arm = resolve));
   }
 
-  async stop(): Promise<void> {
-    for (const s of this.sockets) s.destroy();
-    const s = this.server;
-    this.server = null;
-    if (s) await new Promise<void>((r) => s.close(() => r()));
+  stop(): Promise<void> {
+    return this.tcp.stop();
   }
 }
 

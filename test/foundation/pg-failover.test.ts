@@ -13,21 +13,19 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { TestNode } from '../helpers/node.js';
-import { freePort } from '../helpers/child-node.js';
+import { freePort, runGantryCli } from '../helpers/child-node.js';
 import { clusterSkipReason, startCluster, type TestCluster } from '../helpers/cluster.js';
 import { HostRotation, needsRotation, parseMultiHostUrl } from '../../src/persistence/pg-hosts.js';
 import { setupTeam, createWorkflow, spawnAgent, tinyGraph, tmpDir, waitFor, type AgentProcess } from '../agents/helpers.js';
 
 const BIN = '/usr/lib/postgresql/15/bin';
-const root = fileURLToPath(new URL('../../', import.meta.url));
 const missing = ['initdb', 'pg_ctl', 'pg_basebackup', 'postgres', 'pg_dump', 'pg_restore'].filter((b) => !existsSync(join(BIN, b)));
 const skip = missing.length ? `PostgreSQL 15 server binaries missing (${missing.join(', ')}): apt-get install postgresql-15` : (clusterSkipReason() ?? false);
 
@@ -110,12 +108,7 @@ interface Answer {
 function gantry(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const base: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'warn', PATH: `${BIN}:${process.env.PATH ?? ''}`, GANTRY_SECRET_KEY: randomBytes(32).toString('hex'), ...env };
   delete base.REDIS_URL;
-  const p = spawn(process.execPath, [join(root, 'bin/gantry.mjs'), ...args], { cwd: root, env: base, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  p.stdout.on('data', (d: Buffer) => (stdout += String(d)));
-  p.stderr.on('data', (d: Buffer) => (stderr += String(d)));
-  return new Promise((resolve) => p.on('close', (code) => resolve({ code, stdout, stderr })));
+  return runGantryCli(args, base);
 }
 
 for (const sw of SWITCHES)

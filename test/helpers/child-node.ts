@@ -21,6 +21,16 @@ export const freePort = (): Promise<number> =>
     s.on('error', reject);
   });
 
+/** Runs one `gantry` command (bin/gantry.mjs) to its end with exactly this environment: its exit code and output. */
+export function runGantryCli(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const p = spawn(process.execPath, [join(root, 'bin/gantry.mjs'), ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  p.stdout.on('data', (d: Buffer) => (stdout += String(d)));
+  p.stderr.on('data', (d: Buffer) => (stderr += String(d)));
+  return new Promise((resolve) => p.on('close', (code) => resolve({ code, stdout, stderr })));
+}
+
 export function serveChild(env: Record<string, string>): Promise<{ child: ChildProcess; exit: Promise<unknown> }> {
   const clean: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('GANTRY_') && k !== 'REDIS_URL') clean[k] = v;

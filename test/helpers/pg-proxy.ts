@@ -1,7 +1,7 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 
 /**
- * A TCP proxy on loopback between a node and the machine's PostgreSQL, for outage tests (the
+ * A TCP proxy on loopback, e.g. between a node and the machine's PostgreSQL, for outage tests (the
  * shared PostgreSQL itself is never stopped):
  * - cut(): nothing listens on the port and every live connection is reset (a database restart);
  * - blackhole(): connections stay open and new ones are accepted, but no byte passes in either
@@ -16,9 +16,15 @@ export class PgProxy {
   private holes = false;
   port = 0;
 
+  /**
+   * hold (optional): asked for each chunk a client sends, with whether it is the connection's first;
+   * true holds that connection's client->upstream bytes from then on (a request left pending until
+   * its upstream goes away).
+   */
   constructor(
     private readonly host: string,
-    private readonly targetPort: number,
+    public targetPort: number,
+    private readonly hold?: (chunk: Buffer, first: boolean) => boolean,
   ) {}
 
   async start(): Promise<void> {
@@ -34,8 +40,12 @@ export class PgProxy {
       };
       client.on('error', drop).on('close', drop);
       upstream.on('error', drop).on('close', drop);
-      client.on('data', (d) => {
-        if (!this.holes) upstream.write(d);
+      let first = true;
+      let held = false;
+      client.on('data', (d: Buffer) => {
+        if (this.hold && !held) held = this.hold(d, first);
+        first = false;
+        if (!this.holes && !held) upstream.write(d);
       });
       upstream.on('data', (d) => {
         if (!this.holes) client.write(d);

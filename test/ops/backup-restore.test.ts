@@ -12,7 +12,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { startTestNode, type TestNode } from '../helpers/node.js';
 import pg from 'pg';
 import { adminUrl, createTestDatabase } from '../helpers/pg.js';
-import { freePort } from '../helpers/child-node.js';
+import { freePort, runGantryCli } from '../helpers/child-node.js';
 import { agentServer, createWorkflow, setupTeam, spawnAgent, tinyGraph, tmpDir, waitFor, type AgentProcess } from '../agents/helpers.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -31,12 +31,7 @@ function gantry(args: string[], env: Record<string, string>): Promise<{ code: nu
   const base: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'warn', GANTRY_SECRET_KEY: SECRET, ...env };
   delete base.REDIS_URL;
   if (!('DATABASE_URL' in env)) delete base.DATABASE_URL;
-  const p = spawn(process.execPath, [join(root, 'bin/gantry.mjs'), ...args], { cwd: root, env: base, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  p.stdout.on('data', (d: Buffer) => (stdout += String(d)));
-  p.stderr.on('data', (d: Buffer) => (stderr += String(d)));
-  return new Promise((resolve) => p.on('close', (code) => resolve({ code, stdout, stderr })));
+  return runGantryCli(args, base);
 }
 
 interface EventRow {
