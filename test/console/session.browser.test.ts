@@ -109,6 +109,9 @@ test('an access token that expires mid-session is refreshed without the user not
     // the user goes on: another page, whose API calls are sent with the expired token first
     await page.getByRole('link', { name: 'Tasks', exact: true }).click();
     await page.getByRole('heading', { name: 'Tasks', level: 1 }).waitFor();
+    // the list itself (the heading shows before its data): the refused call answered once sent again;
+    // leaving the page sooner would cancel that call and leave nothing to check
+    await page.getByText('No tasks match.').waitFor();
     await page.getByRole('link', { name: 'Agents', exact: true }).click();
     await page.getByRole('heading', { name: 'Agents', level: 1 }).waitFor();
     await page.getByText('No agents have connected to this team yet.').waitFor();
