@@ -34,6 +34,7 @@ export function streamEndFor(ev: Invalidation): { match: StreamMatch; reason: st
     case 'membership':
     case 'workflow':
     case 'container':
+    case 'budget':
       return null;
   }
 }

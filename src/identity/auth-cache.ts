@@ -230,7 +230,8 @@ export class CachedAuthLookup implements AuthLookup {
       }
       case 'workflow':
       case 'container':
-        return; // not identity data (the workflow cache and the gateway listen to them)
+      case 'budget':
+        return; // not identity data (the workflow cache, the gateway and the run gate listen to them)
     }
   }
 

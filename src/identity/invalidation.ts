@@ -14,7 +14,9 @@ import { z } from 'zod';
  * - team: the team was deleted (its members and credentials went with it);
  * - session: these login sessions (refresh families, the `sid` of access tokens) ended: logout or
  *   refresh-token reuse;
- * - workflow: a workflow changed (the workflow cache's heads, cluster-wide).
+ * - workflow: a workflow changed (the workflow cache's heads, cluster-wide);
+ * - container: a team's container services changed (the gateway's routing tables);
+ * - budget: a team's GPU budgets changed (the run gate's budget presence cache).
  */
 const uuidish = z.string().min(1).max(64);
 
@@ -29,6 +31,8 @@ export const InvalidationSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('workflow'), workflowId: uuidish.nullable(), dropVersions: z.boolean() }),
   // a team's container services or instances changed: gateway routing tables reload it
   z.strictObject({ type: z.literal('container'), teamId: uuidish }),
+  // a team's GPU budgets were set or removed: the run gate's presence caches drop the team
+  z.strictObject({ type: z.literal('budget'), teamId: uuidish }),
 ]);
 
 export type Invalidation = z.infer<typeof InvalidationSchema>;

@@ -51,7 +51,12 @@ export function createStores(d: { db: Database; cluster: Cluster<Protocols> | nu
       if (ev.type === 'workflow') workflowStore.cache.applyInvalidation(ev.workflowId, ev.dropVersions);
     });
   }
-  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId, needsSync: (teamId, inv) => d.files.sync.needsSync(teamId, inv) }), taskQueries: new TaskQueries(d.db), workflowStore, usageStore: new PgUsageStore(d.db), schedulingStore: new CredentialSchedulingStore(d.db) };
+  // cluster: a budget set or removed on one node drops the team from every node's budget presence cache
+  const usageStore = new PgUsageStore(d.db, inv ? { state: () => inv.state(), changed: async (teamId) => inv.publish({ type: 'budget', teamId }) } : {});
+  inv?.subscribe((ev) => {
+    if (ev.type === 'budget') usageStore.presence.drop(ev.teamId);
+  });
+  return { taskStore: new PgTaskStore(d.db, { memberId }), agentStore: new PgAgentStore(d.db, { memberId, needsSync: (teamId, inv) => d.files.sync.needsSync(teamId, inv) }), taskQueries: new TaskQueries(d.db), workflowStore, usageStore, schedulingStore: new CredentialSchedulingStore(d.db) };
 }
 
 /** Registers every actor kind with its dependencies (before the cluster routes messages here). */

@@ -10,6 +10,7 @@ import type { AuditNote } from '../shared/audit.js';
 import type { PgTimestamp } from './rows.js';
 import { TASK_COLS } from './task-rows.js';
 import { uuidv7 } from '../shared/ids.js';
+import { BudgetPresence } from './budget-presence.js';
 import { USAGE_GROUP_FIELDS, type UsageAggregate, type UsageBudget, type UsageGroupBy, type UsageSums } from '../domain/usage.js';
 
 const NIL_UUID = '00000000-0000-0000-0000-000000000000';
@@ -138,13 +139,37 @@ const budgetOf = (r: BudgetRow): UsageBudget => ({
 type GateItem = { teamId: string; credentialId: string | null; month: number };
 type GateBudget = UsageBudget & { usedGpuSeconds: number };
 
+export interface UsageStoreOptions {
+  now?: () => number;
+  /** Cluster: the invalidation subscription's state (BudgetPresenceOptions.state). */
+  state?: () => { healthy: boolean; generation: number };
+  /** Cluster: tells every other node that the team's budgets changed; resolves once they have heard it. */
+  changed?: (teamId: string) => Promise<void>;
+}
+
 export class PgUsageStore {
   private readonly q: Q;
   /** The run gate's reads of one tick share one statement (runs are group-committed too: no query per run). */
   private readonly gate: TickBatcher<GateItem, GateBudget[]>;
-  constructor(private readonly db: Database) {
+  /** Which budgets each team has: a run no budget applies to needs no gate statement. */
+  readonly presence: BudgetPresence;
+  constructor(
+    private readonly db: Database,
+    private readonly o: UsageStoreOptions = {},
+  ) {
     this.q = pooled(db);
     this.gate = new TickBatcher((items) => this.gateBatch(items), { maxBatch: 500, maxInFlight: 2 });
+    this.presence = new BudgetPresence({
+      read: async (teamId) => (await this.q<{ credential_id: string | null }>('select credential_id from usage_budgets where team_id = ?', [teamId])).map((r) => r.credential_id),
+      now: o.now ?? Date.now,
+      ...(o.state ? { state: o.state } : {}),
+    });
+  }
+
+  /** After a budget write committed: this node's presence entry goes, then every other node's (awaited, so the answer means it holds everywhere). */
+  private async changed(teamId: string): Promise<void> {
+    this.presence.drop(teamId);
+    await this.o.changed?.(teamId);
   }
 
   /** A team's attempts that ended in [from, to), grouped: one page of groups, the group count and the range's totals. */
@@ -184,7 +209,8 @@ export class PgUsageStore {
    * (usage_monthly: a few rows per team, never the month's attempts). The gates of one tick share
    * one statement.
    */
-  applicableBudgets(teamId: string, credentialId: string | null, month: number): Promise<GateBudget[]> {
+  async applicableBudgets(teamId: string, credentialId: string | null, month: number): Promise<GateBudget[]> {
+    if (!(await this.presence.mayApply(teamId, credentialId))) return [];
     return this.gate.submit({ teamId, credentialId, month });
   }
 
@@ -209,7 +235,7 @@ export class PgUsageStore {
 
   /** Sets (creates or replaces) the budget of the team (credentialId null) or of one credential. */
   async setBudget(teamId: string, credentialId: string | null, gpuHours: number, audit?: AuditNote): Promise<UsageBudget> {
-    return audited(this.db, audit, async (q, record) => {
+    const b = await audited(this.db, audit, async (q, record) => {
       const [r] = await q<BudgetRow>(
       `insert into usage_budgets (id, team_id, credential_id, gpu_hours) values (?, ?, ?, ?)
        on conflict (team_id, coalesce(credential_id, '${NIL_UUID}'::uuid)) do update set gpu_hours = excluded.gpu_hours, updated_at = now()
@@ -220,15 +246,19 @@ export class PgUsageStore {
       await record({ targetId: r.id, details: { credential_id: credentialId, gpu_hours: gpuHours } });
       return budgetOf(r);
     });
+    await this.changed(teamId);
+    return b;
   }
 
   /** Removes a budget; false when there was none. */
   async clearBudget(teamId: string, credentialId: string | null, audit?: AuditNote): Promise<boolean> {
-    return audited(this.db, audit, async (q, record) => {
+    const found = await audited(this.db, audit, async (q, record) => {
       const rows = await q<{ id: string }>(`delete from usage_budgets where team_id = ? and coalesce(credential_id, '${NIL_UUID}'::uuid) = ?::uuid returning id`, [teamId, credentialId ?? NIL_UUID]);
       if (rows[0]) await record({ targetId: rows[0].id, details: { credential_id: credentialId } });
       return rows.length > 0;
     });
+    if (found) await this.changed(teamId);
+    return found;
   }
 
   /** Whether the credential exists in the team (any type; revoked ones too: their past usage still counts). */

@@ -52,4 +52,18 @@ test('max_concurrent_tasks and max_agents hold across three nodes', { skip: skip
   }
   assert.ok(maxActive <= 2, `at most 2 tasks active at once across the cluster (saw ${maxActive})`);
   assert.ok(maxActive >= 1);
+
+  // GPU budgets hold cluster-wide from the answer on: every node ran this team's submits without a
+  // budget (each node's run gate cached that the team has none); a budget of 0 set on one node
+  // refuses the very next submit on every node, and removing it lets them through again
+  const put = await cl.nodes[0]?.http.put('/usage/budgets', { gpu_hours: 0 }, { token: s.user.accessToken, team: s.user.teamId });
+  assert.equal(put?.status, 200, put?.text);
+  for (const n of cl.nodes) {
+    const r = await n.http.post(`/r/workflows/${wf}/run`, { parameters: { prompt: 'over budget' } }, { token: s.sk.value });
+    assert.equal(r.status, 429, `node ${n.index}: ${r.text}`);
+    assert.equal(r.body.error_code, 'gpu_budget_exhausted');
+  }
+  const del = await cl.nodes[1]?.http.del('/usage/budgets', { token: s.user.accessToken, team: s.user.teamId });
+  assert.equal(del?.status, 200, del?.text);
+  for (const n of cl.nodes) assert.equal((await n.http.post(`/r/workflows/${wf}/run`, { parameters: { prompt: 'budget removed' } }, { token: s.sk.value })).status, 202);
 });

@@ -286,6 +286,36 @@ test('GPU budget: at or over the month budget new runs get 429 gpu_budget_exhaus
   }
 });
 
+test('GPU budget: set or removed, it holds from the next submit (the run gate caches that a team has none)', async () => {
+  const ran: string[] = [];
+  const run = async (prompt: string): Promise<{ status: number; body: Record<string, any> }> => {
+    const r = await t.http.post(`/r/workflows/${wf}/run`, { parameters: { prompt } }, { token: s.sk.value });
+    if (r.status === 202) ran.push(r.body.task_id as string);
+    return r;
+  };
+  try {
+    assert.equal((await run('no budget yet')).status, 202);
+    assert.equal((await run('still none')).status, 202); // answered from the cache
+    assert.equal((await t.http.put('/usage/budgets', { gpu_hours: 0 }, mgmt())).status, 200);
+    assert.equal((await run('zero')).body.error_code, 'gpu_budget_exhausted');
+    assert.equal((await t.http.del('/usage/budgets', mgmt())).status, 200);
+    assert.equal((await run('removed')).status, 202);
+    // a credential's budget: that credential is refused, the user session is not
+    assert.equal((await t.http.put('/usage/budgets', { gpu_hours: 0, credential_id: s.sk.id }, mgmt())).status, 200);
+    assert.equal((await run('sk capped')).body.error_code, 'gpu_budget_exhausted');
+    const jwt = await t.http.post(`/r/workflows/${wf}/run`, { parameters: { prompt: 'jwt' } }, mgmt());
+    assert.equal(jwt.status, 202, 'the user session is not capped');
+    ran.push(jwt.body.task_id as string);
+  } finally {
+    await t.http.del(`/usage/budgets?credential_id=${s.sk.id}`, mgmt());
+  }
+  // the runs end before the next test reads the month's use
+  await waitFor('the runs of this test ended', async () => {
+    const ended = await Promise.all(ran.map(async (id) => terminal((await t.http.get(`/r/tasks/${id}`, { token: s.sk.value })).body)));
+    return ended.every(Boolean);
+  }, 30_000);
+});
+
 async function budgetScenario(): Promise<void> {
   const month = (ms: number) => {
     const d = new Date(ms);
