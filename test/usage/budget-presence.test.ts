@@ -22,7 +22,10 @@ function setup(rows: Map<string, Array<string | null>>, o: { ttlMs?: number; sta
     now: () => now,
     ...o,
   });
-  return { p, reads, tick: (ms: number) => (now += ms), hold: (g: Promise<void> | null) => (gate = g) };
+  return { p, reads, tick: (ms: number) => (now += ms), hold: (g: Promise<void> | null): void => {
+      gate = g;
+    },
+  };
 }
 
 test('a team without budgets is read once, then answered from memory; team and credential budgets apply to whom they name', async () => {
