@@ -96,6 +96,8 @@ export class AgentRunner {
   /** Counters (bench, logs). */
   completed = 0;
   failed = 0;
+  /** The work dir exists (made at the first task; taskDir makes it again should it be removed). */
+  private workDirMade = false;
 
   constructor(
     private readonly executor: Executor,
@@ -271,8 +273,7 @@ export class AgentRunner {
       log.info({ tool_type: a.tool_type, provisioned: a.provision }, 'task accepted');
       if (this.o.toolTypes && !this.o.toolTypes.has(a.tool_type))
         throw new ExecutorError('bad_input', `this agent runs the ${this.o.executorName} executor and cannot run ${a.tool_type} tasks (give such workflows a label only matching agents have)`);
-      await mkdir(this.o.workDir, { recursive: true });
-      dir = await mkdtemp(path.join(this.o.workDir, `${safeName(ref.task_id, 'task')}-`));
+      dir = await this.taskDir(ref.task_id);
       const workDir = path.join(dir, 'work');
       await mkdir(workDir);
       // parsed where the assignment arrived (the agent-wire codec); a bad payload fails the task here
@@ -328,6 +329,22 @@ export class AgentRunner {
       log.warn({ error, code }, 'task failed');
     } finally {
       if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+
+  /** A fresh directory for the task under the work dir (made once, and again should it be removed). */
+  private async taskDir(taskId: string): Promise<string> {
+    const prefix = path.join(this.o.workDir, `${safeName(taskId, 'task')}-`);
+    if (!this.workDirMade) {
+      await mkdir(this.o.workDir, { recursive: true });
+      this.workDirMade = true;
+    }
+    try {
+      return await mkdtemp(prefix);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      await mkdir(this.o.workDir, { recursive: true });
+      return mkdtemp(prefix);
     }
   }
 

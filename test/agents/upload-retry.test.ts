@@ -13,7 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { putWithRetry, uploadVerdict, type PutTarget, type UploadRetryOptions } from '../../src/agent/upload-retry.js';
-import { TransferError, uploadFile } from '../../src/agent/transfer.js';
+import { SMALL_UPLOAD_BYTES, TransferError, uploadFile } from '../../src/agent/transfer.js';
 import { tmpDir } from './helpers.js';
 
 /** How the server answers the n-th PUT (0-based): an HTTP status, 'reset' (the socket dropped), or 'hold' (never answers). */
@@ -22,6 +22,8 @@ type Answer = number | 'reset' | 'hold';
 interface Seen {
   url: string;
   bytes: number;
+  contentLength: string | undefined;
+  chunked: boolean;
 }
 
 let server: Server;
@@ -37,7 +39,7 @@ before(async () => {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const body = Buffer.concat(chunks);
-      seen.push({ url: req.url ?? '', bytes: body.length });
+      seen.push({ url: req.url ?? '', bytes: body.length, contentLength: req.headers['content-length'], chunked: req.headers['transfer-encoding'] !== undefined });
       const a = script(n);
       if (a === 'hold') return;
       if (a === 'reset') return void req.socket.destroy();
@@ -69,6 +71,23 @@ async function run(answers: Answer[], o: Partial<UploadRetryOptions> = {}): Prom
   const result = await putWithRetry(target(0), put, represign, { until: Date.now() + 60_000, signal: new AbortController().signal, initialMs: 5, maxMs: 20, ...o }).catch((e: unknown) => e as Error);
   return { result, presigns, urls: seen.map((s) => s.url.slice(s.url.indexOf('sig='))) };
 }
+
+test('a small file is sent whole, a large one streamed from disk: both with the exact Content-Length, never chunked', async () => {
+  const dir = tmpDir('gantry-upload-sizes-');
+  for (const size of [0, 1, 64 * 1024, SMALL_UPLOAD_BYTES, SMALL_UPLOAD_BYTES + 1, SMALL_UPLOAD_BYTES * 2 + 12_345]) {
+    const f = join(dir, `out-${size}.bin`);
+    const bytes = randomBytes(size);
+    writeFileSync(f, bytes);
+    seen = [];
+    stored = null;
+    script = () => 200;
+    await uploadFile(`${base}/storage/out-${size}`, { 'Content-Type': 'application/octet-stream' }, f, 'application/octet-stream', new AbortController().signal);
+    assert.equal(seen.length, 1, `size ${size}: one PUT`);
+    assert.equal(seen[0]?.contentLength, String(size), `size ${size}: Content-Length`);
+    assert.equal(seen[0]?.chunked, false, `size ${size}: not chunked`);
+    assert.ok(stored !== null && (stored as Buffer).equals(bytes), `size ${size}: the bytes landed as written`);
+  }
+});
 
 test('5xx and dropped connections are retried, each time with a freshly presigned URL; the file lands whole', async () => {
   const r = await run([503, 'reset', 502, 500]);
