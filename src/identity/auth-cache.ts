@@ -2,6 +2,7 @@ import { systemClock, type Clock } from '../shared/clock.js';
 import type { AuthLookup } from './authenticator.js';
 import type { CacheInvalidationPort, Invalidation } from './invalidation.js';
 import type { CredentialAuthRow, SessionAuthRow, UserAuthRow } from './store.js';
+import { Lru } from '../shared/lru.js';
 
 export interface AuthCacheOptions {
   /** Entries per map (credentials, user x team, sessions); the least recently used is evicted beyond it. */
@@ -23,49 +24,6 @@ export interface AuthCacheStats {
   sessionLookups: number;
   invalidations: number;
   evictions: number;
-}
-
-interface Entry<V> {
-  value: V;
-  at: number;
-}
-
-/** A Map in least-recently-used order (a hit moves the key to the end); evicts from the front. */
-class Lru<V> {
-  readonly map = new Map<string, Entry<V>>();
-
-  constructor(
-    private readonly max: number,
-    private readonly onEvict: () => void,
-  ) {}
-
-  get(key: string, now: number, ttlMs: number): V | undefined {
-    const e = this.map.get(key);
-    if (!e) return undefined;
-    this.map.delete(key);
-    if (now - e.at >= ttlMs) return undefined;
-    this.map.set(key, e);
-    return e.value;
-  }
-
-  set(key: string, value: V, now: number): void {
-    this.map.delete(key);
-    this.map.set(key, { value, at: now });
-    while (this.map.size > this.max) {
-      const oldest = this.map.keys().next();
-      if (oldest.done) break;
-      this.map.delete(oldest.value);
-      this.onEvict();
-    }
-  }
-
-  deleteWhere(pred: (key: string, v: V) => boolean): void {
-    for (const [k, e] of this.map) if (pred(k, e.value)) this.map.delete(k);
-  }
-
-  clear(): void {
-    this.map.clear();
-  }
 }
 
 const userKey = (userId: string, teamId: string | null): string => `${userId}/${teamId ?? ''}`;

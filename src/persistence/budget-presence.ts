@@ -11,16 +11,13 @@
  * again (`state`, as the auth cache); entries also expire after
  * `ttlMs`, a bound should a budget change reach PostgreSQL some other way (a restore).
  */
+import { Lru } from '../shared/lru.js';
+
 export interface BudgetSet {
   /** The team's own budget exists. */
   team: boolean;
   /** Credentials of the team with their own budget. */
   credentials: ReadonlySet<string>;
-}
-
-interface Entry {
-  set: BudgetSet;
-  at: number;
 }
 
 export interface BudgetPresenceOptions {
@@ -33,21 +30,20 @@ export interface BudgetPresenceOptions {
    * that grows on every re-subscription (CacheInvalidationPort.state); absent: always healthy.
    */
   state?: () => { healthy: boolean; generation: number };
-  /** Most teams held (a full cache starts over). */
+  /** Most teams held (the least recently used goes beyond it). */
   maxTeams?: number;
 }
 
 export class BudgetPresence {
-  private readonly teams = new Map<string, Entry>();
+  private readonly teams: Lru<BudgetSet>;
   private readonly reads = new Map<string, Promise<BudgetSet>>();
   private epoch = 0;
   private generation: number | null = null;
   private readonly ttlMs: number;
-  private readonly maxTeams: number;
 
   constructor(private readonly o: BudgetPresenceOptions) {
     this.ttlMs = o.ttlMs ?? 30_000;
-    this.maxTeams = o.maxTeams ?? 100_000;
+    this.teams = new Lru(o.maxTeams ?? 100_000);
   }
 
   /** Whether any budget may apply to a run by this credential (null: a user session) of the team. */
@@ -64,8 +60,8 @@ export class BudgetPresence {
       if (this.generation !== null) this.dropAll();
       this.generation = st.generation;
     }
-    const e = this.teams.get(teamId);
-    if (healthy && e && this.o.now() - e.at < this.ttlMs) return e.set;
+    const known = healthy ? this.teams.get(teamId, this.o.now(), this.ttlMs) : undefined;
+    if (known) return known;
     const running = this.reads.get(teamId);
     if (running) return running;
     const epoch = this.epoch;
@@ -74,10 +70,7 @@ export class BudgetPresence {
       .then((rows) => {
         const set: BudgetSet = { team: rows.includes(null), credentials: new Set(rows.filter((r): r is string => r !== null)) };
         // a drop since the read began: what it saw may be older than the change
-        if (healthy && epoch === this.epoch) {
-          if (this.teams.size >= this.maxTeams) this.teams.clear();
-          this.teams.set(teamId, { set, at: this.o.now() });
-        }
+        if (healthy && epoch === this.epoch) this.teams.set(teamId, set, this.o.now());
         return set;
       })
       .finally(() => {
